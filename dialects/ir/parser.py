@@ -1,0 +1,602 @@
+"""Parses MLIR's generic op syntax back into IR. A character-level scanner with
+precompiled regexes (no token list) keeps 50k-op modules fast; types are
+cached by their text. Errors carry file:line:col."""
+from __future__ import annotations
+
+import os
+import re
+import struct
+
+import numpy as np
+
+from . import attributes as A
+from .core import Block, Location, Operation, Region, UNKNOWN_LOC
+from .errors import ParseError
+from .module import Module
+from .resources import SUFFIX, ResourceTable
+from .types import (ComplexType, DialectType, FloatType, FunctionType, MemRefType, SCALARS,
+                    STRING, TensorType, to_numpy_dtype, i64, f64)
+
+_WS = re.compile(r"(?:\s+|//[^\n]*)*")
+_VALUE_DEF = re.compile(r"%([\w.$-]+)(?::(\d+))?")
+_VALUE_USE = re.compile(r"%([\w.$-]+)(?:#(\d+))?")
+_STRING = re.compile(r'"((?:[^"\\\n]|\\.)*)"')
+_IDENT = re.compile(r"[A-Za-z_][\w.$-]*")
+_BARE_KEY = re.compile(r"[A-Za-z_][\w.$-]*")
+_NUMBER = re.compile(r"[-+]?(?:0x[0-9A-Fa-f]+|(?:\d+\.?\d*(?:[eE][-+]?\d+)?)|inf|nan)")
+_SIMPLE_SHAPED = re.compile(r"(tensor|memref)<((?:\*x)|(?:(?:\d+|\?)x)*)([a-z][a-zA-Z0-9]*|!onnx\.String)>")
+_SCALAR = re.compile(r"[a-z][a-zA-Z0-9]*")
+_BLOCK_LABEL = re.compile(r"\^[\w.$-]+")
+_ESCAPE = re.compile(r"\\([0-9A-Fa-f]{2}|.)")
+
+
+def _unescape(s: str) -> str:
+    if "\\" not in s:
+        return s
+
+    def rep(m):
+        g = m.group(1)
+        if len(g) == 2:
+            return chr(int(g, 16))
+        return {"n": "\n", "t": "\t"}.get(g, g)
+    raw = _ESCAPE.sub(rep, s)
+    # \XX escapes denote bytes; reassemble multi-byte UTF-8 sequences.
+    try:
+        return raw.encode("latin-1").decode("utf-8")
+    except (UnicodeEncodeError, UnicodeDecodeError):
+        return raw
+
+
+class Parser:
+    _type_cache = {}
+
+    def __init__(self, text: str, filename="<input>", resources: ResourceTable = None, context=None):
+        self.s, self.p, self.filename = text, 0, filename
+        self.resources = resources if resources is not None else ResourceTable()
+        self.context = context
+        self.scopes = [{}]   # name -> Value, one dict per isolated scope
+        self.defined = [[]]  # names defined per open region, to forget on exit
+
+    # -- scanner helpers ---------------------------------------------------------------
+    def error(self, msg, pos=None):
+        pos = self.p if pos is None else pos
+        line = self.s.count("\n", 0, pos) + 1
+        col = pos - (self.s.rfind("\n", 0, pos) + 1) + 1
+        raise ParseError(msg, self.filename, line, col)
+
+    def ws(self):
+        self.p = _WS.match(self.s, self.p).end()
+
+    def peek(self, lit):
+        self.ws()
+        return self.s.startswith(lit, self.p)
+
+    def accept(self, lit):
+        self.ws()
+        if self.s.startswith(lit, self.p):
+            self.p += len(lit)
+            return True
+        return False
+
+    def expect(self, lit, what=None):
+        if not self.accept(lit):
+            self.error(f"expected '{lit}'" + (f" {what}" if what else "") + f", found {self.found()}")
+
+    def found(self):
+        if self.p >= len(self.s):
+            return "end of input"
+        frag = self.s[self.p:self.p + 12].split("\n")[0]
+        return f"'{frag}'"
+
+    def match(self, rx):
+        self.ws()
+        m = rx.match(self.s, self.p)
+        if m:
+            self.p = m.end()
+        return m
+
+    def string(self):
+        m = self.match(_STRING)
+        if not m:
+            self.error(f"expected a string literal, found {self.found()}")
+        return _unescape(m.group(1))
+
+    # -- types -----------------------------------------------------------------------
+    def type(self):
+        self.ws()
+        s, p = self.s, self.p
+        m = _SIMPLE_SHAPED.match(s, p)
+        if m:
+            text = m.group(0)
+            t = self._type_cache.get(text)
+            if t is None:
+                t = self._shaped(m.group(1), m.group(2), self._element(m.group(3), p))
+                self._type_cache[text] = t
+            self.p = m.end()
+            return t
+        c = s[p:p + 1]
+        if c == "(":
+            self.p += 1
+            ins = self.type_list(")")
+            self.expect("->")
+            if self.accept("("):
+                outs = self.type_list(")")
+            else:
+                outs = [self.type()]
+            return FunctionType(ins, outs)
+        if c == "!":
+            m = re.compile(r"![\w.]+").match(s, p)
+            self.p = m.end()
+            name = m.group(0)[1:]
+            params = []
+            if self.s.startswith("<", self.p):
+                self.p += 1
+                params = self.type_list(">")
+            return DialectType(name, params)
+        m = _SCALAR.match(s, p)
+        if not m:
+            self.error(f"expected a type, found {self.found()}")
+        word = m.group(0)
+        if word in ("tensor", "memref"):
+            self.p = m.end()
+            self.expect("<")
+            shape = []
+            if self.accept("*"):
+                self.expect("x")
+                shape = None
+            else:
+                while True:
+                    self.ws()
+                    dm = re.compile(r"(\d+|\?)x").match(self.s, self.p)
+                    if not dm:
+                        break
+                    shape.append(None if dm.group(1) == "?" else int(dm.group(1)))
+                    self.p = dm.end()
+            el = self.type()
+            self.expect(">")
+            return (TensorType if word == "tensor" else MemRefType)(shape, el)
+        if word == "complex":
+            self.p = m.end()
+            self.expect("<")
+            el = self.type()
+            self.expect(">")
+            return ComplexType(el)
+        t = SCALARS.get(word)
+        if t is None:
+            self.error(f"unknown type '{word}'")
+        self.p = m.end()
+        return t
+
+    def _shaped(self, kw, dims, el):
+        if dims == "*x":
+            shape = None
+        else:
+            shape = [None if d == "?" else int(d) for d in dims.split("x")[:-1]]
+        return (TensorType if kw == "tensor" else MemRefType)(shape, el)
+
+    def _element(self, word, pos):
+        if word == "!onnx.String":
+            return STRING
+        t = SCALARS.get(word)
+        if t is None:
+            self.error(f"unknown element type '{word}'", pos)
+        return t
+
+    def type_list(self, close):
+        out = []
+        if self.accept(close):
+            return out
+        while True:
+            out.append(self.type())
+            if self.accept(close):
+                return out
+            self.expect(",", "or '" + close + "' in type list")
+
+    # -- attributes ------------------------------------------------------------------
+    def attr_dict(self):
+        d = {}
+        self.expect("{")
+        if self.accept("}"):
+            return d
+        while True:
+            self.ws()
+            m = _BARE_KEY.match(self.s, self.p)
+            if m:
+                key = m.group(0)
+                self.p = m.end()
+            elif self.s.startswith('"', self.p):
+                key = self.string()
+            else:
+                self.error(f"expected an attribute name, found {self.found()}")
+            d[key] = self.attribute() if self.accept("=") else A.UnitAttr()
+            if self.accept("}"):
+                return d
+            self.expect(",", "or '}' in attribute dictionary")
+
+    def attribute(self):
+        self.ws()
+        s, p = self.s, self.p
+        c = s[p:p + 1]
+        if c == '"':
+            return A.StringAttr(self.string())
+        if c == "[":
+            self.p += 1
+            elems = []
+            if not self.accept("]"):
+                while True:
+                    elems.append(self.attribute())
+                    if self.accept("]"):
+                        break
+                    self.expect(",", "or ']' in array")
+            return A.ArrayAttr(elems)
+        if c == "{":
+            return A.DictAttr(self.attr_dict())
+        if c == "@":
+            self.p += 1
+            if s.startswith('"', self.p):
+                return A.SymbolRefAttr(self.string())
+            m = self.match(_IDENT)
+            if not m:
+                self.error("expected a symbol name after '@'")
+            return A.SymbolRefAttr(m.group(0))
+        if c == "-" or c == "+" or c.isdigit():
+            return self.number_attr()
+        m = _IDENT.match(s, p)
+        if m:
+            w = m.group(0)
+            if w in ("true", "false"):
+                self.p = m.end()
+                return A.BoolAttr(w == "true")
+            if w == "unit":
+                self.p = m.end()
+                return A.UnitAttr()
+            if w == "array":
+                return self.dense_array()
+            if w == "dense":
+                return self.dense()
+            if w == "dense_resource":
+                return self.dense_resource()
+            if w in ("inf", "nan"):
+                return self.number_attr()
+        if c in "(!" or m:
+            return A.TypeAttr(self.type())
+        self.error(f"expected an attribute value, found {self.found()}")
+
+    def number_attr(self):
+        start = self.p
+        m = self.match(_NUMBER)
+        if not m:
+            self.error(f"expected a number, found {self.found()}")
+        text = m.group(0)
+        t = self.type() if self.accept(":") else None
+        if t is None:
+            t = f64 if _looks_float(text) else i64
+        try:
+            if isinstance(t, FloatType):
+                return A.FloatAttr(_float_from_text(text, t), t)
+            if _looks_float(text):
+                self.error(f"float literal {text} for integer type {t}", start)
+            return A.IntegerAttr(int(text, 0), t)
+        except ValueError:
+            self.error(f"bad number '{text}'", start)
+
+    def dense_array(self):
+        self.p += len("array")
+        self.expect("<")
+        t = self.type()
+        vals = []
+        if self.accept(":"):
+            while True:
+                start = self.p
+                m = self.match(_NUMBER)
+                if not m:
+                    m = self.match(re.compile(r"true|false"))
+                    if not m:
+                        self.error(f"expected a number in array<>, found {self.found()}")
+                    vals.append(1 if m.group(0) == "true" else 0)
+                else:
+                    try:
+                        vals.append(_float_from_text(m.group(0), t) if isinstance(t, FloatType) else int(m.group(0), 0))
+                    except ValueError:
+                        self.error(f"bad number '{m.group(0)}'", start)
+                if not self.accept(","):
+                    break
+        self.expect(">")
+        return A.DenseArrayAttr(vals, t)
+
+    def dense(self):
+        self.p += len("dense")
+        self.expect("<")
+        start = self.p
+        self.ws()
+        if self.s.startswith('"0x', self.p):
+            raw = bytes.fromhex(self.string()[2:])
+            body = ("hex", raw)
+        else:
+            body = ("lit", self.dense_literal())
+        self.expect(">")
+        self.expect(":", "and a type after dense<...>")
+        t = self.type()
+        if not isinstance(t, TensorType) or not t.has_static_shape:
+            self.error(f"dense elements need a static tensor type, got {t}", start)
+        try:
+            dt = to_numpy_dtype(t.element)
+            n = t.num_elements
+            if body[0] == "hex":
+                arr = np.frombuffer(body[1], dtype=dt)
+                if arr.size == 1 and n != 1:
+                    arr = np.full(n, arr[0], dtype=dt)
+            else:
+                flat = np.array(_flatten(body[1]), dtype=object)
+                if dt == object:
+                    arr = flat
+                elif isinstance(t.element, FloatType):
+                    arr = np.array([_float_from_text(x, t.element) if isinstance(x, str) else float(x)
+                                    for x in flat], dtype=np.float64).astype(dt)
+                else:
+                    arr = np.array([int(x) for x in flat], dtype=np.int64 if dt.kind != "b" else bool)
+                    arr = arr.astype(dt)
+                if arr.size == 1 and n != 1:
+                    arr = np.full(n, arr[0], dtype=dt)
+            if arr.size != n:
+                self.error(f"dense<> has {arr.size} elements but {t} needs {n}", start)
+            return A.DenseElementsAttr(arr.reshape(t.shape), t)
+        except (TypeError, ValueError) as e:
+            self.error(f"bad dense<> value for {t}: {e}", start)
+
+    def dense_literal(self):
+        self.ws()
+        if self.accept("["):
+            items = []
+            if self.accept("]"):
+                return items
+            while True:
+                items.append(self.dense_literal())
+                if self.accept("]"):
+                    return items
+                self.expect(",", "or ']' in dense<>")
+        if self.s.startswith('"', self.p):
+            return self.string()
+        m = self.match(re.compile(r"true|false"))
+        if m:
+            return m.group(0) == "true"
+        m = self.match(_NUMBER)
+        if not m:
+            self.error(f"expected an element in dense<>, found {self.found()}")
+        text = m.group(0)
+        return text if (_looks_float(text) or text.lower().startswith(("0x", "-0x"))) else int(text)
+
+    def dense_resource(self):
+        self.p += len("dense_resource")
+        self.expect("<")
+        self.ws()
+        if self.s.startswith('"', self.p):
+            name = self.string()
+        else:
+            m = self.match(_IDENT)
+            if not m:
+                self.error("expected a resource name")
+            name = m.group(0)
+        self.expect(">")
+        self.expect(":")
+        t = self.type()
+        return A.DenseResourceAttr(name, t, self.resources)
+
+    # -- operations --------------------------------------------------------------------
+    def define(self, name, value, pos):
+        scope = self.scopes[-1]
+        if name in scope:
+            self.error(f"redefinition of SSA value '%{name}'", pos)
+        scope[name] = value
+        self.defined[-1].append(name)
+
+    def use(self):
+        pos = self.p
+        m = self.match(_VALUE_USE)
+        if not m:
+            self.error(f"expected an SSA value, found {self.found()}")
+        name, idx = m.group(1), m.group(2)
+        v = self.scopes[-1].get(name)
+        if v is None:
+            self.error(f"use of undefined value '%{name}'", pos)
+        if idx is not None:
+            if not isinstance(v, list) or int(idx) >= len(v):
+                self.error(f"'%{name}' has no result #{idx}", pos)
+            return v[int(idx)]
+        if isinstance(v, list):
+            return v[0]
+        return v
+
+    def operation(self):
+        self.ws()
+        start = self.p
+        defs = []
+        if self.s.startswith("%", self.p):
+            while True:
+                pos = self.p
+                m = self.match(_VALUE_DEF)
+                if not m:
+                    self.error(f"expected a result name, found {self.found()}")
+                defs.append((m.group(1), int(m.group(2) or 1), pos))
+                if not self.accept(","):
+                    break
+            self.expect("=")
+        self.ws()
+        name_pos = self.p
+        if not self.s.startswith('"', self.p):
+            self.error(f"expected an operation (generic form: \"dialect.op\"(...)), found {self.found()}")
+        name = self.string()
+        if "." not in name:
+            self.error(f"operation name '{name}' has no dialect prefix", name_pos)
+        ctx = self.context
+        if ctx is not None and not ctx.allow_unregistered and ctx.lookup(name) is None:
+            if name != "builtin.module":
+                self.error(f"unknown operation '{name}'", name_pos)
+        self.expect("(")
+        operands = []
+        if not self.accept(")"):
+            while True:
+                operands.append(self.use())
+                if self.accept(")"):
+                    break
+                self.expect(",", "or ')' after operand")
+        regions = []
+        isolated = name in ("func.func", "builtin.module")
+        if self.accept("("):
+            if isolated:
+                self.scopes.append({})
+            while True:
+                regions.append(self.region())
+                if self.accept(")"):
+                    break
+                self.expect(",", "or ')' after region")
+            if isolated:
+                self.scopes.pop()
+        attrs = self.attr_dict() if self.peek("{") else {}
+        self.expect(":", "and the op's function type")
+        sig_pos = self.p
+        ft = self.type()
+        if not isinstance(ft, FunctionType):
+            self.error(f"expected a function type (operands) -> results, got {ft}", sig_pos)
+        if len(ft.inputs) != len(operands):
+            self.error(f"'{name}' has {len(operands)} operands but its type lists {len(ft.inputs)}", sig_pos)
+        for i, (v, t) in enumerate(zip(operands, ft.inputs)):
+            if v.type != t:
+                self.error(f"operand #{i} of '{name}' has type {v.type} but the signature says {t}", sig_pos)
+        nres = sum(d[1] for d in defs)
+        if nres != len(ft.results):
+            self.error(f"'{name}' defines {nres} result names but its type has {len(ft.results)} results",
+                       start)
+        loc = self.location()
+        op = Operation(name, operands, ft.results, attrs, regions, loc)
+        k = 0
+        for rname, count, pos in defs:
+            self.define(rname, op.results[k] if count == 1 else op.results[k:k + count], pos)
+            k += count
+        return op
+
+    def location(self):
+        if not self.peek("loc("):
+            return UNKNOWN_LOC
+        self.p += 4
+        self.ws()
+        if self.accept("unknown"):
+            self.expect(")")
+            return UNKNOWN_LOC
+        s = self.string()
+        if self.accept(":"):
+            m = self.match(re.compile(r"(\d+):(\d+)"))
+            if not m:
+                self.error("expected line:col in loc(\"file\":line:col)")
+            self.expect(")")
+            return Location(file=s, line=int(m.group(1)), col=int(m.group(2)))
+        self.expect(")")
+        return Location(name=s)
+
+    def region(self):
+        self.expect("{")
+        region = Region()
+        self.defined.append([])
+        block = None
+        while True:
+            self.ws()
+            if self.accept("}"):
+                break
+            if self.p >= len(self.s):
+                self.error("unterminated region: expected '}'")
+            if self.s.startswith("^", self.p):
+                self.match(_BLOCK_LABEL)
+                block = region.add_block(Block())
+                if self.accept("("):
+                    if not self.accept(")"):
+                        while True:
+                            pos = self.p
+                            m = self.match(_VALUE_DEF)
+                            if not m:
+                                self.error(f"expected a block argument, found {self.found()}")
+                            self.expect(":")
+                            self.define(m.group(1), block.add_arg(self.type()), pos)
+                            if self.accept(")"):
+                                break
+                            self.expect(",", "or ')' in block arguments")
+                self.expect(":", "after block label")
+                continue
+            if block is None:
+                block = region.add_block(Block())
+            block.append(self.operation())
+        scope = self.scopes[-1]
+        for n in self.defined.pop():
+            scope.pop(n, None)
+        return region
+
+    def module(self) -> Module:
+        self.ws()
+        ops = []
+        while self.p < len(self.s):
+            ops.append(self.operation())
+            self.ws()
+        if len(ops) == 1 and ops[0].name == "builtin.module":
+            return Module(ops[0], self.resources)
+        m = Module(resources=self.resources)
+        for op in ops:
+            m.body.append(op)
+        return m
+
+
+def _looks_float(text):
+    t = text.lower()
+    if t.startswith(("0x", "-0x", "+0x")):
+        return False
+    return "." in t or "e" in t or "inf" in t or "nan" in t
+
+
+def _float_from_text(text, t):
+    tl = text.lower()
+    if tl.startswith(("0x", "-0x")):
+        bits = int(text, 16)
+        if t == f64:
+            return struct.unpack("<d", struct.pack("<Q", bits))[0]
+        dt = to_numpy_dtype(t)
+        return float(np.array([bits], dtype=f"u{dt.itemsize}").view(dt)[0])
+    return float(text)
+
+
+def _flatten(x):
+    if isinstance(x, list):
+        out = []
+        for e in x:
+            out.extend(_flatten(e))
+        return out
+    return [x]
+
+
+def parse_module(text: str, filename="<input>", context=None, resources_path=None) -> Module:
+    """Parses IR text. Constants referenced by `dense_resource<...>` are read
+    from `resources_path`, or from `filename + '.resources'` when it exists."""
+    table = ResourceTable()
+    path = resources_path or (filename + SUFFIX if filename and not filename.startswith("<") else None)
+    if path and os.path.exists(path):
+        table.read(path)
+    elif resources_path:
+        raise ParseError(f"resource file {resources_path} not found", filename, 1, 1)
+    return Parser(text, filename, table, context).module()
+
+
+def parse_type(text: str):
+    p = Parser(text, "<type>")
+    t = p.type()
+    p.ws()
+    if p.p != len(text):
+        p.error(f"unexpected text after type: {p.found()}")
+    return t
+
+
+def parse_attribute(text: str):
+    p = Parser(text, "<attribute>")
+    a = p.attribute()
+    p.ws()
+    if p.p != len(text):
+        p.error(f"unexpected text after attribute: {p.found()}")
+    return a
+
+
