@@ -117,7 +117,7 @@ class OpDef:
                         continue
                     if d.constraint is not None and not d.constraint(t):
                         raise VerifyError(f"{what} '{d.name}' has type {t}, which the op does not accept", op)
-                    if d.type_var is not None:
+                    if d.type_var is not None and str(t) != "!onnx.Unknown":
                         key = _element_key(t)
                         prev = tvars.setdefault(d.type_var, (key, d.name))
                         if prev[0] != key:

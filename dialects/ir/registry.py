@@ -19,10 +19,12 @@ def register_default_dialect(loader):
 def default_context() -> Context:
     global _DEFAULT
     if _DEFAULT is None:
-        from .. import builtin, loop, onnx  # noqa: F401  (registering their dialects)
+        from .. import builtin, graph, loop, onnx  # noqa: F401  (registering their dialects)
         ctx = Context()
         for loader in _EXTRA_LOADERS:
             ctx.load(loader())
+        from .. import transforms
+        transforms.register(ctx)
         _DEFAULT = ctx
     return _DEFAULT
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from .core import Operation, Value
 from .errors import IRError
-from .opdef import PURE
+from .opdef import PURE, TERMINATOR
 
 
 class RewritePattern:
@@ -82,7 +82,7 @@ class GreedyDriver:
             self.worklist.append(op)
 
     def is_trivially_dead(self, op, d):
-        return (d is not None and d.has_trait(PURE) and not op.regions and
+        return (d is not None and d.has_trait(PURE) and not d.has_trait(TERMINATOR) and not op.regions and
                 all(not r.uses for r in op.results))
 
     def run(self, root: Operation, max_rounds=16) -> bool:
@@ -116,6 +116,8 @@ class GreedyDriver:
                 values = []
                 for r, f in zip(op.results, folded):
                     if f is None or isinstance(f, Value):
+                        if f is not None and f.type != r.type:
+                            return False  # a fold must not change a use's type
                         values.append(f)
                     else:
                         c = self.materialize(self.rewriter, op, f, r.type)
@@ -126,7 +128,7 @@ class GreedyDriver:
                     self.rewriter.replace_op(op, [v if v is not None else r for v, r in zip(values, op.results)]
                                              if all(v is not None for v in values) else values)
                     return True
-        for p in self.by_name.get(op.name, ()) + self.any:
+        for p in self.by_name.get(op.name, []) + self.any:
             if p.match_and_rewrite(op, self.rewriter):
                 return True
         return False

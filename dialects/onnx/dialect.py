@@ -76,6 +76,8 @@ def _constraint(allowed):
     allowed = frozenset(allowed)
 
     def check(t):
+        if getattr(t, "name", None) == "onnx.Unknown":
+            return True  # onnx's inference could not type it; shape-inference may later
         s = schema_type_string(t)
         if s in allowed:
             return True
@@ -115,7 +117,9 @@ def _opdef(domain, name, since_version):
             default = onnx.helper.get_attribute_value(a.default_value)
             if isinstance(default, bytes):
                 default = default.decode("utf-8", "replace")
-        attrs[an] = AttrDef(an, "any" if kind == "graph" else kind, a.required, default)
+        if kind in ("graph", "graphs"):
+            continue  # subgraphs are regions, checked by `verify` below
+        attrs[an] = AttrDef(an, kind, a.required, default)
     graphs = _graph_attrs(schema)
     traits = {PURE} if name not in IMPURE else set()
     if name == "Constant":
@@ -127,11 +131,14 @@ def _opdef(domain, name, since_version):
             if k not in _schema.attributes and "." not in k:
                 raise VerifyError(f"unknown attribute '{k}' for {full} (opset {_schema.since_version})", op)
         for i, g in enumerate(_graphs):
-            if i < len(op.regions):
-                region = op.regions[i]
-                if len(region.blocks) != 1 or region.blocks[0].last is None or \
-                        region.blocks[0].last.name != "onnx.Yield":
-                    raise VerifyError(f"region '{g}' must be one block ending in onnx.Yield", op)
+            region = op.regions[i]
+            if not region.blocks:
+                if _schema.attributes[g].required:
+                    raise VerifyError(f"requires subgraph '{g}' (region #{i})", op)
+                continue
+            if len(region.blocks) != 1 or region.blocks[0].last is None or \
+                    region.blocks[0].last.name != "onnx.Yield":
+                raise VerifyError(f"region '{g}' must be one block ending in onnx.Yield", op)
 
     return OpDef(full, params(schema.inputs), params(schema.outputs), attrs, frozenset(traits),
                  num_regions=len(graphs), verifier=verify, folder=FOLDERS.get(name),

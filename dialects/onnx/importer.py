@@ -242,9 +242,10 @@ class _Importer:
                 continue
             attrs[a.name] = self.attribute(a, label)
         regions = []
+        # One region per schema subgraph attribute, in name order; an absent
+        # optional subgraph is an empty region so positions stay meaningful.
         for gname in graph_attribute_names(schema):
-            if gname in graphs:
-                regions.append(self.subgraph(graphs[gname].g, scope, label))
+            regions.append(self.subgraph(graphs[gname].g, scope, label) if gname in graphs else Region())
         op = Operation(op_name(domain, n.op_type), operands, rtypes, attrs, regions, loc)
         block.append(op)
         for r, name in zip(op.results, result_names):

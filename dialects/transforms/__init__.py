@@ -1,0 +1,27 @@
+"""Generic, target-independent passes."""
+from .canonicalize import CanonicalizePass
+from .cse import CSEPass
+from .dce import DCEPass
+from .fold_constants import FoldConstantsPass
+from .shape_inference import ShapeInferencePass
+
+PASSES = [CanonicalizePass, CSEPass, DCEPass, FoldConstantsPass, ShapeInferencePass]
+
+
+def register(ctx):
+    for p in PASSES:
+        ctx.register_pass(p)
+    # Passes from sibling packages that may not be present in every build.
+    import importlib
+    import importlib.util
+    for modname in ("tcc.dialects.transforms.fuse", "tcc.dialects.conversions.graph_to_loop"):
+        if importlib.util.find_spec(modname.rsplit(".", 1)[0]) is None:
+            continue
+        try:
+            spec = importlib.util.find_spec(modname)
+        except ModuleNotFoundError:
+            spec = None
+        if spec is None:
+            continue
+        for p in getattr(importlib.import_module(modname), "PASSES", ()):
+            ctx.register_pass(p)

@@ -1,0 +1,95 @@
+"""shape-inference: refines result types op by op with onnx's own per-node
+inference (constant inputs such as Reshape's shape are passed as data), so a
+rewritten graph regains static shapes without a round trip through a model."""
+from __future__ import annotations
+
+import onnx
+import onnx.shape_inference
+
+from ..builtin import set_function_type
+from ..ir.passes import Pass
+from ..ir.types import NONE, TensorType, DialectType
+from ..onnx.dialect import schema_for, split_op_name, OPSET_ATTR
+from ..onnx.exporter import Exporter, opset_imports, tensor_proto
+from ..onnx.types import ir_type, onnx_type
+from .constants import constant_value
+
+
+def _more_precise(new, old):
+    if old == new:
+        return False
+    if isinstance(old, DialectType) and old.name == "onnx.Unknown":
+        return True
+    if not isinstance(new, TensorType) or not isinstance(old, TensorType):
+        return False
+    if new.element != old.element or new.shape is None:
+        return False
+    if old.shape is None:
+        return True
+    if len(old.shape) != len(new.shape):
+        return False
+    return all(o is None or o == n for o, n in zip(old.shape, new.shape)) and new.shape != old.shape
+
+
+class ShapeInferencePass(Pass):
+    name = "shape-inference"
+    summary = "refine result types with onnx's per-node shape inference"
+
+    def run(self, module, ctx):
+        self.module = module
+        imports = module.op.attributes.get(OPSET_ATTR)
+        self.opsets = {k: v.value for k, v in imports.value.items()} if imports is not None else {}
+        self.opset_protos = opset_imports(module)
+        for func in module.functions():
+            self._block(func.regions[0].blocks[0])
+            if func.regions[0].blocks[0].last is not None:
+                set_function_type(func)
+
+    def _block(self, block):
+        for op in block.ops:
+            if op.regions:
+                for region in op.regions:
+                    for b in region.blocks:
+                        self._block(b)
+            domain, short = split_op_name(op.name)
+            if domain is None or op.name in ("onnx.NoValue", "onnx.Yield"):
+                continue
+            if all(isinstance(r.type, TensorType) and r.type.has_static_shape or r.type is NONE
+                   for r in op.results):
+                continue
+            self._infer(op, domain, short)
+
+    def _infer(self, op, domain, short):
+        schema = schema_for(domain, short, self.opsets.get(domain))
+        if schema is None:
+            return
+        ex = Exporter(self.module)
+        try:
+            node = ex.node(op)
+        except ValueError:
+            return
+        types, data = {}, {}
+        for v in op.operands:
+            if v.type is NONE:
+                continue
+            try:
+                types[ex.name(v)] = onnx_type(v.type)
+            except ValueError:
+                return
+            c = constant_value(v)
+            if c is not None and c.size <= 1 << 16:
+                data[ex.name(v)] = tensor_proto(c, v.type.element, ex.name(v))
+        try:
+            out = onnx.shape_inference.infer_node_outputs(schema, node, types, data,
+                                                          opset_imports=self.opset_protos)
+        except Exception:  # inference is best effort, as in onnx itself
+            return
+        for r in op.results:
+            if r.type is NONE:
+                continue
+            tp = out.get(ex.name(r))
+            if tp is None or not tp.WhichOneof("value"):
+                continue
+            new = ir_type(tp)
+            if _more_precise(new, r.type):
+                r.type = new

@@ -1,0 +1,48 @@
+"""One-line errors for every CLI: a TccError or a usage error prints
+`<tool>: error: <what and where>` and exits non-zero; `--debug` (or
+TCC_DEBUG=1) shows the traceback instead."""
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from tcc.dialects.ir.errors import TccError
+
+
+def run(cli, prog):
+    debug = "--debug" in sys.argv[1:] or os.environ.get("TCC_DEBUG") == "1"
+    try:
+        cli.main(args=sys.argv[1:], prog_name=prog, standalone_mode=False)
+    except click.exceptions.Exit as e:
+        sys.exit(e.exit_code)
+    except click.exceptions.Abort:
+        sys.stderr.write(f"{prog}: aborted\n")
+        sys.exit(130)
+    except click.UsageError as e:
+        sys.stderr.write(f"{prog}: error: {e.format_message()}\n")
+        sys.exit(2)
+    except click.ClickException as e:
+        sys.stderr.write(f"{prog}: error: {e.format_message()}\n")
+        sys.exit(e.exit_code or 1)
+    except TccError as e:
+        if debug:
+            raise
+        sys.stderr.write(f"{prog}: error: {_one_line(str(e))}\n")
+        sys.exit(1)
+    except KeyboardInterrupt:
+        sys.stderr.write(f"{prog}: interrupted\n")
+        sys.exit(130)
+    except BrokenPipeError:
+        sys.exit(1)
+    except Exception as e:  # a bug in tcc: still one line, with the way to see more
+        if debug:
+            raise
+        sys.stderr.write(f"{prog}: internal error: {type(e).__name__}: {_one_line(str(e))} "
+                         f"(run with --debug for the traceback)\n")
+        sys.exit(3)
+
+
+def _one_line(msg):
+    return " ".join(msg.split("\n")).strip()

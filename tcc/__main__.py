@@ -1,0 +1,3 @@
+from tcc.driver.tcc_main import main
+
+main()
