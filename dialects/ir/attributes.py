@@ -102,7 +102,10 @@ class FloatAttr(Attribute):
     __slots__ = ("value", "type")
 
     def __init__(self, value: float, type: Type = f32):
-        self.value, self.type = float(value), type
+        # Hold the value at the type's own precision so text round-trips exactly.
+        dt = _SHORT.get(str(type))
+        self.value = float(dt(value)) if dt is not None else float(value)
+        self.type = type
 
     def _key(self):
         # NaN != NaN would break CSE of identical ops; compare bit patterns.

@@ -27,6 +27,8 @@ _NUMBER = re.compile(r"[-+]?(?:0x[0-9A-Fa-f]+|(?:\d+\.?\d*(?:[eE][-+]?\d+)?)|inf
 _SIMPLE_SHAPED = re.compile(r"(tensor|memref)<((?:\*x)|(?:(?:\d+|\?)x)*)([a-z][a-zA-Z0-9]*|!onnx\.String)>")
 _SCALAR = re.compile(r"[a-z][a-zA-Z0-9]*")
 _BLOCK_LABEL = re.compile(r"\^[\w.$-]+")
+# An op signature without nested parentheses: `(t, t) -> t` or `(t) -> (t, t)`.
+_SIMPLE_SIG = re.compile(r"\([^()]*\) -> (?:\([^()]*\)|[^\s(),]+)")
 _ESCAPE = re.compile(r"\\([0-9A-Fa-f]{2}|.)")
 
 
@@ -49,6 +51,7 @@ def _unescape(s: str) -> str:
 
 class Parser:
     _type_cache = {}
+    _sig_cache = {}
 
     def __init__(self, text: str, filename="<input>", resources: ResourceTable = None, context=None):
         self.s, self.p, self.filename = text, 0, filename
@@ -56,6 +59,7 @@ class Parser:
         self.context = context
         self.scopes = [{}]   # name -> Value, one dict per isolated scope
         self.defined = [[]]  # names defined per open region, to forget on exit
+        self.known_ops = set()
 
     # -- scanner helpers ---------------------------------------------------------------
     def error(self, msg, pos=None):
@@ -65,15 +69,21 @@ class Parser:
         raise ParseError(msg, self.filename, line, col)
 
     def ws(self):
-        self.p = _WS.match(self.s, self.p).end()
+        s, p = self.s, self.p
+        c = s[p:p + 1]
+        if c == " " or c == "\n" or c == "/" or c == "\t" or c == "\r":
+            self.p = _WS.match(s, p).end()
 
     def peek(self, lit):
         self.ws()
         return self.s.startswith(lit, self.p)
 
     def accept(self, lit):
-        self.ws()
-        if self.s.startswith(lit, self.p):
+        s, p = self.s, self.p
+        c = s[p:p + 1]
+        if c == " " or c == "\n" or c == "/" or c == "\t" or c == "\r":
+            p = self.p = _WS.match(s, p).end()
+        if s.startswith(lit, p):
             self.p += len(lit)
             return True
         return False
@@ -334,8 +344,11 @@ class Parser:
                     arr = np.array([_float_from_text(x, t.element) if isinstance(x, str) else float(x)
                                     for x in flat], dtype=np.float64).astype(dt)
                 else:
-                    arr = np.array([int(x) for x in flat], dtype=np.int64 if dt.kind != "b" else bool)
-                    arr = arr.astype(dt)
+                    ints = [int(x) for x in flat]
+                    try:
+                        arr = np.array(ints, dtype=dt)
+                    except (TypeError, ValueError, OverflowError):
+                        arr = np.array(ints, dtype=np.int64).astype(dt)
                 if arr.size == 1 and n != 1:
                     arr = np.full(n, arr[0], dtype=dt)
             if arr.size != n:
@@ -429,9 +442,10 @@ class Parser:
         if "." not in name:
             self.error(f"operation name '{name}' has no dialect prefix", name_pos)
         ctx = self.context
-        if ctx is not None and not ctx.allow_unregistered and ctx.lookup(name) is None:
-            if name != "builtin.module":
+        if ctx is not None and not ctx.allow_unregistered and name not in self.known_ops:
+            if ctx.lookup(name) is None and name != "builtin.module":
                 self.error(f"unknown operation '{name}'", name_pos)
+            self.known_ops.add(name)
         self.expect("(")
         operands = []
         if not self.accept(")"):
@@ -454,8 +468,16 @@ class Parser:
                 self.scopes.pop()
         attrs = self.attr_dict() if self.peek("{") else {}
         self.expect(":", "and the op's function type")
+        self.ws()
         sig_pos = self.p
-        ft = self.type()
+        m = _SIMPLE_SIG.match(self.s, sig_pos)
+        ft = self._sig_cache.get(m.group(0)) if m else None
+        if ft is None:
+            ft = self.type()
+            if m and self.p == m.end():
+                self._sig_cache[m.group(0)] = ft
+        else:
+            self.p = m.end()
         if not isinstance(ft, FunctionType):
             self.error(f"expected a function type (operands) -> results, got {ft}", sig_pos)
         if len(ft.inputs) != len(operands):

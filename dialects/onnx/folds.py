@@ -28,7 +28,42 @@ def _transpose(op):
     return None
 
 
+def _static_shape(v):
+    t = v.type
+    return t.shape if getattr(t, "has_static_shape", False) else None
+
+
+def _shape(op):
+    """Shape of a statically shaped tensor is a constant."""
+    import numpy as np
+    from ..ir.attributes import DenseElementsAttr
+    shape = _static_shape(op.operands[0])
+    if shape is None:
+        return None
+    rank = len(shape)
+    start, end = op.get_attr("start", 0), op.get_attr("end", rank)
+    start = max(0, min(rank, start + rank if start < 0 else start))
+    end = max(0, min(rank, end + rank if end < 0 else end))
+    dims = np.array(shape[start:end], dtype=np.int64)
+    if op.results[0].type.shape not in (None, dims.shape) and op.results[0].type.shape != (None,):
+        return None
+    from ..ir.types import TensorType, i64
+    return [DenseElementsAttr(dims, TensorType(dims.shape, i64))]
+
+
+def _size(op):
+    import numpy as np
+    from ..ir.attributes import DenseElementsAttr
+    from ..ir.types import TensorType, i64
+    shape = _static_shape(op.operands[0])
+    if shape is None:
+        return None
+    return [DenseElementsAttr(np.array(int(np.prod(shape)), np.int64), TensorType((), i64))]
+
+
 FOLDERS = {
+    "Shape": _shape,
+    "Size": _size,
     "Identity": _identity,
     "Cast": _cast,
     "Reshape": _same_type_noop,

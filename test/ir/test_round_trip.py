@@ -1,0 +1,71 @@
+"""print -> parse -> print is the identity for every ONNX backend node-test
+model of the pinned onnx, and for real models built with onnx.helper."""
+import functools
+import warnings
+
+import pytest
+
+from tcc import samples
+from tcc.dialects.ir import default_context, print_module, verify
+from tcc.dialects.onnx.importer import import_model
+
+from .helpers import round_trip
+
+
+@functools.lru_cache(maxsize=None)
+def node_cases():
+    import onnx.backend.test.loader as loader
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return {c.name: c for c in loader.load_model_tests(kind="node")}
+
+
+def test_node_suite_is_the_pinned_one():
+    # onnx 1.23.2 generates 1,884 node cases; a different count means the pin moved.
+    assert len(node_cases()) == 1884
+
+
+# Chunks keep the item count small while every model is still checked.
+CHUNKS = 16
+
+
+@pytest.mark.parametrize("chunk", range(CHUNKS))
+def test_node_models_round_trip(chunk):
+    names = sorted(node_cases())[chunk::CHUNKS]
+    ctx = default_context()
+    failures = []
+    for name in names:
+        module = import_model(node_cases()[name].model, where=name)
+        try:
+            verify(module, ctx)
+            text, back = round_trip(module, ctx)
+            again = print_module(back)
+            if again != text:
+                failures.append(f"{name}: second print differs")
+        except Exception as e:  # collect all failures of the chunk
+            failures.append(f"{name}: {type(e).__name__}: {e}")
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("build", [samples.mlp, samples.cnn, samples.transformer,
+                                   lambda: samples.resnet18(size=64, width=16)])
+def test_real_models_round_trip(build):
+    module = import_model(build())
+    text, back = round_trip(module)
+    assert print_module(back) == text
+    assert "dense_resource<" in text  # weights are referenced, not inlined
+
+
+def test_resources_written_beside_and_read_back(tmp_path):
+    from tcc.dialects.ir import parse_module
+    import numpy as np
+    module = import_model(samples.mlp())
+    path = str(tmp_path / "m.mlir")
+    text = print_module(module, path=path)
+    assert (tmp_path / "m.mlir.resources").exists()
+    assert len(text) < 20000  # 100k weights stay out of the text
+    back = parse_module(open(path).read(), path, default_context())
+    for a, b in zip(module.walk(), back.walk()):
+        for k, attr in a.attributes.items():
+            if hasattr(attr, "table"):
+                np.testing.assert_array_equal(attr.value, b.attributes[k].value)
