@@ -1,21 +1,80 @@
-"""Which accelerators are installed, and validating `--maccel`."""
+"""`--maccel` for the CLIs: options are parsed in two phases (as
+onnx-mlir-opt does): the `--maccel` values are found first, those plugins are
+loaded, and their own options (`--<accel>-<name>`) join the command line."""
 from __future__ import annotations
 
-from importlib.metadata import entry_points
+import click
 
-from .io import CLIError
-
-GROUP = "tcc.accelerators"
+from tcc.accelerators.manager import describe_installed, load_accelerators
 
 
-def installed():
-    return {ep.name: ep for ep in entry_points(group=GROUP)}
+def scan_maccel(argv):
+    """The --maccel values in argv, before click parses anything."""
+    names, i = [], 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--":
+            break
+        if a.startswith("--maccel="):
+            names.append(a.split("=", 1)[1])
+        elif a == "--maccel" and i + 1 < len(argv):
+            names.append(argv[i + 1])
+            i += 1
+        i += 1
+    return names
 
 
-def check_maccel(names):
-    have = installed()
-    for n in names:
-        if n not in have:
-            listing = ", ".join(sorted(have)) or "none"
-            raise CLIError(f"unknown accelerator '{n}' for --maccel (installed: {listing})")
-    return list(names)
+def plugin_click_options(accels):
+    """click options for the selected accelerators' own CLI options."""
+    out = []
+    for acc in accels:
+        for opt in (acc.call("tcc_cli_options") if acc.has("tcc_cli_options") else None) or []:
+            flag = f"--{acc.name}-{opt.name}"
+            dest = f"accel__{acc.name}__{opt.name}".replace("-", "_")
+            if opt.type is bool:
+                out.append(click.Option([flag, dest], is_flag=True, default=bool(opt.default), help=opt.help))
+            else:
+                out.append(click.Option([flag, dest], type=opt.type, default=opt.default, show_default=True,
+                                        help=opt.help))
+    return out
+
+
+def configure(accels, params: dict):
+    """Pops the plugin options from click's params and hands each accelerator
+    its values (`tcc_configure_passes`). Returns {accel: {option: value}}."""
+    per = {a.name: {} for a in accels}
+    for key in [k for k in params if k.startswith("accel__")]:
+        _, acc, opt = key.split("__", 2)
+        value = params.pop(key)
+        for a in accels:
+            if a.name.replace("-", "_") == acc:
+                per[a.name][opt.replace("_", "-")] = value
+    for a in accels:
+        if a.has("tcc_configure_passes"):
+            a.call("tcc_configure_passes", options=per[a.name])
+    return per
+
+
+def setup_context(ctx, accels, opt_level=2):
+    """Adds the accelerators' dialects and passes to a tool's context."""
+    ctx.accelerators = list(accels)
+    for a in accels:
+        if a.has("tcc_register_dialects"):
+            a.call("tcc_register_dialects", context=ctx)
+        if a.has("tcc_register_passes"):
+            a.call("tcc_register_passes", context=ctx, opt_level=opt_level)
+    return ctx
+
+
+def list_accelerators():
+    rows = describe_installed()
+    if not rows:
+        click.echo("no accelerators installed (the host runs everything)")
+        return
+    click.echo(f"{'name':<10} {'version':<10} {'plugin API':<11} distribution")
+    for name, version, dist, api, desc in rows:
+        click.echo(f"{name:<10} {version:<10} {api:<11} {dist}" + (f"  -- {desc}" if desc else ""))
+
+
+def load(argv):
+    return load_accelerators(scan_maccel(argv))

@@ -12,8 +12,12 @@ from tcc.dialects.ir.errors import TccError
 
 
 def run(cli, prog):
+    """`cli` is a click command, or a function of argv returning one (so a
+    tool can load plugins named on its command line before parsing it)."""
     debug = "--debug" in sys.argv[1:] or os.environ.get("TCC_DEBUG") == "1"
     try:
+        if not isinstance(cli, click.Command):
+            cli = cli(sys.argv[1:])
         cli.main(args=sys.argv[1:], prog_name=prog, standalone_mode=False)
     except click.exceptions.Exit as e:
         sys.exit(e.exit_code)

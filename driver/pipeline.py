@@ -1,11 +1,15 @@
-"""Pipeline assembly: which passes run for an emission target and -O level."""
+"""Pipeline assembly: which passes run for an emission target and -O level,
+with the stages selected accelerators add at named points."""
 from __future__ import annotations
 
 import sys
 
+from tcc.accelerators import PipelineStages
 from tcc.dialects.ir import PassManager, new_context, parse_pipeline
 from tcc.dialects.onnx.importer import import_model
+from tcc.dialects.transforms.placement import PIPELINE as PLACEMENT_PIPELINE
 
+from .io import CLIError
 from .options import CompileOptions
 
 
@@ -16,17 +20,45 @@ def graph_pipeline(opt_level: int) -> str:
     return "shape-inference,canonicalize,fold-constants,canonicalize,cse,dce,shape-inference"
 
 
-def make_pass_manager(ctx, options: CompileOptions, pipeline: str) -> PassManager:
-    return PassManager(ctx, parse_pipeline(pipeline, ctx), verify_each=True,
-                       print_after_all=sys.stderr if options.print_ir_after_all else None)
+def stages_for(options: CompileOptions, accels) -> PipelineStages:
+    stages = PipelineStages(options.emit)
+    for a in accels:
+        if a.has("tcc_add_passes"):
+            a.call("tcc_add_passes", pipeline=stages, emission_target=options.emit)
+    return stages
+
+
+def _run(ctx, module, options, pipeline, timings):
+    if not pipeline:
+        return
+    pm = PassManager(ctx, parse_pipeline(pipeline, ctx), verify_each=True,
+                     print_after_all=sys.stderr if options.print_ir_after_all else None)
+    pm.run(module)
+    timings.append(pm)
 
 
 def import_and_optimize(model, options: CompileOptions, ctx=None):
-    """ONNX model (path or ModelProto) -> onnx-dialect module after graph passes."""
+    """ONNX model (path or ModelProto) -> module after graph passes and, when
+    accelerators are selected, placement (BYOC partitioning)."""
     ctx = ctx or new_context()
+    accels = list(getattr(ctx, "accelerators", []))
+    stages = stages_for(options, accels)
     module = import_model(model)
-    pm = make_pass_manager(ctx, options, graph_pipeline(options.opt_level))
-    pm.run(module)
+    timings = []
+    _run(ctx, module, options, ",".join(stages.at("after-import")), timings)
+    _run(ctx, module, options, graph_pipeline(options.opt_level), timings)
+    if accels:
+        _run(ctx, module, options, ",".join(stages.at("before-placement")), timings)
+        _run(ctx, module, options, PLACEMENT_PIPELINE + ",dce", timings)
+        _run(ctx, module, options, ",".join(stages.at("after-placement")), timings)
+        if options.strict:
+            from .placement_report import host_fallbacks
+            left = host_fallbacks(module)
+            if left:
+                node, op, _, why = left[0]
+                more = f" (and {len(left) - 1} more)" if len(left) > 1 else ""
+                raise CLIError(f"--strict: node '{node}' ({op}) would fall back to the host: {why}{more}")
     if options.timing:
-        pm.timing_report(sys.stderr)
+        for pm in timings:
+            pm.timing_report(sys.stderr)
     return module, ctx

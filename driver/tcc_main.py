@@ -1,65 +1,85 @@
-"""`tcc`: compiles an ONNX model (mirrors onnx-mlir's driver and --maccel)."""
+"""`tcc`: compiles an ONNX model (mirrors onnx-mlir's driver and --maccel).
+Options are parsed in two phases: `--maccel` plugins load first and add
+their own options."""
 from __future__ import annotations
 
 import os
+import sys
 
 import click
 
-from .accelerators import check_maccel, installed
+from tcc.dialects.ir import new_context
+
+from . import accelerators as accel
 from .cli_errors import run
-from .io import CLIError, write_ir
+from .io import CLIError, write_ir, write_text
 from .options import EMIT_TARGETS, CompileOptions
 from .pipeline import import_and_optimize
+
+ALL_EMITS = EMIT_TARGETS + ("placement-dot",)
 
 
 def _list_accelerators(ctx, _param, value):
     if not value or ctx.resilient_parsing:
         return
-    accs = installed()
-    if not accs:
-        click.echo("no accelerators installed (the host always runs what none claims)")
-    for name, ep in sorted(accs.items()):
-        dist = ep.dist.name if ep.dist is not None else "?"
-        ver = ep.dist.version if ep.dist is not None else "?"
-        click.echo(f"{name:<12} {dist} {ver}")
+    accel.list_accelerators()
     ctx.exit(0)
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.argument("model")
-@click.option("--maccel", multiple=True, help="Target accelerator (repeatable; installed ones only).")
-@click.option("-O", "opt_level", type=click.IntRange(0, 3), default=2, show_default=True,
-              help="Optimization level, -O0 to -O3.")
-@click.option("--emit", type=click.Choice(EMIT_TARGETS), default="tcc", show_default=True,
-              help="Stop after this stage: onnx-ir (printed), loop-ir, native-ir (LLVM IR), obj, lib, "
-                   "or the compiled artifact.")
-@click.option("-o", "--output", default=None, help="Output path (default: MODEL.tcc; IR goes to stdout).")
-@click.option("--strict", is_flag=True, help="Fail instead of falling back to the host.")
-@click.option("-v", "--verbose", is_flag=True)
-@click.option("--print-ir-after-all", is_flag=True, help="Print the IR to stderr after every pass.")
-@click.option("--timing", is_flag=True, help="Report the time each pass took (stderr).")
-@click.option("--list-accelerators", is_flag=True, expose_value=False, is_eager=True,
-              callback=_list_accelerators, help="List installed accelerators and exit.")
-@click.option("--debug", is_flag=True, help="Show Python tracebacks on errors.")
-def cli(model, maccel, opt_level, emit, output, strict, verbose, print_ir_after_all, timing, debug):
-    options = CompileOptions(maccel=check_maccel(maccel), opt_level=opt_level, emit=emit, output=output,
-                             strict=strict, verbose=verbose, print_ir_after_all=print_ir_after_all,
-                             timing=timing)
-    module, ctx = import_and_optimize(model, options)
-    if emit == "onnx-ir":
-        write_ir(module, output)
-        return
-    try:
-        from . import compile as backend
-    except ImportError:
-        raise CLIError(f"--emit={emit}: host code generation is not part of this build yet") from None
-    if options.output is None and emit == "tcc":
-        options.output = os.path.splitext(model)[0] + ".tcc"
-    backend.emit(module, ctx, options)
+def build(argv):
+    accels = accel.load(argv)
+
+    @click.command(context_settings={"help_option_names": ["-h", "--help"]})
+    @click.argument("model")
+    @click.option("--maccel", multiple=True, help="Target accelerator (repeatable, priority in order given; "
+                  "installed ones only).")
+    @click.option("-O", "opt_level", type=click.IntRange(0, 3), default=2, show_default=True,
+                  help="Optimization level, -O0 to -O3.")
+    @click.option("--emit", type=click.Choice(ALL_EMITS), default="tcc", show_default=True,
+                  help="Stop after this stage: onnx-ir (printed), loop-ir, native-ir (LLVM IR), obj, lib, "
+                       "tcc (the compiled artifact), or placement-dot (Graphviz of the partitioned graph).")
+    @click.option("-o", "--output", default=None, help="Output path (default: MODEL.tcc; IR goes to stdout).")
+    @click.option("--strict", is_flag=True, help="Fail instead of falling back to the host.")
+    @click.option("--placement-report", is_flag=True, help="Print which nodes went where, and why (stderr).")
+    @click.option("-v", "--verbose", is_flag=True, help="Also print the placement report.")
+    @click.option("--print-ir-after-all", is_flag=True, help="Print the IR to stderr after every pass.")
+    @click.option("--timing", is_flag=True, help="Report the time each pass took (stderr).")
+    @click.option("--list-accelerators", is_flag=True, expose_value=False, is_eager=True,
+                  callback=_list_accelerators, help="List installed accelerators and exit.")
+    @click.option("--debug", is_flag=True, help="Show Python tracebacks on errors.")
+    def cli(model, maccel, opt_level, emit, output, strict, placement_report, verbose, print_ir_after_all,
+            timing, debug, **plugin_opts):
+        options = CompileOptions(maccel=list(maccel), opt_level=opt_level, emit=emit, output=output,
+                                 strict=strict, verbose=verbose, print_ir_after_all=print_ir_after_all,
+                                 timing=timing)
+        ctx = accel.setup_context(new_context(), accels, opt_level)
+        options.accel_options = accel.configure(accels, plugin_opts)
+        module, ctx = import_and_optimize(model, options, ctx)
+        if accels and (placement_report or verbose):
+            from .placement_report import text_report
+            sys.stderr.write(text_report(module))
+        if emit == "onnx-ir":
+            write_ir(module, output)
+            return
+        if emit == "placement-dot":
+            from .placement_report import dot
+            write_text(dot(module), output)
+            return
+        try:
+            from . import compile as backend
+        except ImportError:
+            raise CLIError(f"--emit={emit}: host code generation is not part of this build yet") from None
+        if options.output is None and emit == "tcc":
+            options.output = os.path.splitext(model)[0] + ".tcc"
+        backend.emit(module, ctx, options)
+
+    for opt in accel.plugin_click_options(accels):
+        cli.params.append(opt)
+    return cli
 
 
 def main():
-    run(cli, "tcc")
+    run(build, "tcc")
 
 
 if __name__ == "__main__":

@@ -173,6 +173,7 @@ class Context:
     def __init__(self, dialects=(), allow_unregistered=False, passes=None):
         self.dialects = {}
         self.passes = dict(passes or {})  # name -> Pass subclass
+        self.accelerators = []             # selected accelerator plugins, in priority order
         self.allow_unregistered = allow_unregistered
         for d in dialects:
             self.load(d)
@@ -196,4 +197,6 @@ class Context:
         return pass_cls
 
     def copy(self):
-        return Context(self.dialects.values(), self.allow_unregistered, self.passes)
+        c = Context(self.dialects.values(), self.allow_unregistered, self.passes)
+        c.accelerators = list(self.accelerators)
+        return c

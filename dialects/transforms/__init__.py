@@ -3,9 +3,10 @@ from .canonicalize import CanonicalizePass
 from .cse import CSEPass
 from .dce import DCEPass
 from .fold_constants import FoldConstantsPass
+from .placement import PASSES as PLACEMENT_PASSES
 from .shape_inference import ShapeInferencePass
 
-PASSES = [CanonicalizePass, CSEPass, DCEPass, FoldConstantsPass, ShapeInferencePass]
+PASSES = [CanonicalizePass, CSEPass, DCEPass, FoldConstantsPass, ShapeInferencePass, *PLACEMENT_PASSES]
 
 
 def register(ctx):

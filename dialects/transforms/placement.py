@@ -1,0 +1,285 @@
+"""Placement after TVM's BYOC flow (seeds/002): composite patterns merge,
+each op is annotated with the accelerator that takes it (or why none does),
+regions of one accelerator are merged greedily while the graph stays
+acyclic, and each region is outlined into a function tagged with its
+accelerator. Everything unclaimed stays in @main_graph on the host.
+
+The accelerators come from `context.accelerators` (priority = --maccel order).
+Attributes used: `tcc.placement` (accelerator name), `tcc.composite`,
+`tcc.region`, `tcc.host_reason` (why an op stayed on the host)."""
+from __future__ import annotations
+
+from ..ir import attributes as A
+from ..ir.core import Block, Operation, Region
+from ..ir.errors import PassError
+from ..ir.passes import Pass
+from ..ir.types import FunctionType, TensorType
+
+PLACEMENT, COMPOSITE, REGION, REASON = "tcc.placement", "tcc.composite", "tcc.region", "tcc.host_reason"
+FREE_OPS = {"onnx.Constant", "onnx.NoValue"}  # cloned into whichever partition uses them
+# Moving a tensor between devices is worth this many elementwise op-executions of it.
+COPY_COST = 2.0
+
+
+def _accelerators(ctx):
+    return list(getattr(ctx, "accelerators", []) or [])
+
+
+def _main_block(module):
+    f = module.lookup_function("main_graph")
+    if f is None:
+        raise PassError("placement needs func.func @main_graph")
+    return f.regions[0].blocks[0]
+
+
+def _placeable(block):
+    return [op for op in block.ops if op.name not in FREE_OPS and op is not block.last]
+
+
+def _producer(v):
+    return getattr(v, "op", None)
+
+
+def _elements(t):
+    return t.num_elements or 1 if isinstance(t, TensorType) and t.has_static_shape else 1
+
+
+class MergeCompositesPass(Pass):
+    name = "merge-composites"
+    summary = "match accelerators' composite patterns (e.g. conv+bias+relu) and place each match whole"
+
+    def run(self, module, ctx):
+        block = _main_block(module)
+        n = 0
+        for acc in _accelerators(ctx):
+            pats = acc.call("tcc_composite_patterns") if acc.has("tcc_composite_patterns") else None
+            for pat in sorted(pats or [], key=lambda p: -len(p.ops)):
+                for op in list(block.ops):
+                    chain = self._match(op, pat)
+                    if chain is None or any(PLACEMENT in o.attributes for o in chain):
+                        continue
+                    if pat.check is not None and not pat.check(chain):
+                        continue
+                    tag = f"{pat.name}#{n}"
+                    n += 1
+                    for o in chain:
+                        o.attributes[PLACEMENT] = A.StringAttr(acc.name)
+                        o.attributes[COMPOSITE] = A.StringAttr(tag)
+
+    @staticmethod
+    def _match(op, pat):
+        """Chain starting at `op` whose i-th op feeds the (i+1)-th's first operand
+        and has no other user (so the chain can run as one kernel)."""
+        if op.name != pat.ops[0] or op.parent is None:
+            return None
+        chain = [op]
+        for want in pat.ops[1:]:
+            last = chain[-1]
+            if len(last.results) < 1 or len(last.results[0].uses) != 1:
+                return None
+            user, idx = last.results[0].uses[0]
+            if user.name != want:
+                return None
+            chain.append(user)
+        return chain
+
+
+class AnnotateTargetsPass(Pass):
+    name = "annotate-targets"
+    summary = "ask each selected accelerator (in priority order) which ops it takes, and record why not"
+
+    def run(self, module, ctx):
+        accs = _accelerators(ctx)
+        for op in _placeable(_main_block(module)):
+            if PLACEMENT in op.attributes:
+                continue
+            reasons = []
+            for acc in accs:
+                s = acc.call("tcc_supports_op", op=op, module=module)
+                if s:
+                    op.attributes[PLACEMENT] = A.StringAttr(acc.name)
+                    break
+                reasons.append(f"{acc.name}: {getattr(s, 'reason', '') or 'op unsupported'}")
+            else:
+                if accs:
+                    op.attributes[REASON] = A.StringAttr("; ".join(reasons))
+
+
+class MergeRegionsPass(Pass):
+    name = "merge-regions"
+    summary = "merge neighbouring ops of one accelerator into regions, keeping the graph acyclic"
+
+    def run(self, module, ctx):
+        block = _main_block(module)
+        region_of, deps, members = {}, {}, {}
+        next_id = 0
+        for op in _placeable(block):
+            producers = [p for p in (_producer(v) for v in op.operands) if p is not None and p in deps]
+            my_deps = set()
+            for p in producers:
+                my_deps |= deps[p]
+                if p in region_of:
+                    my_deps.add(region_of[p])
+            acc = op.get_attr(PLACEMENT)
+            chosen = None
+            if acc is not None:
+                for p in producers:
+                    r = region_of.get(p)
+                    if r is None or members[r][0] != acc:
+                        continue
+                    # Joining r is safe unless another input of op depends on r
+                    # through something outside it: that path would form a cycle.
+                    if all(region_of.get(q) == r or r not in deps[q] for q in producers):
+                        chosen = r
+                        break
+                if chosen is None:
+                    chosen, next_id = next_id, next_id + 1
+                    members[chosen] = (acc, [])
+                region_of[op] = chosen
+                members[chosen][1].append(op)
+                my_deps.discard(chosen)
+            deps[op] = my_deps
+        self._drop_unprofitable(module, ctx, members, region_of)
+        for rid, (acc, ops) in members.items():
+            for op in ops:
+                if op.get_attr(PLACEMENT) is not None:
+                    op.attributes[REGION] = A.IntegerAttr(rid)
+
+    @staticmethod
+    def _drop_unprofitable(module, ctx, members, region_of):
+        accs = {a.name: a for a in _accelerators(ctx)}
+        for rid, (acc_name, ops) in members.items():
+            acc = accs.get(acc_name)
+            if acc is None or not acc.has("tcc_cost_hint"):
+                continue
+            inside = set(ops)
+            saving = 0.0
+            for op in ops:
+                cost = acc.call("tcc_cost_hint", op=op, module=module)
+                if cost is None:
+                    cost = 1.0
+                saving += (1.0 - cost) * sum(_elements(r.type) for r in op.results)
+            copies = 0
+            for op in ops:
+                for v in op.operands:
+                    p = _producer(v)
+                    if p is not None and p not in inside and p.name not in FREE_OPS:
+                        copies += _elements(v.type)
+                    elif p is None:
+                        copies += _elements(v.type)
+                for r in op.results:
+                    if any(u not in inside for u, _ in r.uses):
+                        copies += _elements(r.type)
+            if saving < COPY_COST * copies:
+                for op in ops:
+                    del op.attributes[PLACEMENT]
+                    op.attributes.pop(COMPOSITE, None)
+                    op.attributes[REASON] = A.StringAttr(
+                        f"{acc_name}: not worth a copy (saves {saving:.0f}, copies {copies} elements)")
+                ops.clear()
+
+
+class PartitionPass(Pass):
+    name = "partition"
+    summary = "outline each region into func.func @<accel>_<n> tagged with its accelerator, called from @main_graph"
+
+    def run(self, module, ctx):
+        block = _main_block(module)
+        regions = {}
+        for op in block.ops:
+            rid = op.get_attr(REGION)
+            if rid is not None and op.get_attr(PLACEMENT) is not None:
+                regions.setdefault(rid, []).append(op)
+        for rid in sorted(regions):
+            self._outline(module, block, regions[rid], rid)
+
+    def _outline(self, module, block, ops, rid):
+        acc = ops[0].get_attr(PLACEMENT)
+        inside = set(ops)
+        inputs, outputs = [], []
+        for op in ops:
+            for v in op.operands:
+                p = _producer(v)
+                if (p is None or (p not in inside and p.name not in FREE_OPS)) and v not in inputs:
+                    inputs.append(v)
+            for r in op.results:
+                if any(u not in inside for u, _ in r.uses):
+                    outputs.append(r)
+        name = f"{acc}_{rid}"
+        fblock = Block([v.type for v in inputs])
+        mapping = dict(zip(inputs, fblock.args))
+        for op in ops:
+            for v in op.operands:
+                p = _producer(v)
+                if v not in mapping and p is not None and p.name in FREE_OPS:
+                    clone = Operation(p.name, [], [r.type for r in p.results], dict(p.attributes), loc=p.loc)
+                    fblock.append(clone)
+                    mapping[v] = clone.results[0]
+            new = Operation(op.name, [mapping[v] for v in op.operands], [r.type for r in op.results],
+                            dict(op.attributes), [], op.loc)
+            for region in op.regions:  # subgraph regions move with their op
+                new.add_region(region)
+            op.regions = []
+            fblock.append(new)
+            for old, nr in zip(op.results, new.results):
+                mapping[old] = nr
+        fblock.append(Operation("func.return", [mapping[r] for r in outputs]))
+        func = Operation("func.func", attributes={
+            "sym_name": A.StringAttr(name),
+            "function_type": A.TypeAttr(FunctionType([v.type for v in inputs], [r.type for r in outputs])),
+            "tcc.accelerator": A.StringAttr(acc)}, regions=[Region([fblock])])
+        module.body.append(func)
+        call = Operation("func.call", inputs, [r.type for r in outputs],
+                         {"callee": A.SymbolRefAttr(name), "tcc.accelerator": A.StringAttr(acc)},
+                         loc=ops[-1].loc)
+        block.insert_after(ops[-1], call)
+        for old, nr in zip(outputs, call.results):
+            old.replace_all_uses_with(nr)
+        for op in reversed(ops):  # users before producers, so no use is left dangling
+            op.erase()
+        # A host op between the region's ops may use an output of the call:
+        # restore def-before-use (regions were merged acyclic, so an order exists).
+        topological_sort(block)
+
+
+def topological_sort(block):
+    """Stable topological order of a block's ops (the terminator stays last)."""
+    ops = list(block.ops)
+    term = ops.pop() if ops and ops[-1].name in ("func.return", "onnx.Yield") else None
+    pos = {op: i for i, op in enumerate(ops)}
+    placed, order = set(), []
+
+    def visit(op):
+        if op in placed:
+            return
+        stack = [(op, False)]
+        while stack:
+            cur, ready = stack.pop()
+            if cur in placed:
+                continue
+            if ready:
+                placed.add(cur)
+                order.append(cur)
+                continue
+            stack.append((cur, True))
+            deps = [_producer(v) for v in cur.operands]
+            for d in sorted({d for d in deps if d is not None and d in pos and d not in placed},
+                            key=pos.get, reverse=True):
+                stack.append((d, False))
+
+    for op in ops:
+        visit(op)
+    if order == ops:
+        return
+    for op in ops:
+        block.remove(op)
+    anchor = term
+    for op in order:
+        if anchor is not None:
+            block.insert_before(anchor, op)
+        else:
+            block.append(op)
+
+
+PASSES = [MergeCompositesPass, AnnotateTargetsPass, MergeRegionsPass, PartitionPass]
+PIPELINE = "merge-composites,annotate-targets,merge-regions,partition"
