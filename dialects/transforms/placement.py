@@ -153,12 +153,12 @@ class MergeRegionsPass(Pass):
             if acc is None or not acc.has("tcc_cost_hint"):
                 continue
             inside = set(ops)
+            costs = [acc.call("tcc_cost_hint", op=op, module=module) for op in ops]
+            if all(c is None for c in costs):
+                continue  # no opinion: keep the region
             saving = 0.0
-            for op in ops:
-                cost = acc.call("tcc_cost_hint", op=op, module=module)
-                if cost is None:
-                    cost = 1.0
-                saving += (1.0 - cost) * sum(_elements(r.type) for r in op.results)
+            for op, cost in zip(ops, costs):
+                saving += (1.0 - (1.0 if cost is None else cost)) * sum(_elements(r.type) for r in op.results)
             copies = 0
             for op in ops:
                 for v in op.operands:
