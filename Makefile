@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 JOBS   ?= 2
 
-.PHONY: install test test-fast bench bench-ir clean
+.PHONY: install test test-fast bench bench-ir clean native
 
 $(VENV)/.installed: pyproject.toml setup.py requirements-ci.txt
 	$(PYTHON) -m venv $(VENV)
@@ -14,7 +14,14 @@ $(VENV)/.installed: pyproject.toml setup.py requirements-ci.txt
 	$(PIP) install -q -c requirements-ci.txt -e '.[test]'
 	touch $@
 
-install: $(VENV)/.installed
+install: $(VENV)/.installed native
+
+# The host runtime library (thread pool) beside its source; tcc builds it into
+# ~/.cache/tcc on first use when this was not run.
+native: runtime/native/libtccrt.so
+
+runtime/native/libtccrt.so: runtime/native/threadpool.c
+	$${CC:-cc} -O2 -fPIC -shared -pthread -o $@ $^
 
 test: install
 	$(PY) -m pytest -n $(JOBS) test

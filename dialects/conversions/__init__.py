@@ -1,0 +1,1 @@
+"""Dialect conversions: graph-to-loop (host), loop-to-native."""

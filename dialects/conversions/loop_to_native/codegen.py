@@ -1,0 +1,521 @@
+"""Lowers `func.func @main_graph` (loop/arith/math over static memrefs) to an
+LLVM module with one exported entry, `tcc_main_graph` (see the package
+docstring for the ABI).
+
+Shape of the generated code:
+- every top-level loop nest becomes an internal function whose buffer
+  parameters are `noalias`: buffers used together in one nest are live at the
+  same time, so the memory planner gave them disjoint bytes (views share their
+  root's parameter), and that lets LLVM vectorize without runtime alias checks;
+- the outermost `parallel` loop of a nest is outlined into
+  `body(begin, end, ctx)` and run by `tcc_parallel_for` (runtime/native); a
+  perfectly nested chain of parallel loops is collapsed until it has enough
+  iterations to share across cores, keeping the innermost loop intact for the
+  vectorizer;
+- loops are emitted with one i64 induction variable counting up by a constant
+  step (the form LLVM's loop passes expect); `vectorize` loops carry
+  `llvm.loop.vectorize.enable`;
+- planned allocs are GEPs into the workspace; unplanned ones inside parallel
+  bodies live on the worker's stack (up to 256 KiB) or the heap."""
+from __future__ import annotations
+
+import hashlib
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+
+import llvmlite.ir as ir
+import numpy as np
+
+from tcc.dialects.ir.attributes import DenseResourceAttr, elements_value
+from tcc.dialects.ir.types import MemRefType, to_numpy_dtype
+
+from .scalar import ScalarEmitter
+from .target import NativeCodegenError
+from .types import I1, I8, I32, I64, PTR, VOID, byte_size, load_convert, mem_type, reg_type, static_shape, \
+    store_convert
+
+ENTRY = "tcc_main_graph"
+WORKSPACE_SYMBOL = "tcc_workspace_bytes"
+EMBED_LIMIT = 4096      # constants up to this many bytes go into the object code, larger ones are weights
+STACK_LIMIT = 256 << 10  # unplanned buffers in parallel bodies up to this size live on the stack
+COLLAPSE_MIN = 64        # collapse parallel loops until at least this many iterations
+
+
+@dataclass
+class Weight:
+    name: str
+    array: np.ndarray
+
+
+@dataclass
+class Lowered:
+    llvm_ir: str
+    inputs: list            # MemRefTypes of the input buffers
+    outputs: list
+    weights: list           # [Weight], in the entry's `weights` order
+    workspace_bytes: int
+    stats: dict = field(default_factory=dict)
+
+
+class _Env:
+    """Where code is being emitted: the LLVM function, its builder, the
+    value map, and whether we are inside a parallel body."""
+
+    def __init__(self, fn, kind, vmap, ws):
+        self.fn, self.kind, self.vmap, self.ws = fn, kind, vmap, ws
+        # Allocas go in their own first block (so they are static and LLVM
+        # promotes or reuses them); code starts in the next one.
+        self._entry = ir.IRBuilder(fn.append_basic_block("allocas"))
+        start = fn.append_basic_block("entry")
+        self._jump = self._entry.branch(start)
+        self.b = ir.IRBuilder(start)
+
+    def entry_alloca(self, typ, align):
+        self._entry.position_before(self._jump)
+        a = self._entry.alloca(typ)
+        a.align = align
+        a.type = PTR  # llvmlite types it `typ*`; everything here uses opaque pointers
+        return a
+
+
+def _free_values(op):
+    """Values used inside `op` but defined outside it, in first-use order."""
+    inside = set()
+    ops = list(op.walk())
+    for o in ops:
+        inside.update(o.results)
+        for reg in o.regions:
+            for blk in reg.blocks:
+                inside.update(blk.args)
+    seen, order = set(), []
+    for o in ops:
+        for v in o.operands:
+            if v not in inside and v not in seen:
+                seen.add(v)
+                order.append(v)
+    return order
+
+
+# Math ops that stay vector code (LLVM intrinsics with vector lowerings, or
+# our inline f32 versions); anything else becomes a scalar libm call.
+_VECTOR_MATH = {"math.sqrt", "math.absf", "math.floor", "math.ceil", "math.round", "math.roundeven",
+                "math.trunc", "math.fma", "math.rsqrt", "math.isnan", "math.isinf", "math.absi"}
+_VECTOR_F32_MATH = {"math.exp", "math.tanh"}
+
+
+def _wants_vectorize(op):
+    """Whether to force-vectorize a `vectorize` loop: only innermost loops
+    whose bodies call neither libm nor an external kernel (elsewhere LLVM
+    would refuse and print a warning; its cost model still decides alone)."""
+    if "vectorize" not in op.attributes:
+        return False
+    for o in op.walk():
+        if o is not op and o.name == "loop.for":
+            return False  # LLVM vectorizes innermost loops only
+        if o.name == "loop.call" or o.name in ("arith.powf", "arith.remf"):
+            return False
+        if o.name.startswith("math.") and o.name not in _VECTOR_MATH:
+            if o.name not in _VECTOR_F32_MATH or str(o.results[0].type) not in ("f32", "f16", "bf16"):
+                return False
+    return True
+
+
+def _defining(v):
+    return getattr(v, "op", None)
+
+
+class _Lowering:
+    def __init__(self, module, func):
+        self.module, self.func = module, func
+        self.mod = ir.Module(name="tcc")
+        self.scalar = ScalarEmitter(self.mod)
+        self.weights, self._weight_index, self._embedded = [], {}, {}
+        self.malloced = set()
+        self.stats = Counter()
+        self.n_funcs = 0
+        self.loop_md = 0
+
+    # -- entry ---------------------------------------------------------------------
+    def run(self) -> Lowered:
+        func = self.func
+        block = func.regions[0].blocks[0]
+        nout = func.get_attr("tcc.num_outputs")
+        if nout is None:
+            raise NativeCodegenError("@main_graph has no tcc.num_outputs attribute: not a lowered module")
+        args = list(block.args)
+        nin = len(args) - nout
+        for a in args:
+            if not isinstance(a.type, MemRefType):
+                raise NativeCodegenError(f"@main_graph argument of type {a.type}: expected a memref")
+            static_shape(a.type, "@main_graph argument")
+        fn = ir.Function(self.mod, ir.FunctionType(VOID, [PTR, PTR, PTR]), ENTRY)
+        fn.args[0].name, fn.args[1].name, fn.args[2].name = "args", "weights", "workspace"
+        env = _Env(fn, "main", {}, fn.args[2])
+        b = env.b
+        for i, a in enumerate(args):
+            p = b.load(b.gep(fn.args[0], [ir.Constant(I64, i)], inbounds=True, source_etype=PTR), typ=PTR)
+            p.name = f"arg{i}"
+            env.vmap[a] = p
+        self._load_globals(env, fn.args[1])
+        self.emit_block(block, env)
+        b.ret_void()
+        ws = func.get_attr("tcc.workspace_bytes", 0) or 0
+        g = ir.GlobalVariable(self.mod, I64, WORKSPACE_SYMBOL)
+        g.initializer, g.global_constant = ir.Constant(I64, ws), True
+        self.stats["weights"] = len(self.weights)
+        text = _finish_loop_metadata(str(self.mod))
+        return Lowered(text, [a.type for a in args[:nin]], [a.type for a in args[nin:]], self.weights, ws,
+                       dict(self.stats))
+
+    def _load_globals(self, env, weights_arg):
+        """Every loop.global, wherever it is: small ones become constants in
+        the object code, the rest are loaded from the weights table once."""
+        loaded = {}
+        for op in self.func.walk():
+            if op.name != "loop.global":
+                continue
+            t = op.results[0].type
+            shape = static_shape(t, "loop.global")
+            attr = op.attributes["value"]
+            arr = elements_value(attr)
+            if arr is None:
+                raise NativeCodegenError(f"loop.global ({op.loc.describe()}): its constant's bytes are missing")
+            arr = np.ascontiguousarray(np.asarray(arr).astype(to_numpy_dtype(t.element), copy=False).reshape(shape))
+            if arr.nbytes <= EMBED_LIMIT:
+                env.vmap[op.results[0]] = self._embed(arr)
+                continue
+            name = attr.name if isinstance(attr, DenseResourceAttr) else None
+            key = name or hashlib.sha256(arr.tobytes() + str(arr.dtype).encode()).hexdigest()
+            idx = self._weight_index.get(key)
+            if idx is None:
+                idx = len(self.weights)
+                self._weight_index[key] = idx
+                self.weights.append(Weight(name or f"const_{idx}", arr))
+            if idx not in loaded:
+                b = env.b
+                p = b.load(b.gep(weights_arg, [ir.Constant(I64, idx)], inbounds=True, source_etype=PTR), typ=PTR)
+                p.name = f"w{idx}"
+                loaded[idx] = p
+            env.vmap[op.results[0]] = loaded[idx]
+
+    def _embed(self, arr):
+        key = hashlib.sha256(arr.tobytes()).hexdigest()
+        g = self._embedded.get(key)
+        if g is None:
+            data = arr.tobytes()
+            ty = ir.ArrayType(I8, max(len(data), 1))
+            g = ir.GlobalVariable(self.mod, ty, f"tcc_const_{len(self._embedded)}")
+            g.initializer = ir.Constant(ty, bytearray(data or b"\0"))
+            g.global_constant, g.linkage, g.align = True, "private", 64
+            g.type = PTR  # opaque, like every other buffer pointer
+            self._embedded[key] = g
+        return g
+
+    # -- blocks and ops ---------------------------------------------------------------
+    def emit_block(self, block, env):
+        for op in block.ops:
+            if op.name in ("loop.yield", "func.return"):
+                continue
+            self.emit_op(op, env)
+
+    def emit_op(self, op, env):
+        name = op.name
+        self.stats["op:" + name] += 1
+        m = getattr(self, "_op_" + name.replace(".", "_"), None)
+        if m is not None:
+            m(op, env)
+            return
+        if name.startswith(("arith.", "math.")):
+            args = [env.vmap[v] for v in op.operands]
+            env.vmap[op.results[0]] = self.scalar.emit(op, env.b, args)
+            return
+        raise NativeCodegenError(f"'{name}' ({op.loc.describe()}) is not supported by the native backend")
+
+    def _op_loop_for(self, op, env):
+        parallel = "parallel" in op.attributes
+        if parallel and env.kind != "par":
+            self.outline_parallel(op, env)
+        elif env.kind == "main":
+            self.outline_nest(op, env)
+        else:
+            self.emit_for(op, env)
+
+    def _op_loop_global(self, op, env):
+        if op.results[0] not in env.vmap:
+            raise NativeCodegenError(f"loop.global ({op.loc.describe()}) was not preloaded")
+
+    def _op_loop_view(self, op, env):
+        env.vmap[op.results[0]] = env.vmap[op.operands[0]]
+
+    def _op_loop_dim(self, op, env):
+        shape = static_shape(op.operands[0].type, "loop.dim")
+        env.vmap[op.results[0]] = ir.Constant(I64, shape[op.get_attr("axis")])
+
+    def _addr(self, env, mem, idxs):
+        t = mem.type
+        shape = static_shape(t)
+        b = env.b
+        lin = ir.Constant(I64, 0)
+        for k, i in enumerate(idxs):
+            iv = env.vmap[i]
+            lin = iv if k == 0 else b.add(b.mul(lin, ir.Constant(I64, shape[k]), flags=["nsw"]), iv, flags=["nsw"])
+        return b.gep(env.vmap[mem], [lin], inbounds=True, source_etype=mem_type(t.element))
+
+    def _op_loop_load(self, op, env):
+        el = op.operands[0].type.element
+        p = self._addr(env, op.operands[0], op.operands[1:])
+        env.vmap[op.results[0]] = load_convert(env.b, env.b.load(p, typ=mem_type(el)), el)
+
+    def _op_loop_store(self, op, env):
+        el = op.operands[1].type.element
+        p = self._addr(env, op.operands[1], op.operands[2:])
+        env.b.store(store_convert(env.b, env.vmap[op.operands[0]], el), p)
+
+    def _op_loop_alloc(self, op, env):
+        t = op.results[0].type
+        size = byte_size(t)
+        off = op.get_attr("tcc.offset")
+        b = env.b
+        if off is not None and env.kind != "par" and env.ws is not None:
+            p = b.gep(env.ws, [ir.Constant(I64, off)], inbounds=True, source_etype=I8)
+            self.stats["planned_allocs"] += 1
+        elif env.kind == "par" and size <= STACK_LIMIT:
+            p = env.entry_alloca(ir.ArrayType(I8, max(size, 1)), 64)
+            self.stats["stack_allocs"] += 1
+        else:
+            fn = self._declare("aligned_alloc", PTR, [I64, I64])
+            p = b.call(fn, [ir.Constant(I64, 64), ir.Constant(I64, max(-(-size // 64) * 64, 64))])
+            self.malloced.add(op.results[0])
+            self.stats["heap_allocs"] += 1
+        env.vmap[op.results[0]] = p
+
+    def _op_loop_dealloc(self, op, env):
+        if op.operands[0] in self.malloced:
+            env.b.call(self._declare("free", VOID, [PTR]), [env.vmap[op.operands[0]]])
+
+    def _op_loop_copy(self, op, env):
+        src, dst = op.operands
+        n = min(byte_size(src.type), byte_size(dst.type))
+        fn = self._declare("llvm.memcpy.p0.p0.i64", VOID, [PTR, PTR, I64, I1])
+        env.b.call(fn, [env.vmap[dst], env.vmap[src], ir.Constant(I64, n), ir.Constant(I1, 0)])
+
+    def _op_loop_call(self, op, env):
+        if len(op.results) > 1:
+            raise NativeCodegenError(f"loop.call ({op.loc.describe()}): at most one result is supported")
+        callee = op.get_attr("callee")
+        ret = reg_type(op.results[0].type) if op.results else VOID
+        fn = self._declare(callee, ret, [reg_type(v.type) for v in op.operands])
+        r = env.b.call(fn, [env.vmap[v] for v in op.operands])
+        if op.results:
+            env.vmap[op.results[0]] = r
+
+    def _op_loop_if(self, op, env):
+        b = env.b
+        cond = env.vmap[op.operands[0]]
+        then_bb = env.fn.append_basic_block("if.then")
+        else_bb = env.fn.append_basic_block("if.else")
+        merge = env.fn.append_basic_block("if.end")
+        b.cbranch(cond, then_bb, else_bb)
+        for bb, region in ((then_bb, op.regions[0]), (else_bb, op.regions[1] if len(op.regions) > 1 else None)):
+            b.position_at_end(bb)
+            if region is not None and region.blocks:
+                self.emit_block(region.blocks[0], env)
+            b.branch(merge)
+        b.position_at_end(merge)
+
+    def _declare(self, name, ret, params):
+        fn = self.mod.globals.get(name)
+        if fn is None:
+            fn = ir.Function(self.mod, ir.FunctionType(ret, params), name)
+        return fn
+
+    # -- loops -------------------------------------------------------------------------
+    def counted_loop(self, env, lb, ub, step, body, vectorize=False):
+        """for (iv = lb; iv < ub; iv += step) body(iv)"""
+        b = env.b
+        pre = b.block
+        header = env.fn.append_basic_block("for.header")
+        loop = env.fn.append_basic_block("for.body")
+        exit_ = env.fn.append_basic_block("for.end")
+        b.branch(header)
+        b.position_at_end(header)
+        iv = b.phi(I64, name="iv")
+        iv.add_incoming(lb, pre)
+        b.cbranch(b.icmp_signed("<", iv, ub), loop, exit_)
+        b.position_at_end(loop)
+        body(iv)
+        nxt = b.add(iv, ir.Constant(I64, step), flags=["nsw"])
+        iv.add_incoming(nxt, b.block)
+        br = b.branch(header)
+        if vectorize:
+            br.set_metadata("llvm.loop", self._loop_md())
+        b.position_at_end(exit_)
+
+    def _loop_md(self):
+        self.loop_md += 1
+        vec = self.mod.add_metadata([ir.MetaDataString(self.mod, "llvm.loop.vectorize.enable"), ir.Constant(I1, 1)])
+        return self.mod.add_metadata([ir.MetaDataString(self.mod, f"tcc.loop.{self.loop_md}"), vec])
+
+    def emit_for(self, op, env):
+        blk = op.regions[0].blocks[0]
+        lb, ub = env.vmap[op.operands[0]], env.vmap[op.operands[1]]
+
+        def body(iv):
+            env.vmap[blk.args[0]] = iv
+            self.emit_block(blk, env)
+
+        self.counted_loop(env, lb, ub, op.get_attr("step", 1), body, _wants_vectorize(op))
+
+    # -- outlining ------------------------------------------------------------------------
+    def _capture(self, op, env):
+        """Splits a nest's free values into constants (used as they are) and
+        parameters: one noalias pointer per distinct buffer, scalars by value."""
+        fixed, params, keys = {}, [], {}
+        for v in _free_values(op):
+            lv = env.vmap[v]
+            if isinstance(lv, (ir.Constant, ir.GlobalVariable)):
+                fixed[v] = lv
+                continue
+            k = id(lv)
+            if k not in keys:
+                keys[k] = len(params)
+                params.append(lv)
+            fixed[v] = keys[k]
+        needs_ws = any(o.name == "loop.alloc" and o.get_attr("tcc.offset") is not None for o in op.walk())
+        return fixed, params, needs_ws
+
+    def _new_function(self, prefix, lead, params, needs_ws, kind):
+        """An internal function taking `lead` types, then the captured params
+        (pointers noalias), then the workspace if needed."""
+        self.n_funcs += 1
+        types = list(lead) + [p.type for p in params] + ([PTR] if needs_ws else [])
+        fn = ir.Function(self.mod, ir.FunctionType(VOID, types), f"tcc_{prefix}{self.n_funcs}")
+        fn.linkage = "internal"
+        fn.attributes.add("nounwind")
+        for a, p in zip(fn.args[len(lead):], params):
+            if isinstance(p.type, ir.PointerType):
+                a.add_attribute("noalias")
+        ws = fn.args[-1] if needs_ws else None
+        return fn, _Env(fn, kind, {}, ws)
+
+    @staticmethod
+    def _bind(new_env, fixed, first_param):
+        for v, x in fixed.items():
+            new_env.vmap[v] = new_env.fn.args[first_param + x] if isinstance(x, int) else x
+
+    def outline_nest(self, op, env):
+        fixed, params, needs_ws = self._capture(op, env)
+        fn, inner = self._new_function("nest", [], params, needs_ws, "nest")
+        self._bind(inner, fixed, 0)
+        self.emit_for(op, inner)
+        inner.b.ret_void()
+        env.b.call(fn, params + ([env.ws] if needs_ws else []))
+        self.stats["nests"] += 1
+
+    def _parallel_chain(self, op):
+        """The perfectly nested parallel loops under `op` whose bounds are
+        defined outside `op` (so their trip counts are known before it)."""
+        chain = [op]
+        inside = set(op.walk())
+        while True:
+            ops = [o for o in chain[-1].regions[0].blocks[0].ops if o.name != "loop.yield"]
+            if len(ops) != 1 or ops[0].name != "loop.for" or "parallel" not in ops[0].attributes:
+                return chain
+            inner = ops[0]
+            if any(_defining(v) in inside for v in inner.operands):
+                return chain
+            chain.append(inner)
+
+    @staticmethod
+    def _trip_count(b, lb, ub, step):
+        if isinstance(lb, ir.Constant) and isinstance(ub, ir.Constant):
+            return ir.Constant(I64, max(0, -(-(ub.constant - lb.constant) // step)))
+        span = b.sub(ub, lb)
+        n = b.sdiv(b.add(span, ir.Constant(I64, step - 1)), ir.Constant(I64, step))
+        return b.select(b.icmp_signed("<", n, ir.Constant(I64, 0)), ir.Constant(I64, 0), n)
+
+    def outline_parallel(self, op, env):
+        chain = self._parallel_chain(op)
+        # Collapse the shortest prefix with enough iterations for every core.
+        m, total = len(chain), 1
+        for k, lp in enumerate(chain):
+            lb, ub = env.vmap[lp.operands[0]], env.vmap[lp.operands[1]]
+            if not (isinstance(lb, ir.Constant) and isinstance(ub, ir.Constant)):
+                m = max(k, 1)
+                break
+            total *= max(0, -(-(ub.constant - lb.constant) // lp.get_attr("step", 1)))
+            if total >= COLLAPSE_MIN:
+                m = k + 1
+                break
+        chain = chain[:m]
+        fixed, params, needs_ws = self._capture(op, env)
+        fn, inner = self._new_function("par", [I64, I64], params, needs_ws, "par")
+        self._bind(inner, fixed, 2)
+        b = inner.b
+        steps = [lp.get_attr("step", 1) for lp in chain]
+        lbs = [inner.vmap[lp.operands[0]] for lp in chain]
+        tcs = [self._trip_count(b, inner.vmap[lp.operands[0]], inner.vmap[lp.operands[1]], s)
+               for lp, s in zip(chain, steps)]
+        last = chain[-1].regions[0].blocks[0]
+
+        def body(t):
+            for k in range(len(chain) - 1, -1, -1):
+                lp = chain[k]
+                if k > 0:
+                    tk = b.urem(t, tcs[k])
+                    t_next = b.udiv(t, tcs[k])
+                else:
+                    tk = t
+                iv = b.add(lbs[k], b.mul(tk, ir.Constant(I64, steps[k]), flags=["nsw"]), flags=["nsw"]) \
+                    if not (steps[k] == 1 and isinstance(lbs[k], ir.Constant) and lbs[k].constant == 0) else tk
+                inner.vmap[lp.regions[0].blocks[0].args[0]] = iv
+                if k > 0:
+                    t = t_next
+            self.emit_block(last, inner)
+
+        self.counted_loop(inner, fn.args[0], fn.args[1], 1, body,
+                          len(chain) == 1 and _wants_vectorize(chain[0]))
+        b.ret_void()
+
+        # The trampoline the thread pool calls: unpacks the context struct.
+        types = [p.type for p in params] + ([PTR] if needs_ws else [])
+        ctx_ty = ir.LiteralStructType(types or [I8])
+        self.n_funcs += 1
+        tramp = ir.Function(self.mod, ir.FunctionType(VOID, [I64, I64, PTR]), f"tcc_body{self.n_funcs}")
+        tramp.linkage = "internal"
+        tb = ir.IRBuilder(tramp.append_basic_block("entry"))
+        vals = [tb.load(tb.gep(tramp.args[2], [ir.Constant(I32, 0), ir.Constant(I32, i)], inbounds=True,
+                               source_etype=ctx_ty), typ=t) for i, t in enumerate(types)]
+        tb.call(fn, [tramp.args[0], tramp.args[1]] + vals)
+        tb.ret_void()
+
+        cb = env.b
+        ctx = env.entry_alloca(ctx_ty, 8)
+        for i, v in enumerate(params + ([env.ws] if needs_ws else [])):
+            cb.store(v, cb.gep(ctx, [ir.Constant(I32, 0), ir.Constant(I32, i)], inbounds=True, source_etype=ctx_ty))
+        n = ir.Constant(I64, 1)
+        for lp, s in zip(chain, steps):
+            tc = self._trip_count(cb, env.vmap[lp.operands[0]], env.vmap[lp.operands[1]], s)
+            n = ir.Constant(I64, n.constant * tc.constant) if isinstance(n, ir.Constant) and \
+                isinstance(tc, ir.Constant) else cb.mul(n, tc)
+        pf = self._declare("tcc_parallel_for", VOID, [I64, PTR, PTR])
+        tramp.type = PTR  # passed as an opaque pointer, not llvmlite's typed function pointer
+        cb.call(pf, [n, tramp, ctx])
+        self.stats["parallel_loops"] += 1
+
+
+_LOOP_MD = re.compile(r'^(!\d+) = !\{ ?!"tcc\.loop\.\d+"', re.M)
+
+
+def _finish_loop_metadata(text):
+    """llvm.loop nodes must be distinct and refer to themselves, which
+    llvmlite cannot build: we tag them and patch the text."""
+    return _LOOP_MD.sub(lambda m: f"{m.group(1)} = distinct !{{ {m.group(1)}", text)
+
+
+def lower_module(module, function="main_graph") -> Lowered:
+    func = module.lookup_function(function)
+    if func is None:
+        raise NativeCodegenError(f"no function @{function} to compile")
+    return _Lowering(module, func).run()

@@ -1,0 +1,212 @@
+"""Host code generation for the `tcc` driver and `tcc.compile`: graph-to-loop
+(`fuse` first at -O1 and above, when registered), loop passes
+(`plan-memory`), then loop-to-native, stopping at the requested emission:
+loop-ir, native-ir (optimized LLVM IR), obj, lib (a shared library with the
+thread pool linked in, its weights and a JSON index beside it) or tcc (the
+artifact)."""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+
+from tcc.dialects.ir import PassManager
+from tcc.dialects.ir.types import MemRefType
+
+from .io import CLIError, write_bytes, write_ir, write_text
+
+# pass name -> module whose PASSES defines it (registered here when the
+# context does not know it yet).
+_PASS_MODULES = {
+    "fuse": "tcc.dialects.transforms.fuse",
+    "convert-onnx-to-loop": "tcc.dialects.conversions.graph_to_loop",
+    "plan-memory": "tcc.dialects.conversions.loop_to_native",
+}
+
+
+def _ensure_pass(ctx, name, required=True):
+    if name in ctx.passes:
+        return True
+    try:
+        mod = importlib.import_module(_PASS_MODULES[name])
+    except ImportError as e:
+        if required:
+            raise CLIError(f"pass '{name}' is not available in this build ({e})") from None
+        return False
+    for cls in getattr(mod, "PASSES", []):
+        if cls.name not in ctx.passes:
+            ctx.register_pass(cls)
+    if name not in ctx.passes and required:
+        raise CLIError(f"pass '{name}' is not available in this build")
+    return name in ctx.passes
+
+
+def _names(func, key, n, prefix):
+    attrs = func.attributes.get(key)
+    out = []
+    for i in range(n):
+        name = None
+        if attrs is not None and i < len(attrs.value):
+            d = attrs.value[i]
+            d = d.value if hasattr(d, "value") else d
+            if isinstance(d, dict) and "onnx.name" in d:
+                name = d["onnx.name"].value
+        out.append(name or f"{prefix}{i}")
+    return out
+
+
+def _is_lowered(func):
+    return func.get_attr("tcc.num_outputs") is not None
+
+
+def _onnx_stats(func):
+    return dict(sorted(Counter(op.name for op in func.walk() if op.name.startswith("onnx.")).items()))
+
+
+def lower(module, ctx, options):
+    """onnx-dialect (or already lowered) module -> lowered, memory-planned
+    module; returns (signature names (ins, outs), onnx op statistics)."""
+    func = module.lookup_function("main_graph")
+    if func is None:
+        raise CLIError("the module has no @main_graph function")
+    stats = _onnx_stats(func)
+    if _is_lowered(func):
+        nout = func.get_attr("tcc.num_outputs")
+        nin = len(func.regions[0].blocks[0].args) - nout
+        names = (_names(func, "arg_attrs", nin, "input_"),
+                 _names(func, "arg_attrs", nin + nout, "output_")[nin:])
+    else:
+        ft = func.get_attr("function_type")
+        names = (_names(func, "arg_attrs", len(ft.inputs), "input_"),
+                 _names(func, "res_attrs", len(ft.results), "output_"))
+    pipeline = []
+    if not _is_lowered(func):
+        if options.opt_level >= 1 and _ensure_pass(ctx, "fuse", required=False):
+            pipeline.append(ctx.passes["fuse"]())
+        _ensure_pass(ctx, "convert-onnx-to-loop")
+        pipeline.append(ctx.passes["convert-onnx-to-loop"]())
+    _ensure_pass(ctx, "plan-memory")
+    pipeline.append(ctx.passes["plan-memory"]())
+    pm = PassManager(ctx, pipeline, verify_each=True,
+                     print_after_all=sys.stderr if options.print_ir_after_all else None)
+    pm.run(module)
+    if options.timing:
+        pm.timing_report(sys.stderr)
+    return names, stats
+
+
+def _specs(types, names):
+    from tcc.runtime.artifact import TensorSpec
+    return [TensorSpec(n, tuple(t.shape), str(t.element)) for n, t in zip(names, types)]
+
+
+def _compile_info(options, low, onnx_stats, seconds):
+    import llvmlite
+    import onnx
+
+    import tcc
+    from tcc.dialects.conversions.loop_to_native import host_cpu
+    triple, cpu, feats = host_cpu()
+    io_bytes = sum(_nbytes(t) for t in low.inputs + low.outputs)
+    weights_bytes = sum(w.array.nbytes for w in low.weights)
+    opts = {k: v for k, v in dataclasses.asdict(options).items() if k not in ("output",)}
+    return {
+        "tcc": tcc.__version__, "onnx": onnx.__version__, "llvmlite": llvmlite.__version__,
+        "options": opts,
+        "target": {"triple": triple, "cpu": cpu, "features": feats},
+        "op_stats": {"onnx": onnx_stats, "native": low.stats},
+        "workspace_bytes": low.workspace_bytes,
+        "weights_bytes": weights_bytes,
+        "peak_bytes": low.workspace_bytes + weights_bytes + io_bytes,
+        "compile_seconds": {k: round(v, 4) for k, v in seconds.items()},
+    }
+
+
+def _nbytes(t: MemRefType):
+    from tcc.dialects.conversions.loop_to_native.types import byte_size
+    return byte_size(t)
+
+
+def emit(module, ctx, options):
+    """Runs the host backend on an onnx-dialect module and writes what
+    `options.emit` asks for; returns the output path (None for stdout)."""
+    seconds = {}
+    t0 = time.perf_counter()
+    names, onnx_stats = lower(module, ctx, options)
+    seconds["graph_to_loop"] = time.perf_counter() - t0
+    if options.emit == "loop-ir":
+        write_ir(module, options.output)
+        return options.output
+
+    from tcc.dialects.conversions.loop_to_native import emit_object, lower_module, optimize
+    t0 = time.perf_counter()
+    low = lower_module(module)
+    seconds["loop_to_llvm"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    opt = 3 if options.opt_level >= 2 else options.opt_level
+    mod = optimize(low.llvm_ir, opt)
+    seconds["llvm_opt"] = time.perf_counter() - t0
+    if options.emit == "native-ir":
+        write_text(str(mod), options.output)
+        return options.output
+    t0 = time.perf_counter()
+    obj = emit_object(mod, opt)
+    seconds["llvm_codegen"] = time.perf_counter() - t0
+    if options.emit == "obj":
+        write_bytes(obj, _need_output(options))
+        return options.output
+    ins, outs = _specs(low.inputs, names[0]), _specs(low.outputs, names[1])
+    info = _compile_info(options, low, onnx_stats, seconds)
+    weights = [(w.name, w.array) for w in low.weights]
+    if options.emit == "lib":
+        return _write_lib(obj, _need_output(options), ins, outs, weights, info)
+    if options.emit == "tcc":
+        from tcc.runtime.artifact import write_artifact
+        out = options.output or "model.tcc"
+        write_artifact(out, inputs=ins, outputs=outs, host_object=obj, weights=weights, compile_info=info)
+        if options.verbose:
+            sys.stderr.write(f"tcc: wrote {out} (workspace {low.workspace_bytes} B, "
+                             f"{len(weights)} weights, {info['weights_bytes']} B)\n")
+        return out
+    raise CLIError(f"--emit={options.emit} is not produced by the host backend")
+
+
+def _need_output(options):
+    if not options.output or options.output == "-":
+        raise CLIError(f"--emit={options.emit} writes a binary file: give one with -o")
+    return options.output
+
+
+def _write_lib(obj, out, ins, outs, weights, info):
+    """`out` (a .so holding tcc_main_graph and the thread pool), plus
+    `out.weights.bin` and `out.json` (signature, weights index, workspace)."""
+    from tcc.runtime.artifact import pack_weights
+    from tcc.runtime.native import HERE, SOURCES, find_cc
+    cc = find_cc()
+    if cc is None:
+        raise CLIError("--emit=lib needs a C compiler to link the shared library (none found; set CC)")
+    with tempfile.TemporaryDirectory(prefix="tcc-lib-") as d:
+        o = os.path.join(d, "host.o")
+        with open(o, "wb") as f:
+            f.write(obj)
+        tmp = os.path.join(d, "lib.so")
+        cmd = [cc, "-shared", "-fPIC", "-O2", "-pthread", "-o", tmp, o,
+               *[os.path.join(HERE, s) for s in SOURCES], "-lm"]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise CLIError(f"linking {out} failed: {(r.stderr.strip().splitlines() or ['?'])[0]}")
+        with open(tmp, "rb") as f:
+            write_bytes(f.read(), out)
+    blob, index = pack_weights(weights)
+    write_bytes(blob, out + ".weights.bin")
+    side = {"entry": "tcc_main_graph", "signature": {"inputs": [t.to_json() for t in ins],
+                                                      "outputs": [t.to_json() for t in outs]},
+            "weights": index, "compile": info}
+    write_bytes(json.dumps(side, indent=1).encode(), out + ".json")
+    return out

@@ -1,0 +1,91 @@
+"""`tcc-run`: runs a compiled `.tcc` artifact on .npy inputs (or random
+ones), prints its outputs or writes them as .npy files, and times it."""
+from __future__ import annotations
+
+import os
+import statistics
+import time
+
+import click
+import numpy as np
+
+from .cli_errors import run
+from .io import CLIError
+
+
+def _parse_inputs(pairs):
+    out = {}
+    for p in pairs:
+        name, sep, path = p.partition("=")
+        if not sep or not name or not path:
+            raise CLIError(f"--input {p!r}: expected NAME=FILE.npy")
+        if not os.path.exists(path):
+            raise CLIError(f"--input {name}: {path}: no such file")
+        try:
+            out[name] = np.load(path, allow_pickle=False)
+        except (ValueError, OSError) as e:
+            raise CLIError(f"--input {name}: {path}: not a .npy file ({e})") from None
+    return out
+
+
+def _random(spec, rng):
+    dt = np.dtype(spec["dtype"])
+    shape = tuple(spec["shape"])
+    if dt.kind == "f" or dt.name == "bfloat16":
+        return rng.standard_normal(shape).astype(dt)
+    if dt.kind == "b":
+        return rng.integers(0, 2, shape).astype(dt)
+    if dt.kind in "iu":
+        return rng.integers(0, 10, shape).astype(dt)
+    return np.zeros(shape, dt)
+
+
+def _summary(a):
+    if a.size == 0:
+        return "empty"
+    if a.dtype.kind in "fiub" or a.dtype.name == "bfloat16":
+        f = a.astype(np.float64)
+        return f"min {np.nanmin(f):.6g}  max {np.nanmax(f):.6g}  mean {np.nanmean(f):.6g}"
+    return ""
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("artifact")
+@click.option("--input", "inputs", multiple=True, metavar="NAME=FILE.npy", help="An input (repeatable).")
+@click.option("--random-inputs", is_flag=True, help="Feed random inputs of the signature's shapes and dtypes.")
+@click.option("--repeat", type=click.IntRange(1), default=1, show_default=True,
+              help="Run N times and print the median latency.")
+@click.option("--output-dir", default=None, help="Write each output to DIR/<name>.npy.")
+@click.option("--debug", is_flag=True, help="Show Python tracebacks on errors.")
+def cli(artifact, inputs, random_inputs, repeat, output_dir, debug):
+    from tcc.runtime.session import Session
+    sess = Session(artifact)
+    feeds = _parse_inputs(inputs)
+    if random_inputs:
+        rng = np.random.default_rng()
+        for spec in sess.input_signature:
+            feeds.setdefault(spec["name"], _random(spec, rng))
+    outs = sess.run(feeds)
+    times = []
+    for _ in range(repeat - 1 if repeat > 1 else 0):
+        t0 = time.perf_counter()
+        sess.run(feeds)
+        times.append(time.perf_counter() - t0)
+    if output_dir:
+        if not os.path.isdir(output_dir):
+            raise CLIError(f"--output-dir {output_dir}: no such directory")
+        for name, a in zip(sess.output_names, outs):
+            safe = name.replace(os.sep, "_").replace("/", "_") or "output"
+            np.save(os.path.join(output_dir, safe + ".npy"), a)
+    for name, a in zip(sess.output_names, outs):
+        click.echo(f"{name}: {a.dtype}{list(a.shape)}  {_summary(a)}")
+    if times:
+        click.echo(f"median latency over {len(times)} runs: {statistics.median(times) * 1e3:.3f} ms")
+
+
+def main():
+    run(cli, "tcc-run")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,229 @@
+"""The compiled artifact, `model.tcc`: a zip (never pickle) holding
+
+- `manifest.json`: format and version; the signature (input/output names,
+  shapes, element types); compile info (tcc/onnx/llvmlite versions, options,
+  target triple, CPU name and the CPU features the code requires, op
+  statistics, workspace and peak bytes); the weights index; and a `plan`, the
+  list of calls the executor makes (one host call today, so accelerators can
+  add device steps later);
+- `host.o`: the host object code (entry `tcc_main_graph`, see
+  tcc.dialects.conversions.loop_to_native for the ABI);
+- `weights.bin`: every weight's raw bytes, each at a 64-byte aligned offset,
+  stored uncompressed so it can be memory-mapped in place.
+
+Writing is atomic (a temp file beside the target, then rename). Reading checks
+the manifest's shape and version, each member's size and hash, and that this
+CPU has the features the code needs; members are only ever read by their
+fixed names (nothing is extracted by a path taken from the archive)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import zipfile
+from dataclasses import dataclass
+
+import numpy as np
+
+from tcc.dialects.ir.errors import TccError
+from tcc.dialects.ir.types import parse_element_name, to_numpy_dtype
+
+FORMAT = "tcc-artifact"
+FORMAT_VERSION = 1
+MANIFEST, HOST_OBJECT, WEIGHTS = "manifest.json", "host.o", "weights.bin"
+ALIGN = 64
+_PAD_ID = 0xD935  # zipalign's padding extra-field id
+
+
+class ArtifactError(TccError):
+    pass
+
+
+@dataclass
+class TensorSpec:
+    name: str
+    shape: tuple
+    element: str  # IR element type name: f32, bf16, i64, i1, ...
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(to_numpy_dtype(parse_element_name(self.element)))
+
+    def to_json(self):
+        return {"name": self.name, "shape": list(self.shape), "element": self.element,
+                "dtype": str(self.dtype)}
+
+    @classmethod
+    def from_json(cls, d):
+        return cls(str(d["name"]), tuple(int(x) for x in d["shape"]), str(d["element"]))
+
+
+def _sha(data) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def pack_weights(weights):
+    """[(name, array)] -> (bytes, index entries) with 64-byte aligned offsets."""
+    chunks, index, off = [], [], 0
+    for name, arr in weights:
+        arr = np.ascontiguousarray(arr)
+        pad = (-off) % ALIGN
+        if pad:
+            chunks.append(b"\0" * pad)
+            off += pad
+        data = arr.tobytes()
+        index.append({"name": name, "offset": off, "nbytes": len(data), "shape": list(arr.shape),
+                      "dtype": str(arr.dtype)})
+        chunks.append(data)
+        off += len(data)
+    return b"".join(chunks), index
+
+
+def write_artifact(path, *, inputs, outputs, host_object: bytes, weights, compile_info: dict):
+    """Writes `path` atomically. `weights`: [(name, np.ndarray)] in the entry's order."""
+    blob, index = pack_weights(weights)
+    manifest = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "signature": {"inputs": [t.to_json() for t in inputs], "outputs": [t.to_json() for t in outputs]},
+        "compile": compile_info,
+        "weights": index,
+        "plan": [{"kind": "call", "device": "host", "object": HOST_OBJECT, "entry": "tcc_main_graph",
+                  "args": "inputs+outputs", "weights": "all", "workspace_bytes":
+                      compile_info.get("workspace_bytes", 0)}],
+        "files": {HOST_OBJECT: {"size": len(host_object), "sha256": _sha(host_object)},
+                  WEIGHTS: {"size": len(blob), "sha256": _sha(blob)}},
+    }
+    d = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(d):
+        raise ArtifactError(f"{path}: directory {d} does not exist")
+    fd, tmp = tempfile.mkstemp(prefix=".tcc-", suffix=".tmp", dir=d)
+    try:
+        with os.fdopen(fd, "wb") as f, zipfile.ZipFile(f, "w") as z:
+            z.writestr(MANIFEST, json.dumps(manifest, indent=1, sort_keys=True), zipfile.ZIP_DEFLATED)
+            z.writestr(HOST_OBJECT, host_object, zipfile.ZIP_DEFLATED)
+            # Stored, not deflated, and 64-byte aligned in the file (padding in
+            # the local header's extra field, as Android's zipalign does), so
+            # the session maps the weights in place at their aligned offsets.
+            zi = zipfile.ZipInfo(WEIGHTS, date_time=(1980, 1, 1, 0, 0, 0))
+            zi.compress_type = zipfile.ZIP_STORED
+            start = f.tell() + 30 + len(WEIGHTS) + 4
+            zi.extra = _PAD_ID.to_bytes(2, "little") + ((-start) % ALIGN).to_bytes(2, "little") + \
+                b"\0" * ((-start) % ALIGN)
+            z.writestr(zi, blob)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+@dataclass
+class Artifact:
+    path: str
+    manifest: dict
+    host_object: bytes
+    inputs: list
+    outputs: list
+    weights_offset: int    # file offset of weights.bin's bytes (stored member)
+    weights_size: int
+
+    def weight_arrays(self):
+        """The weights, memory-mapped read-only from the artifact, in entry order."""
+        out = []
+        if self.weights_size == 0:
+            return [np.zeros(w["nbytes"], np.uint8) for w in self.manifest["weights"]]
+        mm = np.memmap(self.path, dtype=np.uint8, mode="r", offset=self.weights_offset, shape=(self.weights_size,))
+        for w in self.manifest["weights"]:
+            out.append(mm[w["offset"]:w["offset"] + w["nbytes"]])
+        return out
+
+
+def _bad(path, why):
+    return ArtifactError(f"{path}: not a valid tcc artifact ({why})")
+
+
+def _check_manifest(path, m):
+    if not isinstance(m, dict) or m.get("format") != FORMAT:
+        raise _bad(path, "manifest.json does not describe a tcc artifact")
+    v = m.get("format_version")
+    if v != FORMAT_VERSION:
+        raise ArtifactError(f"{path}: artifact format version {v!r} is not supported by this tcc "
+                            f"(expects {FORMAT_VERSION}); recompile the model")
+    for key in ("signature", "compile", "weights", "plan", "files"):
+        if key not in m:
+            raise _bad(path, f"manifest.json has no '{key}'")
+    try:
+        ins = [TensorSpec.from_json(d) for d in m["signature"]["inputs"]]
+        outs = [TensorSpec.from_json(d) for d in m["signature"]["outputs"]]
+        for t in ins + outs:
+            t.dtype  # noqa: B018 - validates the element name
+        for w in m["weights"]:
+            int(w["offset"]), int(w["nbytes"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise _bad(path, f"malformed signature or weights index: {e}") from None
+    return ins, outs
+
+
+def check_cpu(path, manifest, host_features=None):
+    """Refuses code built for CPU features this machine lacks."""
+    need = manifest["compile"].get("target", {}).get("features", [])
+    if host_features is None:
+        from tcc.dialects.conversions.loop_to_native.target import host_features as hf
+        host_features = hf()
+    missing = sorted(set(need) - set(host_features))
+    if missing:
+        raise ArtifactError(f"{path}: compiled for CPU features this machine lacks: {', '.join(missing)} "
+                            f"(built for {manifest['compile'].get('target', {}).get('cpu', '?')}); "
+                            "recompile it here")
+
+
+def read_artifact(path, host_features=None) -> Artifact:
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise ArtifactError(f"{path}: no such file")
+    try:
+        with zipfile.ZipFile(path) as z:
+            names = set(z.namelist())
+            for n in (MANIFEST, HOST_OBJECT, WEIGHTS):
+                if n not in names:
+                    raise _bad(path, f"missing {n}")
+            try:
+                m = json.loads(z.read(MANIFEST).decode("utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError) as e:
+                raise _bad(path, f"manifest.json is not JSON: {e}") from None
+            ins, outs = _check_manifest(path, m)
+            obj = z.read(HOST_OBJECT)
+            info = z.getinfo(WEIGHTS)
+            files = m["files"]
+            if len(obj) != files.get(HOST_OBJECT, {}).get("size") or _sha(obj) != files[HOST_OBJECT].get("sha256"):
+                raise _bad(path, f"{HOST_OBJECT} is corrupt (size or hash mismatch)")
+            if info.file_size != files.get(WEIGHTS, {}).get("size"):
+                raise _bad(path, f"{WEIGHTS} is corrupt (size mismatch)")
+            if info.compress_type != zipfile.ZIP_STORED:
+                raise _bad(path, f"{WEIGHTS} must be stored uncompressed")
+            with z.open(WEIGHTS) as f:
+                h = hashlib.sha256()
+                for chunk in iter(lambda: f.read(1 << 22), b""):
+                    h.update(chunk)
+            if h.hexdigest() != files[WEIGHTS].get("sha256"):
+                raise _bad(path, f"{WEIGHTS} is corrupt (hash mismatch)")
+            # The stored member's data starts after its local header.
+            with open(path, "rb") as raw:
+                raw.seek(info.header_offset)
+                hdr = raw.read(30)
+                if hdr[:4] != b"PK\x03\x04":
+                    raise _bad(path, "bad zip local header")
+                n, e = int.from_bytes(hdr[26:28], "little"), int.from_bytes(hdr[28:30], "little")
+                data_off = info.header_offset + 30 + n + e
+    except zipfile.BadZipFile as e:
+        raise _bad(path, f"bad zip: {e}") from None
+    except OSError as e:
+        raise ArtifactError(f"{path}: cannot read ({e.strerror or e})") from None
+    for w in m["weights"]:
+        if w["offset"] % ALIGN or w["offset"] + w["nbytes"] > info.file_size:
+            raise _bad(path, f"weight {w.get('name')!r} lies outside weights.bin or is misaligned")
+    check_cpu(path, m, host_features)
+    return Artifact(path, m, obj, ins, outs, data_off, info.file_size)

@@ -1,0 +1,106 @@
+"""The host runtime library (`libtccrt.so`: the thread pool that runs
+outlined parallel loops). `make native` builds it beside its source; when it
+is absent (a plain `pip install -e .`) it is built on first use with the
+system C compiler into `~/.cache/tcc/` (keyed by the source's hash, so an
+edited source is rebuilt). `load()` makes its symbols visible to JIT-loaded
+object code."""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from tcc.dialects.ir.errors import TccError
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCES = ["threadpool.c"]
+LIB_NAME = "libtccrt.so"
+CFLAGS = ["-O2", "-fPIC", "-shared", "-pthread"]
+
+
+class NativeBuildError(TccError):
+    pass
+
+
+def _digest():
+    h = hashlib.sha256()
+    for s in SOURCES:
+        with open(os.path.join(HERE, s), "rb") as f:
+            h.update(f.read())
+    h.update(" ".join(CFLAGS).encode())
+    return h.hexdigest()[:16]
+
+
+def find_cc():
+    for cc in (os.environ.get("CC"), "cc", "gcc", "clang"):
+        if cc and shutil.which(cc):
+            return cc
+    return None
+
+
+def build(dest: str):
+    """Compiles the runtime into `dest` (atomically)."""
+    cc = find_cc()
+    if cc is None:
+        raise NativeBuildError("cannot build the tcc runtime library: no C compiler found "
+                               "(install gcc or set CC, or run `make native`)")
+    os.makedirs(os.path.dirname(dest) or ".", exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=os.path.dirname(dest) or ".")
+    os.close(fd)
+    cmd = [cc, *CFLAGS, "-o", tmp, *[os.path.join(HERE, s) for s in SOURCES]]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            first = (r.stderr.strip().splitlines() or ["?"])[0]
+            raise NativeBuildError(f"building the tcc runtime library with {cc} failed: {first}")
+        os.replace(tmp, dest)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return dest
+
+
+def cache_dir():
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "tcc")
+
+
+def library_path() -> str:
+    """The runtime library, built if needed. The Makefile's copy wins when it
+    is at least as new as the sources."""
+    local = os.path.join(HERE, LIB_NAME)
+    if os.path.exists(local) and all(os.path.getmtime(local) >= os.path.getmtime(os.path.join(HERE, s))
+                                     for s in SOURCES):
+        return local
+    cached = os.path.join(cache_dir(), f"libtccrt-{_digest()}.so")
+    if not os.path.exists(cached):
+        build(cached)
+    return cached
+
+
+_loaded = None
+
+
+def load() -> str:
+    """Loads the runtime into the process once (for llvmlite's symbol
+    resolution, and ctypes); returns its path."""
+    global _loaded
+    if _loaded is None:
+        import ctypes
+
+        import llvmlite.binding as llvm
+        path = library_path()
+        # RTLD_NODELETE: LLVM dlclose()s "permanent" libraries in its static
+        # destructors at exit, which would unmap the pool's code under its
+        # still-running worker threads (a segfault at interpreter exit).
+        ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL | getattr(os, "RTLD_NODELETE", 0x1000))
+        llvm.load_library_permanently(path)
+        _loaded = path
+    return _loaded
+
+
+if __name__ == "__main__":  # `python -m tcc.runtime.native OUT.so`: used by `make native`
+    build(sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, LIB_NAME))

@@ -1,0 +1,118 @@
+/* The tcc host runtime's thread pool: runs outlined parallel loop bodies
+ * across cores, with no Python involved.
+ *
+ *   void tcc_parallel_for(int64_t n, tcc_body_fn body, void *ctx);
+ *
+ * calls body(begin, end, ctx) over disjoint chunks covering [0, n); returns
+ * when all are done. The calling thread works too. Workers are created on the
+ * first call (TCC_NUM_THREADS, default: the online cores) and then sleep on a
+ * condition variable between jobs after a short spin, so back-to-back loops
+ * (the common case in one model run) do not pay a wake-up each. A call made
+ * from inside a body, or while another thread owns the pool, runs serially:
+ * correctness never depends on the pool being free. */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+typedef void (*tcc_body_fn)(int64_t begin, int64_t end, void *ctx);
+
+#define SPIN_ITERS 2000
+
+static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;  /* one job at a time */
+static pthread_mutex_t wake_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t wake_cond = PTHREAD_COND_INITIALIZER;
+static int num_threads = 1;
+
+/* The current job; written by the owner before bumping `generation`. */
+static tcc_body_fn job_body;
+static void *job_ctx;
+static int64_t job_n, job_chunk;
+static atomic_int_fast64_t job_next;
+static atomic_int job_pending;      /* workers that have not finished the job */
+static atomic_uint_fast64_t generation;
+
+static __thread int in_parallel;
+
+static void run_chunks(void) {
+    for (;;) {
+        int64_t b = atomic_fetch_add_explicit(&job_next, job_chunk, memory_order_relaxed);
+        if (b >= job_n) return;
+        int64_t e = b + job_chunk < job_n ? b + job_chunk : job_n;
+        job_body(b, e, job_ctx);
+    }
+}
+
+static void *worker(void *arg) {
+    (void)arg;
+    uint_fast64_t seen = 0;
+    in_parallel = 1;
+    for (;;) {
+        uint_fast64_t g;
+        int spins = 0;
+        while ((g = atomic_load_explicit(&generation, memory_order_acquire)) == seen) {
+            if (++spins < SPIN_ITERS) { sched_yield(); continue; }
+            pthread_mutex_lock(&wake_lock);
+            while ((g = atomic_load_explicit(&generation, memory_order_acquire)) == seen)
+                pthread_cond_wait(&wake_cond, &wake_lock);
+            pthread_mutex_unlock(&wake_lock);
+            break;
+        }
+        seen = g;
+        run_chunks();
+        atomic_fetch_sub_explicit(&job_pending, 1, memory_order_acq_rel);
+    }
+    return NULL;
+}
+
+static void pool_init(void) {
+    const char *env = getenv("TCC_NUM_THREADS");
+    long n = env && *env ? strtol(env, NULL, 10) : sysconf(_SC_NPROCESSORS_ONLN);
+    if (n < 1) n = 1;
+    if (n > 256) n = 256;
+    num_threads = (int)n;
+    for (int i = 1; i < num_threads; i++) {
+        pthread_t t;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setstacksize(&attr, 8 << 20);  /* bodies keep small buffers on the stack */
+        if (pthread_create(&t, &attr, worker, NULL) != 0) { num_threads = i; pthread_attr_destroy(&attr); break; }
+        pthread_attr_destroy(&attr);
+        pthread_detach(t);
+    }
+}
+
+int tcc_num_threads(void) {
+    pthread_once(&pool_once, pool_init);
+    return num_threads;
+}
+
+void tcc_parallel_for(int64_t n, tcc_body_fn body, void *ctx) {
+    if (n <= 0) return;
+    pthread_once(&pool_once, pool_init);
+    if (n == 1 || num_threads == 1 || in_parallel || pthread_mutex_trylock(&pool_lock) != 0) {
+        body(0, n, ctx);
+        return;
+    }
+    int64_t chunks = (int64_t)num_threads * 4;  /* a little slack for uneven cores */
+    int64_t chunk = (n + chunks - 1) / chunks;
+    job_body = body;
+    job_ctx = ctx;
+    job_n = n;
+    job_chunk = chunk < 1 ? 1 : chunk;
+    atomic_store_explicit(&job_next, 0, memory_order_relaxed);
+    atomic_store_explicit(&job_pending, num_threads - 1, memory_order_relaxed);
+    pthread_mutex_lock(&wake_lock);
+    atomic_fetch_add_explicit(&generation, 1, memory_order_release);
+    pthread_cond_broadcast(&wake_cond);
+    pthread_mutex_unlock(&wake_lock);
+    in_parallel = 1;
+    run_chunks();
+    in_parallel = 0;
+    while (atomic_load_explicit(&job_pending, memory_order_acquire) != 0) sched_yield();
+    pthread_mutex_unlock(&pool_lock);
+}
