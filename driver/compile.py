@@ -133,17 +133,25 @@ def _nbytes(t: MemRefType):
     return byte_size(t)
 
 
-def emit(module, ctx, options):
-    """Runs the host backend on an onnx-dialect module and writes what
-    `options.emit` asks for; returns the output path (None for stdout)."""
+@dataclasses.dataclass
+class HostCode:
+    """One host function compiled to object code."""
+    obj: bytes
+    low: object          # loop_to_native.Lowered (signature, weights, workspace)
+    names: tuple         # (input names, output names)
+    onnx_stats: dict
+    seconds: dict
+
+
+def compile_host(module, ctx, options, stop_at=None):
+    """@main_graph of `module` -> HostCode; with `stop_at` in (loop-ir,
+    native-ir) returns the module / optimized LLVM module instead."""
     seconds = {}
     t0 = time.perf_counter()
     names, onnx_stats = lower(module, ctx, options)
     seconds["graph_to_loop"] = time.perf_counter() - t0
-    if options.emit == "loop-ir":
-        write_ir(module, options.output)
-        return options.output
-
+    if stop_at == "loop-ir":
+        return module
     from tcc.dialects.conversions.loop_to_native import emit_object, lower_module, optimize
     t0 = time.perf_counter()
     low = lower_module(module)
@@ -152,17 +160,33 @@ def emit(module, ctx, options):
     opt = 3 if options.opt_level >= 2 else options.opt_level
     mod = optimize(low.llvm_ir, opt)
     seconds["llvm_opt"] = time.perf_counter() - t0
-    if options.emit == "native-ir":
-        write_text(str(mod), options.output)
-        return options.output
+    if stop_at == "native-ir":
+        return mod
     t0 = time.perf_counter()
     obj = emit_object(mod, opt)
     seconds["llvm_codegen"] = time.perf_counter() - t0
+    return HostCode(obj, low, names, onnx_stats, seconds)
+
+
+def emit(module, ctx, options):
+    """Runs the backends on an onnx-dialect module and writes what
+    `options.emit` asks for; returns the output path (None for stdout)."""
+    from .compile_plan import compile_plan, has_partitions
+    if has_partitions(module):
+        return compile_plan(module, ctx, options, lambda sub: compile_host(sub, ctx, options))
+    if options.emit == "loop-ir":
+        write_ir(compile_host(module, ctx, options, "loop-ir"), options.output)
+        return options.output
+    if options.emit == "native-ir":
+        write_text(str(compile_host(module, ctx, options, "native-ir")), options.output)
+        return options.output
+    hc = compile_host(module, ctx, options)
+    obj, low, names = hc.obj, hc.low, hc.names
     if options.emit == "obj":
         write_bytes(obj, _need_output(options))
         return options.output
     ins, outs = _specs(low.inputs, names[0]), _specs(low.outputs, names[1])
-    info = _compile_info(options, low, onnx_stats, seconds)
+    info = _compile_info(options, low, hc.onnx_stats, hc.seconds)
     weights = [(w.name, w.array) for w in low.weights]
     if options.emit == "lib":
         return _write_lib(obj, _need_output(options), ins, outs, weights, info)

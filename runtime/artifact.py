@@ -92,9 +92,16 @@ def write_artifact(path, *, inputs, outputs, host_object: bytes, weights, compil
         "plan": [{"kind": "call", "device": "host", "object": HOST_OBJECT, "entry": "tcc_main_graph",
                   "args": "inputs+outputs", "weights": "all", "workspace_bytes":
                       compile_info.get("workspace_bytes", 0)}],
-        "files": {HOST_OBJECT: {"size": len(host_object), "sha256": _sha(host_object)},
-                  WEIGHTS: {"size": len(blob), "sha256": _sha(blob)}},
     }
+    return write_zip(path, manifest, {HOST_OBJECT: host_object}, blob)
+
+
+def write_zip(path, manifest, members: dict, weights_blob: bytes):
+    """The artifact file: manifest (with a size and hash per member), the
+    members (deflated) and weights.bin (stored, 64-byte aligned). Atomic."""
+    manifest = dict(manifest)
+    manifest["files"] = {n: {"size": len(b), "sha256": _sha(b)} for n, b in members.items()}
+    manifest["files"][WEIGHTS] = {"size": len(weights_blob), "sha256": _sha(weights_blob)}
     d = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(d):
         raise ArtifactError(f"{path}: directory {d} does not exist")
@@ -102,7 +109,8 @@ def write_artifact(path, *, inputs, outputs, host_object: bytes, weights, compil
     try:
         with os.fdopen(fd, "wb") as f, zipfile.ZipFile(f, "w") as z:
             z.writestr(MANIFEST, json.dumps(manifest, indent=1, sort_keys=True), zipfile.ZIP_DEFLATED)
-            z.writestr(HOST_OBJECT, host_object, zipfile.ZIP_DEFLATED)
+            for name, data in members.items():
+                z.writestr(name, data, zipfile.ZIP_DEFLATED)
             # Stored, not deflated, and 64-byte aligned in the file (padding in
             # the local header's extra field, as Android's zipalign does), so
             # the session maps the weights in place at their aligned offsets.
@@ -111,7 +119,7 @@ def write_artifact(path, *, inputs, outputs, host_object: bytes, weights, compil
             start = f.tell() + 30 + len(WEIGHTS) + 4
             zi.extra = _PAD_ID.to_bytes(2, "little") + ((-start) % ALIGN).to_bytes(2, "little") + \
                 b"\0" * ((-start) % ALIGN)
-            z.writestr(zi, blob)
+            z.writestr(zi, weights_blob)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -129,6 +137,7 @@ class Artifact:
     outputs: list
     weights_offset: int    # file offset of weights.bin's bytes (stored member)
     weights_size: int
+    members: dict = None   # every other member's bytes, verified against the manifest
 
     def weight_arrays(self):
         """The weights, memory-mapped read-only from the artifact, in entry order."""
@@ -187,7 +196,7 @@ def read_artifact(path, host_features=None) -> Artifact:
     try:
         with zipfile.ZipFile(path) as z:
             names = set(z.namelist())
-            for n in (MANIFEST, HOST_OBJECT, WEIGHTS):
+            for n in (MANIFEST, WEIGHTS):
                 if n not in names:
                     raise _bad(path, f"missing {n}")
             try:
@@ -195,11 +204,19 @@ def read_artifact(path, host_features=None) -> Artifact:
             except (UnicodeDecodeError, json.JSONDecodeError) as e:
                 raise _bad(path, f"manifest.json is not JSON: {e}") from None
             ins, outs = _check_manifest(path, m)
-            obj = z.read(HOST_OBJECT)
-            info = z.getinfo(WEIGHTS)
             files = m["files"]
-            if len(obj) != files.get(HOST_OBJECT, {}).get("size") or _sha(obj) != files[HOST_OBJECT].get("sha256"):
-                raise _bad(path, f"{HOST_OBJECT} is corrupt (size or hash mismatch)")
+            members = {}
+            for n, meta in files.items():
+                if n == WEIGHTS:
+                    continue
+                if n not in names:
+                    raise _bad(path, f"missing {n}")
+                data = z.read(n)
+                if len(data) != meta.get("size") or _sha(data) != meta.get("sha256"):
+                    raise _bad(path, f"{n} is corrupt (size or hash mismatch)")
+                members[n] = data
+            obj = members.get(HOST_OBJECT)
+            info = z.getinfo(WEIGHTS)
             if info.file_size != files.get(WEIGHTS, {}).get("size"):
                 raise _bad(path, f"{WEIGHTS} is corrupt (size mismatch)")
             if info.compress_type != zipfile.ZIP_STORED:
@@ -226,4 +243,4 @@ def read_artifact(path, host_features=None) -> Artifact:
         if w["offset"] % ALIGN or w["offset"] + w["nbytes"] > info.file_size:
             raise _bad(path, f"weight {w.get('name')!r} lies outside weights.bin or is misaligned")
     check_cpu(path, m, host_features)
-    return Artifact(path, m, obj, ins, outs, data_off, info.file_size)
+    return Artifact(path, m, obj, ins, outs, data_off, info.file_size, members)

@@ -64,9 +64,12 @@ def _fmt(specs):
     return ", ".join(f"{t.name}: {t.dtype}{list(t.shape)}" for t in specs)
 
 
+_jit_entry = _jit
+
+
 class Session:
-    def __init__(self, path):
-        self.artifact = art = read_artifact(path)
+    def __init__(self, path, artifact=None):
+        self.artifact = art = artifact if artifact is not None else read_artifact(path)
         self.path = art.path
         self.manifest = art.manifest
         self._inputs, self._outputs = art.inputs, art.outputs
@@ -146,5 +149,12 @@ class Session:
         return f"<tcc.Session {self.path}: ({_fmt(self._inputs)}) -> ({_fmt(self._outputs)})>"
 
 
-def load(path) -> Session:
-    return Session(path)
+def load(path):
+    """A Session for a host-only artifact; a PlanSession (runtime.executor)
+    for a model placed on accelerators."""
+    from .plan_artifact import is_plan
+    art = read_artifact(path)
+    if is_plan(art.manifest):
+        from .executor import PlanSession
+        return PlanSession(art)
+    return Session(path, art)

@@ -30,5 +30,5 @@ def compile(model, maccel=(), opt_level=2, output=None):  # noqa: A001 - mirrors
 
 def load(path):
     """Loads a `.tcc` artifact; returns a Session (`.run`, `.input_signature`, ...)."""
-    from tcc.runtime.session import Session
-    return Session(path)
+    from tcc.runtime.session import load as _load
+    return _load(path)

@@ -1,0 +1,174 @@
+"""Runs a plan artifact: host steps are native entries (one JIT-loaded
+object each), accelerator steps are functions of the accelerators' runtime
+modules, values move between devices by the device API's copies at step
+boundaries. Accelerators are loaded by name from the installed plugins;
+their runtime modules (and so their weights) are loaded once per session,
+and every intermediate buffer is allocated once."""
+from __future__ import annotations
+
+import ctypes
+import threading
+
+import numpy as np
+
+from tcc.accelerators import RuntimeModule
+from tcc.accelerators.manager import AcceleratorError, load_accelerators
+from tcc.dialects.ir.errors import TccError
+
+from .artifact import TensorSpec
+from .device import get_device
+from .session import ALIGN, InputError, _fmt, _jit_entry, _sig, aligned_empty
+
+HOST = "cpu"
+
+
+class PlanSession:
+    def __init__(self, artifact):
+        self.artifact = art = artifact
+        self.path, self.manifest = art.path, art.manifest
+        self._inputs, self._outputs = art.inputs, art.outputs
+        m = self.manifest
+        self.values = {n: TensorSpec(n, tuple(v["shape"]), v["element"]) for n, v in m["values"].items()}
+        self.host = get_device(HOST)
+        self._weights = art.weight_arrays()
+        self.steps = []
+        self._accel_modules = self._load_accelerators(m.get("accelerators", {}))
+        for step in m["plan"]:
+            if step["kind"] == "host":
+                engine, entry = _jit_entry(art.members[step["object"]])
+                w = [self._weights[i] for i in step["weights"]]
+                wptrs = (ctypes.c_void_p * max(len(w), 1))(*[a.ctypes.data for a in w])
+                ws = aligned_empty((max(int(step["workspace_bytes"]), 1),), np.uint8)
+                self.steps.append(("host", step, (engine, entry, w, wptrs, ws)))
+            else:
+                acc, device, stream, rmod = self._accel_modules[step["accelerator"]]
+                try:
+                    fn = rmod.get_function(step["function"])
+                except Exception as e:
+                    raise TccError(f"{self.path}: accelerator '{acc.name}' has no function "
+                                   f"{step['function']} ({e})") from None
+                self.steps.append(("accel", step, (acc, device, stream, fn)))
+        self._buffers = {}  # (value, device) -> DeviceBuffer, allocated once
+        self._lock = threading.Lock()
+
+    def _load_accelerators(self, accels):
+        try:
+            loaded = {a.name: a for a in load_accelerators(list(accels))}
+        except AcceleratorError as e:
+            raise TccError(f"{self.path}: needs accelerators {', '.join(accels)}: {e}") from None
+        out = {}
+        for name, info in accels.items():
+            acc = loaded[name]
+            factory = acc.call("tcc_device_manager_factory") if acc.has("tcc_device_manager_factory") else None
+            device = get_device(f"{factory.device_type}:0") if factory is not None else self.host
+            rm = RuntimeModule(name, self.artifact.members[info["member"]], tuple(info["functions"]),
+                               info.get("format", "raw"), info.get("metadata", {}))
+            rmod = acc.call("tcc_load_runtime_module", module=rm, device=device)
+            if rmod is None:
+                raise TccError(f"{self.path}: accelerator '{name}' cannot load its runtime module")
+            out[name] = (acc, device, device.create_stream(), rmod)
+        return out
+
+    # -- signature (as Session) ------------------------------------------------
+    @property
+    def input_signature(self):
+        return _sig(self._inputs)
+
+    @property
+    def output_signature(self):
+        return _sig(self._outputs)
+
+    @property
+    def input_names(self):
+        return [t.name for t in self._inputs]
+
+    @property
+    def output_names(self):
+        return [t.name for t in self._outputs]
+
+    # -- buffers -------------------------------------------------------------------
+    def _nbytes(self, name):
+        t = self.values[name]
+        return max(int(np.prod(t.shape, dtype=np.int64)) * t.dtype.itemsize, 1)
+
+    def _buffer(self, name, device):
+        key = (name, device)
+        b = self._buffers.get(key)
+        if b is None:
+            b = self._buffers[key] = device.alloc(self._nbytes(name))
+        return b
+
+    def _host_array(self, buf, name):
+        t = self.values[name]
+        n = int(np.prod(t.shape, dtype=np.int64)) * t.dtype.itemsize
+        return buf.handle[:n].view(t.dtype).reshape(t.shape)
+
+    def _on(self, name, device, where, stream):
+        """Value `name` on `device`, copying from where it lives now."""
+        src = where.get(name)
+        if src is None:
+            raise TccError(f"plan uses value '{name}' before it is computed")
+        if src.device is device:
+            return src
+        dst = self._buffer(name, device)
+        n = self._nbytes(name)
+        if device is self.host:
+            src.device.copy_device_to_host(src, dst.handle, n, stream=self._stream_of(src.device))
+            self._stream_of(src.device).sync()
+        elif src.device is self.host:
+            device.copy_host_to_device(src.handle, dst, n, stream=stream)
+        else:  # between two accelerators: through the host
+            h = self._on(name, self.host, where, None)
+            device.copy_host_to_device(h.handle, dst, n, stream=stream)
+        where[name] = dst if device is not self.host else dst
+        return dst
+
+    def _stream_of(self, device):
+        for _, d, s, _ in self._accel_modules.values():
+            if d is device:
+                return s
+        raise TccError(f"no stream for {device}")
+
+    def run(self, inputs, output_names=None):
+        from .session import Session
+        arrays = Session._arrange(self, inputs)
+        with self._lock:
+            where = {}
+            for v, spec in zip(arrays, self._inputs):
+                arr = Session._prepare(self, v, spec)
+                buf = self._buffer(spec.name, self.host)
+                self._host_array(buf, spec.name)[...] = arr
+                where[spec.name] = buf
+            for kind, step, state in self.steps:
+                if kind == "host":
+                    engine, entry, _w, wptrs, ws = state
+                    bufs = [self._on(n, self.host, where, None) for n in step["inputs"]]
+                    outs = [self._buffer(n, self.host) for n in step["outputs"]]
+                    args = (ctypes.c_void_p * max(len(bufs) + len(outs), 1))(*[b.ptr for b in bufs + outs])
+                    entry(args, wptrs, ws.ctypes.data)
+                    for n, b in zip(step["outputs"], outs):
+                        where[n] = b
+                else:
+                    acc, device, stream, fn = state
+                    bufs = [self._on(n, device, where, stream) for n in step["inputs"]]
+                    outs = [self._buffer(n, device) for n in step["outputs"]]
+                    fn(bufs + outs, stream)
+                    for n, b in zip(step["outputs"], outs):
+                        where[n] = b
+            results = []
+            for spec in self._outputs:
+                buf = self._on(spec.name, self.host, where, None)
+                out = aligned_empty(spec.shape, spec.dtype, ALIGN)
+                out[...] = self._host_array(buf, spec.name)
+                results.append(out)
+        if output_names is None:
+            return results
+        by = dict(zip(self.output_names, results))
+        for n in output_names:
+            if n not in by:
+                raise InputError(f"unknown output '{n}'; the model has outputs {', '.join(by)}")
+        return [by[n] for n in output_names]
+
+    def __repr__(self):
+        steps = ", ".join(s.get("accelerator", "host") for _, s, _ in self.steps)
+        return f"<tcc.PlanSession {self.path}: ({_fmt(self._inputs)}) -> ({_fmt(self._outputs)}) [{steps}]>"

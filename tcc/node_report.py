@@ -1,0 +1,153 @@
+"""Runs the ONNX backend node tests (onnx's own cases, generated in memory)
+through tcc and prints a scoreboard per op: passed / unsupported / wrong /
+crashed. Cases run in worker processes, so a crash is counted, not fatal.
+
+    python -m tcc.node_report                       # host
+    python -m tcc.node_report --maccel sim -j 2     # an accelerator
+    python -m tcc.node_report --write-allowlist test/backend/allowlist_host.txt
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import subprocess
+import sys
+import warnings
+from collections import Counter, defaultdict
+
+STATUSES = ("passed", "unsupported", "wrong", "crashed")
+
+
+@functools.lru_cache(maxsize=None)
+def cases():
+    import onnx.backend.test.loader as loader
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return {c.name: c for c in loader.load_model_tests(kind="node")}
+
+
+def op_of(name):
+    """The op a case tests: its single node's type; `_expanded` cases count
+    under the op they expand."""
+    all_cases = cases()
+    base = name[:-len("_expanded")] if name.endswith("_expanded") else name
+    case = all_cases.get(base, all_cases[name])
+    nodes = case.model.graph.node
+    return nodes[0].op_type if len(nodes) == 1 else (nodes[-1].op_type if nodes else "?")
+
+
+def run_case(name, maccel=()):
+    """(status, detail) for one case."""
+    from onnx.backend.test.runner import Runner
+
+    from tcc.backend import backend_for
+    from tcc.dialects.ir.errors import TccError
+    case = cases()[name]
+    try:
+        rep = backend_for(*maccel).prepare(case.model)
+    except TccError as e:
+        return "unsupported", str(e).splitlines()[0][:300]
+    except Exception as e:  # a compiler bug
+        return "crashed", f"compile: {type(e).__name__}: {e}"[:300]
+    try:
+        for inputs, refs in case.data_sets:
+            from onnx.backend.test.runner import _normalize_tensor
+            outs = rep.run([_normalize_tensor(x) for x in inputs])
+            Runner.assert_similar_outputs([_normalize_tensor(r) for r in refs], outs, case.rtol, case.atol)
+    except AssertionError as e:
+        return "wrong", " ".join(str(e).split())[:300]
+    except TccError as e:
+        return "unsupported", str(e).splitlines()[0][:300]
+    except Exception as e:
+        return "crashed", f"run: {type(e).__name__}: {e}"[:300]
+    return "passed", ""
+
+
+def _worker(names, maccel):
+    for n in names:
+        status, detail = run_case(n, maccel)
+        sys.stdout.write(json.dumps({"name": n, "status": status, "detail": detail}) + "\n")
+        sys.stdout.flush()
+
+
+def run_all(names, maccel=(), jobs=2, chunk=40, progress=None):
+    """Runs cases in worker subprocesses; returns {name: (status, detail)}."""
+    results = {}
+    pending = [names[i:i + chunk] for i in range(0, len(names), chunk)]
+    procs = []
+
+    def start(batch):
+        cmd = [sys.executable, "-m", "tcc.node_report", "--worker", ",".join(maccel), *batch]
+        return batch, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+
+    while pending or procs:
+        while pending and len(procs) < jobs:
+            procs.append(start(pending.pop(0)))
+        batch, p = procs.pop(0)
+        out, _ = p.communicate()
+        done = set()
+        for line in out.splitlines():
+            try:
+                r = json.loads(line)
+            except ValueError:
+                continue
+            results[r["name"]] = (r["status"], r["detail"])
+            done.add(r["name"])
+        left = [n for n in batch if n not in done]
+        if left:  # the worker died on left[0]: count it, retry the rest
+            results[left[0]] = ("crashed", f"worker died (exit {p.returncode})")
+            if left[1:]:
+                pending.insert(0, left[1:])
+        if progress:
+            progress(len(results), len(names))
+    return results
+
+
+def scoreboard(results):
+    per_op = defaultdict(Counter)
+    for name, (status, _) in results.items():
+        per_op[op_of(name)][status] += 1
+    lines = [f"{'op':<32}" + "".join(f"{s:>12}" for s in STATUSES)]
+    for op in sorted(per_op):
+        lines.append(f"{op:<32}" + "".join(f"{per_op[op][s]:>12}" for s in STATUSES))
+    total = Counter(s for s, _ in results.values())
+    lines.append(f"{'TOTAL':<32}" + "".join(f"{total[s]:>12}" for s in STATUSES))
+    return "\n".join(lines), total
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m tcc.node_report", description=__doc__.split("\n")[0])
+    ap.add_argument("--maccel", action="append", default=[], help="accelerator (repeatable)")
+    ap.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 2)
+    ap.add_argument("-k", "--filter", default="", help="only cases whose name contains this")
+    ap.add_argument("--write-allowlist", metavar="FILE", help="write the passing case names here")
+    ap.add_argument("--failures", action="store_true", help="list every non-passing case with its reason")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("names", nargs="*", help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.worker is not None:
+        _worker(a.names, tuple(x for x in a.worker.split(",") if x))
+        return 0
+    names = sorted(n for n in cases() if a.filter in n)
+    results = run_all(names, tuple(a.maccel), a.jobs,
+                      progress=lambda d, t: sys.stderr.write(f"\r{d}/{t} cases") if sys.stderr.isatty() else None)
+    table, total = scoreboard(results)
+    print(table)
+    if a.failures:
+        for n in sorted(results):
+            if results[n][0] != "passed":
+                print(f"{results[n][0]:<12} {n}: {results[n][1]}")
+    if a.write_allowlist:
+        with open(a.write_allowlist, "w") as f:
+            f.write("# ONNX node tests that pass" + (f" with --maccel={','.join(a.maccel)}" if a.maccel else " on the host")
+                    + " (onnx 1.23.2). Only grows: regenerate with python -m tcc.node_report --write-allowlist.\n")
+            for n in sorted(n for n, (s, _) in results.items() if s == "passed"):
+                f.write(n + "\n")
+    print(f"passed {total['passed']} of {len(results)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
