@@ -26,8 +26,16 @@ def pytest_report_header(config):
 
 @pytest.fixture(scope="session")
 def tcc_device(request):
-    """The device under test, from --tcc-device (the host when absent)."""
-    return get_device(_spec(request.config))
+    """The device under test, from --tcc-device (the host when absent). A
+    device type no one registered yet is looked up as an accelerator plugin
+    of that name, whose device factory registers it."""
+    spec = _spec(request.config)
+    dtype = spec.split(":")[0]
+    from tcc.runtime.device import default_registry
+    if dtype not in default_registry:
+        from tcc.accelerators.manager import load_accelerators
+        load_accelerators([dtype])
+    return get_device(spec)
 
 
 def _spec(config):

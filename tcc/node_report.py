@@ -51,6 +51,10 @@ def run_case(name, maccel=()):
         return "unsupported", str(e).splitlines()[0][:300]
     except Exception as e:  # a compiler bug
         return "crashed", f"compile: {type(e).__name__}: {e}"[:300]
+    if maccel:
+        plan = rep.session.manifest.get("plan", [])
+        if not any(step.get("accelerator") in maccel for step in plan):
+            return "unsupported", f"no op claimed by {', '.join(maccel)} (ran on the host)"
     try:
         for inputs, refs in case.data_sets:
             from onnx.backend.test.runner import _normalize_tensor
