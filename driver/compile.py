@@ -174,6 +174,11 @@ def emit(module, ctx, options):
     from .compile_plan import compile_plan, has_partitions
     if has_partitions(module):
         return compile_plan(module, ctx, options, lambda sub: compile_host(sub, ctx, options))
+    if options.emit == "tcc":
+        from tcc.runtime.specialize import needs_specialization, write_specializing_artifact
+        if needs_specialization(module):
+            # Dynamic dims or shape-deciding inputs: compiled per input shape at run time.
+            return write_specializing_artifact(options.output or "model.tcc", module, options)
     if options.emit == "loop-ir":
         write_ir(compile_host(module, ctx, options, "loop-ir"), options.output)
         return options.output

@@ -153,7 +153,11 @@ def load(path):
     """A Session for a host-only artifact; a PlanSession (runtime.executor)
     for a model placed on accelerators."""
     from .plan_artifact import is_plan
+    from .specialize import is_specializing
     art = read_artifact(path)
+    if is_specializing(art.manifest):
+        from .specialize import SpecializingSession
+        return SpecializingSession(art)
     if is_plan(art.manifest):
         from .executor import PlanSession
         return PlanSession(art)

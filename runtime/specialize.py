@@ -1,0 +1,227 @@
+"""Run-time specialization: models with dynamic dims, or whose graph inputs
+decide shapes (Reshape's shape, Slice's starts, Reduce's axes...), cannot be
+compiled ahead of time to static loop nests. Their artifact holds the
+optimized onnx-dialect IR instead; on each call the session specializes it
+for the concrete input shapes and shape-deciding input values, compiles it
+natively, and caches the result by that key, in memory and on disk
+(~/.cache/tcc/specialized/), so a shape seen once never compiles again."""
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import threading
+
+import numpy as np
+
+from tcc.dialects.ir.errors import TccError
+
+from .artifact import TensorSpec
+from .session import InputError, _fmt
+
+IR_MEMBER, RES_MEMBER = "model.mlir", "model.mlir.resources"
+
+# Operands whose VALUES decide result shapes (by schema input name): a graph
+# input feeding one is specialized on its value, not only its shape.
+SHAPE_OPERANDS = {"shape", "starts", "ends", "axes", "steps", "pads", "repeats", "k", "split", "scales",
+                  "sizes", "roi", "depth", "limit", "start", "delta", "num_outputs", "output_shape",
+                  "axis", "reduction_axes"}
+# ConstantOfShape / EyeLike-style ops whose first input is a shape.
+SHAPE_FIRST_INPUT = {"onnx.ConstantOfShape"}
+
+
+def shape_operand_args(module):
+    """Indices of @main_graph arguments whose values decide shapes."""
+    from tcc.dialects.onnx.dialect import schema_for, split_op_name
+    func = module.lookup_function("main_graph")
+    out = set()
+    for i, a in enumerate(func.regions[0].blocks[0].args):
+        for user, idx in a.uses:
+            if user.name in SHAPE_FIRST_INPUT and idx == 0:
+                out.add(i)
+                continue
+            dom, short = split_op_name(user.name)
+            if dom is None:
+                continue
+            s = schema_for(dom, short)
+            if s is not None and idx < len(s.inputs) and s.inputs[idx].name in SHAPE_OPERANDS:
+                out.add(i)
+    return sorted(out)
+
+
+def needs_specialization(module):
+    func = module.lookup_function("main_graph")
+    args = func.regions[0].blocks[0].args
+    dynamic = any(not getattr(a.type, "has_static_shape", True) for a in args)
+    return dynamic or bool(shape_operand_args(module))
+
+
+def write_specializing_artifact(path, module, options):
+    """The optimized onnx-dialect IR, to be specialized and compiled at run time."""
+    from tcc.dialects.ir import print_module
+
+    from .artifact import FORMAT, FORMAT_VERSION, write_zip
+    func = module.lookup_function("main_graph")
+    block = func.regions[0].blocks[0]
+
+    def names(key, n, prefix):
+        attrs = func.get_attr(key) or []
+        return [(attrs[i]["onnx.name"].value if i < len(attrs) and "onnx.name" in attrs[i] else f"{prefix}{i}")
+                for i in range(n)]
+
+    def spec(name, t):
+        shape = [-1 if d is None else d for d in (t.shape or ())]
+        return TensorSpec(name, tuple(shape), str(t.element)).to_json()
+
+    ins = [spec(n, a.type) for n, a in zip(names("arg_attrs", len(block.args), "input_"), block.args)]
+    rets = block.last.operands
+    outs = [spec(n, v.type) for n, v in zip(names("res_attrs", len(rets), "output_"), rets)]
+    with tempfile.TemporaryDirectory(prefix="tcc-art-") as d:
+        ir_path = os.path.join(d, IR_MEMBER)
+        print_module(module, path=ir_path)
+        members = {IR_MEMBER: open(ir_path, "rb").read()}
+        if os.path.exists(ir_path + ".resources"):
+            members[RES_MEMBER] = open(ir_path + ".resources", "rb").read()
+    import tcc
+    manifest = {"format": FORMAT, "format_version": FORMAT_VERSION,
+                "signature": {"inputs": ins, "outputs": outs}, "weights": [],
+                "plan": [{"kind": "specialize", "ir": IR_MEMBER}],
+                "specialize": {"shape_operand_inputs": shape_operand_args(module), "opt_level": options.opt_level},
+                "compile": {"tcc": tcc.__version__, "target": {"features": []},
+                            "options": {"opt_level": options.opt_level, "maccel": list(options.maccel)}}}
+    return write_zip(path, manifest, members, b"")
+
+
+def is_specializing(manifest):
+    return any(step.get("kind") == "specialize" for step in manifest.get("plan", []))
+
+
+def _cache_dir():
+    d = os.environ.get("TCC_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "tcc")
+    return os.path.join(d, "specialized")
+
+
+class SpecializingSession:
+    def __init__(self, artifact):
+        self.artifact = art = artifact
+        self.path, self.manifest = art.path, art.manifest
+        self._inputs, self._outputs = art.inputs, art.outputs
+        self._ir = art.members[IR_MEMBER].decode("utf-8")
+        self._res = art.members.get(RES_MEMBER)
+        self._shape_args = set(self.manifest["specialize"]["shape_operand_inputs"])
+        self._opt_level = int(self.manifest["specialize"].get("opt_level", 2))
+        self._digest = hashlib.sha256(art.members[IR_MEMBER] + (self._res or b"")).hexdigest()
+        self._cache = {}
+        self._lock = threading.Lock()
+
+    @property
+    def input_signature(self):
+        return [{"name": t.name, "shape": [None if d < 0 else d for d in t.shape], "dtype": str(t.dtype)}
+                for t in self._inputs]
+
+    @property
+    def output_signature(self):
+        return [{"name": t.name, "shape": [None if d < 0 else d for d in t.shape], "dtype": str(t.dtype)}
+                for t in self._outputs]
+
+    @property
+    def input_names(self):
+        return [t.name for t in self._inputs]
+
+    @property
+    def output_names(self):
+        return [t.name for t in self._outputs]
+
+    def _check(self, inputs):
+        specs = self._inputs
+        if isinstance(inputs, dict):
+            for k in inputs:
+                if k not in {t.name for t in specs}:
+                    raise InputError(f"unknown input '{k}'; the model takes {_fmt(specs)}")
+            missing = [t.name for t in specs if t.name not in inputs]
+            if missing:
+                raise InputError(f"missing input '{missing[0]}'; the model takes {_fmt(specs)}")
+            inputs = [inputs[t.name] for t in specs]
+        inputs = [np.asarray(v) for v in inputs]
+        if len(inputs) != len(specs):
+            raise InputError(f"got {len(inputs)} inputs, the model takes {len(specs)}: {_fmt(specs)}")
+        for v, t in zip(inputs, specs):
+            if v.dtype != t.dtype:
+                raise InputError(f"input '{t.name}' has dtype {v.dtype}, expected {t.dtype} "
+                                 f"(signature: {_fmt(specs)})")
+            if len(v.shape) != len(t.shape) or any(d >= 0 and d != s for d, s in zip(t.shape, v.shape)):
+                want = ["?" if d < 0 else d for d in t.shape]
+                raise InputError(f"input '{t.name}' has shape {list(v.shape)}, expected {want} "
+                                 f"(signature: {_fmt(specs)})")
+        return inputs
+
+    def _key(self, inputs):
+        import tcc
+        h = hashlib.sha256(f"{self._digest} {tcc.__version__} {self._opt_level}".encode())
+        for i, v in enumerate(inputs):
+            h.update(repr(v.shape).encode())
+            if i in self._shape_args:
+                h.update(np.ascontiguousarray(v).tobytes())
+        return h.hexdigest()
+
+    def _compiled(self, inputs):
+        key = self._key(inputs)
+        sess = self._cache.get(key)
+        if sess is not None:
+            return sess
+        from .session import Session
+        path = os.path.join(_cache_dir(), key[:2], key + ".tcc")
+        if os.path.exists(path):
+            try:
+                sess = Session(path)
+            except TccError:
+                sess = None  # stale or corrupt: compile again
+        if sess is None:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            self._compile(inputs, path)
+            sess = Session(path)
+        self._cache[key] = sess
+        return sess
+
+    def _compile(self, inputs, path):
+        from tcc.dialects.ir import new_context, parse_module
+        from tcc.dialects.ir import attributes as A
+        from tcc.dialects.ir.core import Operation
+        from tcc.dialects.ir.types import TensorType
+        from tcc.driver.compile import emit
+        from tcc.driver.options import CompileOptions
+        from tcc.dialects.ir import PassManager, parse_pipeline
+        from tcc.driver.pipeline import graph_pipeline
+        ctx = new_context()
+        with tempfile.TemporaryDirectory(prefix="tcc-spec-") as d:
+            ir_path = os.path.join(d, IR_MEMBER)
+            with open(ir_path, "w") as f:
+                f.write(self._ir)
+            if self._res is not None:
+                with open(ir_path + ".resources", "wb") as f:
+                    f.write(self._res)
+            module = parse_module(self._ir, ir_path, ctx)
+            for name in list(module.resources):  # the temp dir goes away: own the bytes
+                module.resources.set(name, np.array(module.resources.get(name)))
+        func = module.lookup_function("main_graph")
+        block = func.regions[0].blocks[0]
+        for i, (a, v) in enumerate(zip(block.args, inputs)):
+            a.type = TensorType(v.shape, a.type.element)
+            if i in self._shape_args:
+                const = Operation("onnx.Constant", [], [a.type],
+                                  {"value": A.DenseElementsAttr(np.array(v), a.type)})
+                block.insert_before(block.first, const)
+                for user, idx in list(a.uses):
+                    user.set_operand(idx, const.results[0])
+        options = CompileOptions(opt_level=self._opt_level, emit="tcc", output=path)
+        PassManager(ctx, parse_pipeline(graph_pipeline(max(self._opt_level, 1)), ctx)).run(module)
+        emit(module, ctx, options)
+
+    def run(self, inputs, output_names=None):
+        arrays = self._check(inputs)
+        with self._lock:
+            sess = self._compiled(arrays)
+        return sess.run(arrays, output_names)
+
+    def __repr__(self):
+        return f"<tcc.SpecializingSession {self.path}: ({_fmt(self._inputs)}) -> ({_fmt(self._outputs)})>"
