@@ -124,10 +124,17 @@ def _register_runtime(acc):
             raise AcceleratorError(f"accelerator '{acc.name}': cannot register its device: {_one_line(e)}") from None
     kind = acc.call("tcc_target_kind") if acc.has("tcc_target_kind") else None
     if kind is not None:
+        from tcc.runtime.device import get_target_kind
         try:
-            k = register_target_kind(kind["name"], kind.get("device_type"), replace=True)
+            try:
+                # An existing kind (the built-in cpu/gpu ones) is extended, never
+                # replaced: its attributes and device preprocessor stay.
+                k = get_target_kind(kind["name"])
+            except Exception:
+                k = register_target_kind(kind["name"], kind.get("device_type"))
             for attr, (typ, default) in kind.get("attrs", {}).items():
-                k.add_attr_option(attr, typ, default)
+                if attr not in k.attr_options:
+                    k.add_attr_option(attr, typ, default)
         except Exception as e:
             raise AcceleratorError(f"accelerator '{acc.name}': cannot register its target: {_one_line(e)}") from None
 

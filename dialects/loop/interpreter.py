@@ -150,8 +150,9 @@ def _cast(kind, v, it, ot):
         return _norm(v, ot)
     if kind == "bitcast":
         if isinstance(it, FloatType) or isinstance(ot, FloatType):
-            src = np.array([v], dtype=to_numpy_dtype(it) if isinstance(it, FloatType) else f"u{_width(it) // 8}")
-            if not isinstance(it, FloatType):
+            if isinstance(it, FloatType):
+                src = np.array([v], dtype=to_numpy_dtype(it))
+            else:
                 src = np.array([_u(v, it)], dtype=f"u{_width(it) // 8}")
             if isinstance(ot, FloatType):
                 return src.view(to_numpy_dtype(ot))[0]

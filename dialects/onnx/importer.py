@@ -70,11 +70,24 @@ def check_and_infer(model: onnx.ModelProto, where="model") -> onnx.ModelProto:
     if model.functions:
         model = onnx.inliner.inline_local_functions(model)
     try:
-        model = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
+        # data_prop (values of Shape/Size chains) costs time linear in tensor
+        # sizes (seconds for 4M-element inputs): only pay it where it can help.
+        prop = any(n.op_type in ("Shape", "Size") for n in _all_nodes(model.graph))
+        model = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=prop)
     except Exception as e:  # shape inference is best effort: keep what we have
         msg = _one_line(e)
         raise ImportError_(f"{where}: shape inference failed: {msg}") from None
     return model
+
+
+def _all_nodes(graph):
+    for n in graph.node:
+        yield n
+        for a in n.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                yield from _all_nodes(a.g)
+            for g in a.graphs:
+                yield from _all_nodes(g)
 
 
 def _check_domains(model, where):

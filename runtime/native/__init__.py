@@ -1,5 +1,6 @@
 """The host runtime library (`libtccrt.so`: the thread pool that runs
-outlined parallel loops). `make native` builds it beside its source; when it
+outlined parallel loops, and the fp32 GEMM/convolution kernels that
+`loop.call`s and library-call nests reach, gemm.c). `make native` builds it beside its source; when it
 is absent (a plain `pip install -e .`) it is built on first use with the
 system C compiler into `~/.cache/tcc/` (keyed by the source's hash, so an
 edited source is rebuilt). `load()` makes its symbols visible to JIT-loaded
@@ -16,7 +17,9 @@ import tempfile
 from tcc.dialects.ir.errors import TccError
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SOURCES = ["threadpool.c"]
+SOURCES = ["threadpool.c", "gemm.c"]
+# a symbol of every source: a library built from fewer sources is stale
+REQUIRED_SYMBOLS = [b"tcc_parallel_for", b"tcc_gemm_f32", b"tcc_conv_f32"]
 LIB_NAME = "libtccrt.so"
 CFLAGS = ["-O2", "-fPIC", "-shared", "-pthread"]
 
@@ -68,12 +71,21 @@ def cache_dir():
     return os.path.join(base, "tcc")
 
 
+def _has_symbols(path):
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError:
+        return False
+    return all(sym in data for sym in REQUIRED_SYMBOLS)
+
+
 def library_path() -> str:
     """The runtime library, built if needed. The Makefile's copy wins when it
     is at least as new as the sources."""
     local = os.path.join(HERE, LIB_NAME)
     if os.path.exists(local) and all(os.path.getmtime(local) >= os.path.getmtime(os.path.join(HERE, s))
-                                     for s in SOURCES):
+                                     for s in SOURCES) and _has_symbols(local):
         return local
     cached = os.path.join(cache_dir(), f"libtccrt-{_digest()}.so")
     if not os.path.exists(cached):

@@ -17,9 +17,19 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SIM = os.path.join(REPO, "examples", "tcc-accel-sim")
 
 
+def _copy(src, dst):
+    """pip builds in the source tree: build from a copy, so the checkout
+    never gains build/ or *.egg-info (which would then look installed)."""
+    import shutil
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns(".git", ".venv", "build", "*.egg-info", "__pycache__",
+                                                            "*.tcc", ".pytest_cache"))
+    return str(dst)
+
+
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory):
     root = tmp_path_factory.mktemp("venv")
+    repo = _copy(REPO, root / "src")
     env_dir = root / "env"
     subprocess.run([sys.executable, "-m", "venv", str(env_dir)], check=True, capture_output=True)
     py = env_dir / "bin" / "python"
@@ -30,7 +40,7 @@ def venv(tmp_path_factory):
     with open(os.path.join(site, "_parent_env.pth"), "w") as f:
         f.write(sysconfig.get_paths()["purelib"] + "\n")
     pip = [str(py), "-m", "pip", "install", "-q", "--no-index", "--no-build-isolation", "--no-deps"]
-    r = subprocess.run(pip + [REPO], capture_output=True, text=True, cwd=str(root))
+    r = subprocess.run(pip + [repo], capture_output=True, text=True, cwd=str(root))
     assert r.returncode == 0, r.stderr[-2000:]
     return env_dir
 
@@ -49,7 +59,7 @@ def test_sim_is_unknown_until_installed_then_works(venv, tmp_path):
     before = run(venv, bin_(venv, "tcc"), "--maccel=sim", model)
     assert before.returncode != 0 and "unknown accelerator 'sim'" in before.stderr
     r = run(venv, bin_(venv, "python"), "-m", "pip", "install", "-q", "--no-index", "--no-build-isolation",
-            "--no-deps", SIM, cwd=str(tmp_path))
+            "--no-deps", _copy(SIM, tmp_path / "sim-src"), cwd=str(tmp_path))
     assert r.returncode == 0, r.stderr[-2000:]
     listing = run(venv, bin_(venv, "tcc"), "--list-accelerators").stdout
     assert "sim" in listing and "tcc-accel-sim 0.1.0" in listing

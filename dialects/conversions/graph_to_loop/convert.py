@@ -150,7 +150,8 @@ def _view_root(v):
         v = src
 
 
-_ELEMENTS = {"f16", "bf16", "f32", "f64", "i1", "i8", "i16", "i32", "i64", "ui8", "ui16", "ui32", "ui64"}
+_ELEMENTS = {"f16", "bf16", "f32", "f64", "i1", "i8", "i16", "i32", "i64", "ui8", "ui16", "ui32", "ui64",
+             "f8E4M3FN", "f8E4M3FNUZ", "f8E5M2", "f8E5M2FNUZ", "f8E8M0FNU", "f4E2M1FN", "i4", "ui4", "i2", "ui2"}
 
 
 def _check_static(block):

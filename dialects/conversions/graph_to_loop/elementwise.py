@@ -16,7 +16,7 @@ from .registry import lowering
 
 EMITTERS = {}
 # Ops that move values without computing: no f32 round trip for them.
-NO_PROMOTE = {"onnx.Cast", "onnx.CastLike", "onnx.Identity", "onnx.Expand", "onnx.Where", "onnx.Not",
+NO_PROMOTE = {"onnx.Cast", "onnx.CastLike", "onnx.BitCast", "onnx.Identity", "onnx.Expand", "onnx.Where", "onnx.Not",
               "onnx.IsNaN", "onnx.IsInf"}
 # Ops whose trailing operands are shapes, not data.
 DATA_OPERANDS = {"onnx.Expand": 1, "onnx.CastLike": 1}
@@ -110,7 +110,7 @@ def elementwise_nest(cx, out_shape, ins, outs, body):
     "Sin Cos Tan Asin Acos Atan Sinh Cosh Asinh Acosh Atanh Softplus Softsign Elu Selu Celu LeakyRelu "
     "ThresholdedRelu HardSigmoid HardSwish Gelu Mish Shrink PRelu Clip Where Cast CastLike Expand "
     "Min Max Sum Mean Equal Less Greater LessOrEqual GreaterOrEqual And Or Xor Not IsNaN IsInf "
-    "BitwiseAnd BitwiseOr BitwiseXor BitwiseNot BitShift").split()])
+    "BitwiseAnd BitwiseOr BitwiseXor BitwiseNot BitShift BitCast Swish").split()])
 def lower_elementwise(cx, op):
     r = op.results[0]
     n = DATA_OPERANDS.get(op.name, len(op.operands))
@@ -222,6 +222,17 @@ def _sigmoid(cx, op, a, ins, out):
     L = cx.L
     e = L.op("math.exp", [L.op("arith.negf", [a[0]], out)], out)
     return L.op("arith.divf", [L.c(1.0, out), L.op("arith.addf", [L.c(1.0, out), e], out)], out)
+
+
+@emitter("Swish")
+def _swish(cx, op, a, ins, out):
+    """x * sigmoid(alpha * x)."""
+    L = cx.L
+    al = cx.attr(op, "alpha")
+    ax = L.op("arith.mulf", [a[0], L.c(1.0 if al is None else float(al), out)], out)
+    e = L.op("math.exp", [L.op("arith.negf", [ax], out)], out)
+    sig = L.op("arith.divf", [L.c(1.0, out), L.op("arith.addf", [L.c(1.0, out), e], out)], out)
+    return L.op("arith.mulf", [a[0], sig], out)
 
 
 @emitter("Sign")
@@ -395,7 +406,35 @@ def _where(cx, op, a, ins, out):
 
 @emitter("Cast", "CastLike")
 def _castop(cx, op, a, ins, out):
-    return emit_cast(cx.L, a[0], ins[0], out)
+    sat = op.get_attr("saturate", None)
+    mode = op.get_attr("round_mode", None)
+    return emit_cast(cx.L, a[0], ins[0], out, saturate=True if sat is None else bool(sat),
+                     round_mode="up" if mode is None else mode)
+
+
+def _bits(t):
+    from .cast import _FBITS
+    return _FBITS[t.name] if is_float(t) else t.width
+
+
+@emitter("BitCast")
+def _bitcast(cx, op, a, ins, out):
+    """The same bytes read as another type (numpy's view)."""
+    src, L = ins[0], cx.L
+    if src == out:
+        return a[0]
+    if str(src) == "i1" and _bits(out) == 8:  # a bool's byte is 0 or 1
+        from ...ir.types import i8
+        if not is_float(out):
+            return L.op("arith.extui", [a[0]], out)
+        return L.op("arith.bitcast", [L.op("arith.extui", [a[0]], i8)], out)
+    if str(out) == "i1" and _bits(src) == 8:
+        from ...ir.types import i8
+        v = a[0] if not is_float(src) else L.op("arith.bitcast", [a[0]], i8)
+        return L.op("arith.cmpi", [v, L.c(0, v.type)], out, predicate="ne")
+    if _bits(src) != _bits(out):
+        cx.fail(op, f"BitCast from {src} to {out}: the bit widths differ")
+    return L.op("arith.bitcast", [a[0]], out)
 
 
 @emitter("Identity", "Expand")

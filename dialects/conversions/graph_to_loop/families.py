@@ -1,2 +1,10 @@
 """Imports every op-family module so their lowerings register."""
 from . import elementwise, fused, matmul, conv, pool, norm, reduce, shape  # noqa: F401
+from . import attention  # noqa: F401,E402
+from . import quantize  # noqa: F401,E402
+from . import normalization  # noqa: F401,E402
+from . import loss  # noqa: F401,E402
+from . import scatter  # noqa: F401,E402
+from . import einsum  # noqa: F401,E402
+from . import gridsample  # noqa: F401,E402
+from . import rotary  # noqa: F401,E402

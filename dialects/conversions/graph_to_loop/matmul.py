@@ -2,7 +2,13 @@
 i/k/j nest: C[i, j] += A[i, k] * B[k, j] with the j loop innermost,
 unit-stride and marked `vectorize`, blocked over j and k so a panel of B
 stays in cache while rows of A stream past. Transposed constant B (Gemm
-transB, the usual Linear layer) is transposed at compile time."""
+transB, the usual Linear layer) is transposed at compile time.
+
+fp32 GEMMs are also marked as a library call (kernels.py): the nest, wrapped
+in a one-trip root loop, stays the semantics the interpreter runs, and the
+native backend calls runtime/native/gemm.c's register-blocked kernel
+instead (~100 GFLOP/s per core against ~35 for the vectorized nest, and no
+LLVM time spent on the nest)."""
 from __future__ import annotations
 
 from contextlib import contextmanager, ExitStack
@@ -13,6 +19,7 @@ from ...ir.attributes import DenseElementsAttr
 from ...ir.types import NONE, MemRefType, TensorType, f32
 from .builder import LOW_FLOATS, is_float
 from .elementwise import elementwise_nest
+from .kernels import MAXB, annotate, gemm_params, strides
 from .registry import lowering
 
 JB, KB, IB = 256, 128, 64
@@ -66,6 +73,20 @@ def gemm_core(cx, M, N, K, load_a, load_b, C, c_idx, epilogue=None, parallel=Tru
                     L.store(epilogue(L.load(C, idx), i, j), C, idx)
 
 
+@contextmanager
+def library_root(L):
+    """A one-trip loop holding a whole lowering, so it has one root op to
+    mark as a library call; yields a list that receives the root op."""
+    got = []
+    with L.loop(0, 1) as iv:
+        yield got
+    got.append(iv.block.parent_op)
+
+
+def _f32(*vals):
+    return all(str(v.type.element) == "f32" for v in vals)
+
+
 def _acc_buffer(cx, out):
     """f16/bf16 results accumulate in an f32 scratch buffer."""
     t = out.type.element
@@ -102,13 +123,23 @@ def lower_matmul(cx, op):
     acc, low = _acc_buffer(cx, out)
     cv = L.view(acc, batch + (M, N))
     ta, tb = A.type.element, B.type.element
-    with L.loops(batch, vectorize_inner=False) as bivs:
-        ai = [i if av.type.shape[d] != 1 else 0 for d, i in enumerate(bivs)]
-        bi = [i if bv.type.shape[d] != 1 else 0 for d, i in enumerate(bivs)]
-        gemm_core(cx, M, N, K,
-                  lambda i, k: _ext(L, L.load(av, ai + [i, k]), ta),
-                  lambda k, j: _ext(L, L.load(bv, bi + [k, j]), tb),
-                  cv, lambda i, j: list(bivs) + [i, j], parallel=not batch)
+    kernel = _f32(A, B, r) and nb <= MAXB
+    with ExitStack() as st:
+        root = st.enter_context(library_root(L)) if kernel else None
+        with L.loops(batch, vectorize_inner=False) as bivs:
+            ai = [i if av.type.shape[d] != 1 else 0 for d, i in enumerate(bivs)]
+            bi = [i if bv.type.shape[d] != 1 else 0 for d, i in enumerate(bivs)]
+            gemm_core(cx, M, N, K,
+                      lambda i, k: _ext(L, L.load(av, ai + [i, k]), ta),
+                      lambda k, j: _ext(L, L.load(bv, bi + [k, j]), tb),
+                      cv, lambda i, j: list(bivs) + [i, j], parallel=not batch)
+    if kernel:
+        sa_, sb_, sc_ = strides(av.type.shape), strides(bv.type.shape), strides(cv.type.shape)
+        params = gemm_params(M, N, K, K, 1, N, 1, N, batch=batch,
+                             sa=[0 if av.type.shape[d] == 1 else sa_[d] for d in range(nb)],
+                             sb=[0 if bv.type.shape[d] == 1 else sb_[d] for d in range(nb)],
+                             sc=sc_[:nb])
+        annotate(root[0], "tcc_gemm_f32", params, [cv, av, bv, None])
     if low:
         _finish(cx, acc, out)
 
@@ -157,7 +188,19 @@ def lower_gemm(cx, op):
         return v
 
     need_epi = alpha != 1 or cbuf is not None
-    gemm_core(cx, M, N, K, lambda i, k: _ext(L, L.load(abuf, [k, i] if ta else [i, k]), el_a), load_b,
-              acc, lambda i, j: [i, j], epilogue if need_epi else None)
+    kernel = _f32(A, B, r) and (Cin is None or _f32(Cin))
+    with ExitStack() as st:
+        root = st.enter_context(library_root(L)) if kernel else None
+        gemm_core(cx, M, N, K, lambda i, k: _ext(L, L.load(abuf, [k, i] if ta else [i, k]), el_a), load_b,
+                  acc, lambda i, j: [i, j], epilogue if need_epi else None)
+    if kernel:
+        rsa, csa = (1, M) if ta else (K, 1)
+        rsb, csb = (1, K) if tb else (N, 1)
+        brs = bcs = 0
+        if cbuf is not None:
+            brs = cbuf.type.shape[1] if cbuf.type.shape[0] != 1 else 0
+            bcs = 1 if cbuf.type.shape[1] != 1 else 0
+        params = gemm_params(M, N, K, rsa, csa, rsb, csb, N, brs, bcs, alpha=alpha, beta=beta)
+        annotate(root[0], "tcc_gemm_f32", params, [acc, abuf, bbuf, cbuf])
     if low:
         _finish(cx, acc, out)

@@ -16,7 +16,13 @@ Shape of the generated code:
   step (the form LLVM's loop passes expect); `vectorize` loops carry
   `llvm.loop.vectorize.enable`;
 - planned allocs are GEPs into the workspace; unplanned ones inside parallel
-  bodies live on the worker's stack (up to 256 KiB) or the heap."""
+  bodies live on the worker's stack (up to 256 KiB) or the heap;
+- a nest whose root carries `tcc.library_call` (graph_to_loop/kernels.py:
+  fp32 GEMM and convolution) is not emitted at all: it becomes one call
+  `callee(&params, buffers...)` to the runtime library's kernel, with the
+  parameter block as a private constant. The nest is that call's semantics
+  (the loop interpreter runs it); the kernel is faster than anything LLVM
+  makes of the nest and costs no optimisation time."""
 from __future__ import annotations
 
 import hashlib
@@ -40,6 +46,7 @@ WORKSPACE_SYMBOL = "tcc_workspace_bytes"
 EMBED_LIMIT = 4096      # constants up to this many bytes go into the object code, larger ones are weights
 STACK_LIMIT = 256 << 10  # unplanned buffers in parallel bodies up to this size live on the stack
 COLLAPSE_MIN = 64        # collapse parallel loops until at least this many iterations
+LIBRARY_CALL = "tcc.library_call"
 
 
 @dataclass
@@ -101,14 +108,19 @@ def _free_values(op):
 # our inline f32 versions); anything else becomes a scalar libm call.
 _VECTOR_MATH = {"math.sqrt", "math.absf", "math.floor", "math.ceil", "math.round", "math.roundeven",
                 "math.trunc", "math.fma", "math.rsqrt", "math.isnan", "math.isinf", "math.absi"}
-_VECTOR_F32_MATH = {"math.exp", "math.tanh"}
+_VECTOR_F32_MATH = {"math.exp", "math.tanh", "math.erf"}
 
 
 def _wants_vectorize(op):
-    """Whether to force-vectorize a `vectorize` loop: only innermost loops
-    whose bodies call neither libm nor an external kernel (elsewhere LLVM
-    would refuse and print a warning; its cost model still decides alone)."""
-    if "vectorize" not in op.attributes:
+    """Whether to force-vectorize a loop: innermost loops whose bodies call
+    neither libm nor an external kernel (elsewhere LLVM would refuse and
+    print a warning; its cost model still decides alone), when marked
+    `vectorize` or when every access is unit-stride or invariant in the
+    loop (`_unit_stride`: lowerings such as Softmax's do not mark their row
+    loops). Forcing matters beyond the cost model: LLVM reorders a float
+    reduction (sum, max) only in a loop whose vectorization is forced, and a
+    scalar reduction chain was 8x slower on Softmax + LayerNormalization."""
+    if "vectorize" not in op.attributes and not _unit_stride(op):
         return False
     for o in op.walk():
         if o is not op and o.name == "loop.for":
@@ -119,6 +131,37 @@ def _wants_vectorize(op):
             if o.name not in _VECTOR_F32_MATH or str(o.results[0].type) not in ("f32", "f16", "bf16"):
                 return False
     return True
+
+
+def _unit_stride(op):
+    """An innermost loop (step 1) whose loads and stores index with loop
+    invariants, except for the loop's own iv in one position whose stride is
+    1 element; no nested loops or ifs."""
+    if op.get_attr("step", 1) != 1:
+        return False
+    body = op.regions[0].blocks[0]
+    iv = body.args[0]
+    inside = set()
+    n_access = 0
+    for o in op.walk():
+        if o is op:
+            continue
+        if o.name in ("loop.for", "loop.if"):
+            return False
+        if o.name in ("loop.load", "loop.store"):
+            n_access += 1
+            first = 1 if o.name == "loop.load" else 2
+            mem = o.operands[first - 1]
+            idx = o.operands[first:]
+            shape = mem.type.shape
+            for d, v in enumerate(idx):
+                if v is iv:
+                    if any(s != 1 for s in shape[d + 1:]):
+                        return False
+                elif v in inside:
+                    return False  # an index computed from the iv: a gather or a non-unit stride
+        inside.update(o.results)
+    return n_access > 0
 
 
 def _defining(v):
@@ -152,6 +195,7 @@ class _Lowering:
         fn = ir.Function(self.mod, ir.FunctionType(VOID, [PTR, PTR, PTR]), ENTRY)
         fn.args[0].name, fn.args[1].name, fn.args[2].name = "args", "weights", "workspace"
         env = _Env(fn, "main", {}, fn.args[2])
+        self._weights_arg = fn.args[1]
         b = env.b
         for i, a in enumerate(args):
             p = b.load(b.gep(fn.args[0], [ir.Constant(I64, i)], inbounds=True, source_etype=PTR), typ=PTR)
@@ -233,6 +277,9 @@ class _Lowering:
         raise NativeCodegenError(f"'{name}' ({op.loc.describe()}) is not supported by the native backend")
 
     def _op_loop_for(self, op, env):
+        if LIBRARY_CALL in op.attributes:
+            self.emit_library_call(op, env)
+            return
         parallel = "parallel" in op.attributes
         if parallel and env.kind != "par":
             self.outline_parallel(op, env)
@@ -309,6 +356,51 @@ class _Lowering:
         r = env.b.call(fn, [env.vmap[v] for v in op.operands])
         if op.results:
             env.vmap[op.results[0]] = r
+
+    def _constant_pointer(self, env, arr):
+        """A constant array as a weight (or embedded when small), loaded
+        from the entry's weights table at the current point."""
+        if arr.nbytes <= EMBED_LIMIT:
+            return self._embed(arr)
+        key = hashlib.sha256(arr.tobytes() + str(arr.dtype).encode()).hexdigest()
+        idx = self._weight_index.get(key)
+        if idx is None:
+            idx = len(self.weights)
+            self._weight_index[key] = idx
+            self.weights.append(Weight(f"packed_{idx}", arr))
+        b = env.b
+        return b.load(b.gep(self._weights_arg, [ir.Constant(I64, idx)], inbounds=True, source_etype=PTR), typ=PTR)
+
+    def emit_library_call(self, op, env):
+        """The nest rooted at `op` as one call to its runtime kernel."""
+        from tcc.dialects.conversions.graph_to_loop.kernels import memref_free_values
+        spec = op.attributes[LIBRARY_CALL].value
+        callee = spec["callee"].value
+        params = [int(x) for x in spec["params"].value]
+        free = memref_free_values(op)
+        ty = ir.ArrayType(I64, max(len(params), 1))
+        g = ir.GlobalVariable(self.mod, ty, f"tcc_params_{self.n_funcs}_{len(self.mod.globals)}")
+        g.initializer = ir.Constant(ty, params or [0])
+        g.global_constant, g.linkage, g.align = True, "private", 8
+        g.type = PTR
+        args = [g]
+        for k in spec["buffers"].value:
+            if k == -2:
+                if env.kind != "main" or "packed" not in spec:
+                    raise NativeCodegenError(f"{LIBRARY_CALL} on loop.for ({op.loc.describe()}): a pre-packed "
+                                             "constant outside the entry function")
+                args.append(self._constant_pointer(env, np.ascontiguousarray(elements_value(spec["packed"]))))
+            elif k < 0:
+                args.append(ir.Constant(PTR, None))
+            elif k >= len(free):
+                raise NativeCodegenError(f"{LIBRARY_CALL} on loop.for ({op.loc.describe()}): buffer #{k} of "
+                                         f"{len(free)}")
+            else:
+                args.append(env.vmap[free[k]])
+        fn = self._declare(callee, VOID, [PTR] * len(args))
+        fn.attributes.add("nounwind")
+        env.b.call(fn, args)
+        self.stats["library_calls"] += 1
 
     def _op_loop_if(self, op, env):
         b = env.b

@@ -24,7 +24,8 @@ from tcc.dialects.ir.types import FloatType, IndexType, IntegerType
 
 from . import mathlib
 from .target import NativeCodegenError
-from .types import F16, F32, F64, I1, I64, bf16_const, is_bf16, reg_type, round_bf16
+from .types import F16, F32, F64, I1, I8, I64, bf16_const, decode_small, encode_small, is_bf16, is_small_float, \
+    reg_type, round_bf16, round_small, small_const
 
 _CMPI = {"eq": ("==", False), "ne": ("!=", False), "slt": ("<", True), "sle": ("<=", True),
          "sgt": (">", True), "sge": (">=", True), "ult": ("<", False), "ule": ("<=", False),
@@ -44,6 +45,8 @@ def constant(t, value):
         v = float(value)
         if is_bf16(t):
             v = bf16_const(v)
+        elif is_small_float(t):
+            v = small_const(t, v)
         elif t.name == "f16":
             v = float(np.float16(v))
         elif t.name == "f32":
@@ -62,7 +65,9 @@ class ScalarEmitter:
 
     # -- helpers ---------------------------------------------------------------
     def _fin(self, b, v, t):
-        """Rounds a bf16 result computed in f32."""
+        """Rounds a bf16 (or 8/4-bit float) result computed in f32."""
+        if is_small_float(t):
+            return round_small(b, v, t)
         return round_bf16(b, v) if is_bf16(t) else v
 
     def _wide(self, b, v, t):
@@ -132,10 +137,10 @@ class ScalarEmitter:
     def _int_to_float(self, b, v, ot, signed):
         lt = reg_type(ot)
         conv = b.sitofp if signed else b.uitofp
-        if lt == F16 or is_bf16(ot):
+        if lt == F16 or is_bf16(ot) or is_small_float(ot):
             # Through f64 (exact for up to 53-bit ints), as numpy does, then one rounding.
             d = conv(v, F64)
-            return b.fptrunc(d, F16) if lt == F16 else round_bf16(b, b.fptrunc(d, F32))
+            return b.fptrunc(d, F16) if lt == F16 else self._fin(b, b.fptrunc(d, F32), ot)
         return conv(v, lt)
 
     def _arith_fptosi(self, op, b, args):
@@ -175,12 +180,20 @@ class ScalarEmitter:
 
     def _float_to_float(self, b, v, it, ot):
         src, dst = reg_type(it), reg_type(ot)
+        if is_small_float(ot):
+            # f64 goes through f32 first (a second rounding only for f64 values
+            # within 2^-24 relative of a tie of the target type).
+            if src == F64:
+                v = b.fptrunc(v, F32)
+            elif src == F16:
+                v = b.fpext(v, F32)
+            return v if it == ot else round_small(b, v, ot)
         if is_bf16(ot):
             if src == F64:
                 v = b.fptrunc(v, F32)
             elif src == F16:
                 v = b.fpext(v, F32)
-            return v if is_bf16(it) else round_bf16(b, v)
+            return v if is_bf16(it) or is_small_float(it) else round_bf16(b, v)
         if src == dst:
             return v
         order = {"half": 0, "float": 1, "double": 2}
@@ -212,6 +225,14 @@ class ScalarEmitter:
     def _arith_bitcast(self, op, b, args):
         it, ot = op.operands[0].type, op.results[0].type
         v = args[0]
+        if is_small_float(it) or is_small_float(ot):
+            if it == ot:
+                return v
+            if is_small_float(it) and reg_type(ot) == I8:
+                return encode_small(b, v, it)
+            if is_small_float(ot) and reg_type(it) == I8:
+                return decode_small(b, v, ot)
+            raise NativeCodegenError(f"arith.bitcast {it} -> {ot} ({op.loc.describe()}) is not supported")
         if is_bf16(it):
             v = b.trunc(b.lshr(b.bitcast(v, ir.IntType(32)), ir.Constant(ir.IntType(32), 16)), ir.IntType(16))
             if is_bf16(ot):
@@ -284,7 +305,7 @@ def _bin_libm(name):
 
 
 def _fast(t):
-    return _FAST if reg_type(t) in (F32, F64) and not is_bf16(t) else []
+    return _FAST if reg_type(t) in (F32, F64) and not is_bf16(t) and not is_small_float(t) else []
 
 
 def _minmax(base):

@@ -1,0 +1,115 @@
+"""Library calls: a loop nest that the native backend may replace by a call
+to a hand-written runtime kernel (runtime/native/gemm.c), like MLIR linalg's
+`library_call`.
+
+The nest stays the semantics (the loop interpreter runs it, so every
+lowering test keeps checking the same IR), and its root `loop.for` carries
+
+    tcc.library_call = {callee = "tcc_gemm_f32", params = array<i64: ...>,
+                        buffers = array<i64: ...>}
+
+`buffers[i]` is an index into the nest's memref free values (values used
+inside the root but defined outside it, in first-use order; -1 passes a null
+pointer; -2 the pre-packed constant `packed`, when there is one: conv
+weights in the micro-kernel's panel layout); `params` is the kernel's
+parameter block. loop-to-native emits
+`callee(&params, buffer...)` instead of the nest; f64 parameters travel as
+their IEEE bits (`f64_bits`)."""
+from __future__ import annotations
+
+import struct
+
+from ...ir.attributes import DenseArrayAttr, DictAttr, StringAttr
+from ...ir.types import MemRefType, i64
+
+ATTR = "tcc.library_call"
+
+# tcc_gemm_f32's parameter block (gemm.c's P_* enum)
+MAXB = 4
+GEMM_FIELDS = ["M", "N", "K", "rsa", "csa", "rsb", "csb", "ldc", "bias_rs", "bias_cs", "alpha", "beta", "relu",
+               "nb"]
+# tcc_conv_f32's (gemm.c's Q_* enum)
+CONV_FIELDS = ["N", "C", "H", "W", "M", "KH", "KW", "OH", "OW", "SH", "SW", "PH", "PW", "DH", "DW", "G", "relu",
+               "apacked"]
+MR = 12  # gemm.c's micro-tile rows
+PACKED = -2  # a `buffers` entry: the call's pre-packed constant (`packed`)
+
+
+def f64_bits(x):
+    return struct.unpack("<q", struct.pack("<d", float(x)))[0]
+
+
+def memref_free_values(root):
+    """The memrefs used inside `root` but defined outside it, in first-use
+    order (loop-to-native resolves `buffers` with the same walk)."""
+    inside = set()
+    ops = list(root.walk())
+    for o in ops:
+        inside.update(o.results)
+        for reg in o.regions:
+            for blk in reg.blocks:
+                inside.update(blk.args)
+    seen, order = set(), []
+    for o in ops:
+        for v in o.operands:
+            if v not in inside and v not in seen and isinstance(v.type, MemRefType):
+                seen.add(v)
+                order.append(v)
+    return order
+
+
+def pack_a_panels(w, groups):
+    """Constant conv weights (M, ...) -> gemm.c's pre-packed A layout
+    [G][ceil(Mg/MR)][K][MR] (rows past Mg zero), so no call repacks them."""
+    import numpy as np
+    M = w.shape[0]
+    K = int(np.prod(w.shape[1:]))
+    Mg = M // groups
+    panels = -(-Mg // MR)
+    a = np.zeros((groups, panels * MR, K), np.float32)
+    a[:, :Mg] = np.asarray(w, np.float32).reshape(groups, Mg, K)
+    return np.ascontiguousarray(a.reshape(groups, panels, MR, K).transpose(0, 1, 3, 2))
+
+
+def annotate(root, callee, params, buffers, packed=None):
+    """Marks `root` (a loop.for) as `callee(params, *buffers)`; `buffers`
+    are memref Values the nest uses (or None). Returns False, leaving the
+    nest alone, when a buffer is not among the nest's free values."""
+    free = memref_free_values(root)
+    idx = []
+    for b in buffers:
+        if b is None:
+            idx.append(-1)
+        elif isinstance(b, str) and b == "packed":
+            idx.append(PACKED)
+        elif b in free:
+            idx.append(free.index(b))
+        else:
+            return False
+    spec = {"callee": StringAttr(callee), "params": DenseArrayAttr(params, i64),
+            "buffers": DenseArrayAttr(idx, i64)}
+    if packed is not None:
+        from ...ir.attributes import DenseElementsAttr
+        from ...ir.types import TensorType, f32
+        spec["packed"] = DenseElementsAttr(packed, TensorType(packed.shape, f32))
+    root.attributes[ATTR] = DictAttr(spec)
+    return True
+
+
+def gemm_params(M, N, K, rsa, csa, rsb, csb, ldc, bias_rs=0, bias_cs=0, alpha=1.0, beta=1.0, relu=0,
+                batch=(), sa=(), sb=(), sc=(), sbias=()):
+    nb = len(batch)
+    assert nb <= MAXB
+
+    def pad(xs, fill):
+        return list(xs) + [fill] * (MAXB - len(xs))
+    return [M, N, K, rsa, csa, rsb, csb, ldc, bias_rs, bias_cs, f64_bits(alpha), f64_bits(beta), relu, nb] + \
+        pad(batch, 1) + pad(sa, 0) + pad(sb, 0) + pad(sc, 0) + pad(sbias, 0)
+
+
+def strides(shape):
+    s, acc = [], 1
+    for d in reversed(shape):
+        s.append(acc)
+        acc *= d
+    return list(reversed(s))

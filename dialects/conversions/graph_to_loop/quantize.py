@@ -1,0 +1,128 @@
+"""QuantizeLinear / DequantizeLinear (opset 10-25): per-tensor, per-axis and
+blocked scales and zero points, every quantized type (8/16-bit integers,
+int4/uint4/int2/uint2, the float8 kinds, float4e2m1), as onnx.reference
+computes them: quantize divides in the input's type (or `precision`),
+rounds half to even and saturates to the integer range after adding the zero
+point (float8: Cast with `saturate`; float4: + zero point, then Cast);
+dequantize subtracts the zero point in f32 (float8/float4: no zero point)
+and multiplies by the scale."""
+from __future__ import annotations
+
+import numpy as np
+
+from ...ir.types import NONE, f32, f64, i64, to_numpy_dtype
+from .builder import LOW_FLOATS, is_float, is_unsigned
+from .cast import SMALL, emit_cast
+from .registry import lowering
+
+
+def _param_index(cx, op, v, x_shape, axis, block, ivs):
+    """Index into scale / zero point `v` for the element of x at ivs."""
+    s = v.type.shape
+    if len(s) == 0:
+        return []
+    if int(np.prod(s)) == 1:
+        return [0] * len(s)
+    if not block:
+        if len(s) != 1 or s[0] != x_shape[axis]:
+            cx.fail(op, f"{op.name}: scale/zero point of shape {s} does not match axis {axis} of {x_shape}")
+        return [ivs[axis]]
+    if len(s) != len(x_shape) or any(a != b for d, (a, b) in enumerate(zip(s, x_shape)) if d != axis) \
+            or s[axis] != -(-x_shape[axis] // block):
+        cx.fail(op, f"{op.name}: blocked scale of shape {s} does not match {x_shape} with block_size {block}")
+    return [cx.L.op("arith.divui", [iv, cx.L.c(block)], iv.type) if d == axis else iv for d, iv in enumerate(ivs)]
+
+
+def _axis_block(cx, op, rank):
+    axis = cx.attr(op, "axis")
+    axis = 1 if axis is None else axis
+    if rank:
+        axis %= rank
+    block = cx.attr(op, "block_size") or 0
+    if block < 0:
+        cx.fail(op, f"{op.name}: block_size must be positive")
+    return axis, block
+
+
+def _given(op, i):
+    return len(op.operands) > i and op.operands[i].type is not NONE
+
+
+@lowering("QuantizeLinear")
+def lower_quantize(cx, op):
+    L = cx.L
+    x, sc = op.operands[0], op.operands[1]
+    zp = op.operands[2] if _given(op, 2) else None
+    r = op.results[0]
+    xs = x.type.shape
+    axis, block = _axis_block(cx, op, len(xs))
+    T, S, Q = x.type.element, sc.type.element, r.type.element
+    prec = cx.attr(op, "precision") if "precision" in op.attributes else None
+    if prec:
+        import onnx.helper
+        from ...ir.types import from_numpy_dtype
+        pt = from_numpy_dtype(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(prec)))
+    elif not is_float(T) or not is_float(S):
+        pt = f64  # numpy: int32 / f32 -> f64
+    else:
+        pt = T if np.dtype(to_numpy_dtype(T)).itemsize >= np.dtype(to_numpy_dtype(S)).itemsize else S
+    ct = f64 if pt.name == "f64" else f32
+    low = pt.name in LOW_FLOATS
+
+    def rnd(v):
+        return L.op("arith.extf", [L.op("arith.truncf", [v], pt)], ct) if low else v
+
+    sat = cx.attr(op, "saturate")
+    sat = True if sat is None else bool(sat)
+    xb, sb = cx.buf(x), cx.buf(sc)
+    zb = cx.buf(zp) if zp is not None else None
+    out = cx.out(r)
+    integer = not is_float(Q)
+    if integer:
+        lo, hi = (0, (1 << Q.width) - 1) if is_unsigned(Q) else (-(1 << (Q.width - 1)), (1 << (Q.width - 1)) - 1)
+    with L.loops(xs) as ivs:
+        xv = rnd(emit_cast(L, L.load(xb, ivs), T, ct))
+        sv = rnd(emit_cast(L, L.load(sb, _param_index(cx, op, sc, xs, axis, block, ivs)), S, ct))
+        v = rnd(L.op("arith.divf", [xv, sv], ct))
+        zv = L.load(zb, _param_index(cx, op, zp, xs, axis, block, ivs)) if zb is not None else None
+        if integer:
+            q = L.op("arith.fptosi", [L.op("math.roundeven", [v], ct)], i64)
+            # the int32 of numpy's rint(x).astype(int32), saturated instead of wrapped
+            q = L.op("arith.minsi", [L.op("arith.maxsi", [q, L.c(-(1 << 31), i64)], i64), L.c((1 << 31) - 1, i64)], i64)
+            if zv is not None:
+                q = L.op("arith.addi", [q, emit_cast(L, zv, Q, i64)], i64)
+            q = L.op("arith.minsi", [L.op("arith.maxsi", [q, L.c(lo, i64)], i64), L.c(hi, i64)], i64)
+            res = emit_cast(L, q, i64, Q)
+        elif Q.name == "f4E2M1FN":
+            if zv is not None:
+                v = L.op("arith.addf", [v, emit_cast(L, zv, Q, ct)], ct)
+            res = emit_cast(L, v, ct, Q)
+        elif Q.name in SMALL and Q.name != "f8E8M0FNU":
+            res = emit_cast(L, v, ct, Q, saturate=sat)
+        else:
+            cx.fail(op, f"QuantizeLinear to {Q} has no host lowering")
+        L.store(res, out, ivs)
+
+
+@lowering("DequantizeLinear")
+def lower_dequantize(cx, op):
+    L = cx.L
+    x, sc = op.operands[0], op.operands[1]
+    zp = op.operands[2] if _given(op, 2) else None
+    r = op.results[0]
+    xs = x.type.shape
+    axis, block = _axis_block(cx, op, len(xs))
+    X, S, Y = x.type.element, sc.type.element, r.type.element
+    ct = f64 if S.name == "f64" else f32
+    xb, sb = cx.buf(x), cx.buf(sc)
+    small = is_float(X)
+    zb = cx.buf(zp) if zp is not None and not small else None
+    out = cx.out(r)
+    with L.loops(xs) as ivs:
+        dx = emit_cast(L, L.load(xb, ivs), X, f32)
+        if zb is not None:
+            z = emit_cast(L, L.load(zb, _param_index(cx, op, zp, xs, axis, block, ivs)), zp.type.element, f32)
+            dx = L.op("arith.subf", [dx, z], f32)
+        dx = emit_cast(L, dx, f32, ct)
+        s = emit_cast(L, L.load(sb, _param_index(cx, op, sc, xs, axis, block, ivs)), S, ct)
+        L.store(emit_cast(L, L.op("arith.mulf", [dx, s], ct), ct, Y), out, ivs)

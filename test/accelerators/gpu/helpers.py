@@ -1,0 +1,53 @@
+"""Compiling an ONNX model as one gpu partition through the plugin's hooks,
+and running it on the CPU (the CUDA C compiled as host C++) or checking it
+with nvcc."""
+import os
+
+import numpy as np
+
+os.environ.setdefault("TCC_GPU_COMPILE_ONLY", "1")
+
+from tcc.accelerators.gpu import plugin  # noqa: E402
+from tcc.dialects.ir import attributes as A  # noqa: E402
+from tcc.dialects.ir import default_context  # noqa: E402
+from tcc.dialects.onnx.importer import import_model  # noqa: E402
+
+
+def compile_partition(model, name="gpu_0"):
+    """-> (RuntimeModule, input names, output (shape, dtype) specs)."""
+    m = import_model(model)
+    f = m.lookup_function("main_graph")
+    ins = [d.value["onnx.name"].value for d in f.attributes["arg_attrs"]]
+    block = f.regions[0].blocks[0]
+    outs = []
+    from tcc.dialects.ir.types import to_numpy_dtype
+    for v in block.last.operands:
+        outs.append((tuple(v.type.shape), np.dtype(to_numpy_dtype(v.type.element))))
+    f.attributes["sym_name"] = A.StringAttr(name)
+    f.attributes["tcc.accelerator"] = A.StringAttr("gpu")
+    for k in ("arg_attrs", "res_attrs"):
+        f.attributes.pop(k, None)
+    ctx = default_context()
+    plugin.tcc_register_dialects(ctx)
+    left = plugin.tcc_graph_to_loop(f, m, ctx)
+    assert left == [], left
+    rm = plugin.tcc_loop_to_native([f], m, ctx, None)
+    return rm, ins, outs
+
+
+def onnxruntime_outputs(model, feeds):
+    import onnxruntime as ort
+    s = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return s.run(None, feeds)
+
+
+def random_inputs(model, seed=0):
+    from onnx import numpy_helper  # noqa: F401
+    import onnx
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for i in model.graph.input:
+        shape = [d.dim_value for d in i.type.tensor_type.shape.dim]
+        dt = onnx.helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type)
+        feeds[i.name] = rng.standard_normal(shape).astype(dt)
+    return feeds
