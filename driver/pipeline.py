@@ -17,7 +17,7 @@ def graph_pipeline(opt_level: int) -> str:
     """Target-independent graph passes (stage 2 of DESIGN.md)."""
     if opt_level <= 0:
         return "shape-inference"
-    return "shape-inference,canonicalize,fold-constants,canonicalize,cse,dce,shape-inference"
+    return "shape-inference,canonicalize,fold-constants,canonicalize,fold-batchnorm,cse,dce,shape-inference"
 
 
 def stages_for(options: CompileOptions, accels) -> PipelineStages:

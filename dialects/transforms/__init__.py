@@ -2,11 +2,12 @@
 from .canonicalize import CanonicalizePass
 from .cse import CSEPass
 from .dce import DCEPass
+from .fold_batchnorm import FoldBatchNormPass
 from .fold_constants import FoldConstantsPass
 from .placement import PASSES as PLACEMENT_PASSES
 from .shape_inference import ShapeInferencePass
 
-PASSES = [CanonicalizePass, CSEPass, DCEPass, FoldConstantsPass, ShapeInferencePass, *PLACEMENT_PASSES]
+PASSES = [CanonicalizePass, CSEPass, DCEPass, FoldBatchNormPass, FoldConstantsPass, ShapeInferencePass, *PLACEMENT_PASSES]
 
 
 def register(ctx):

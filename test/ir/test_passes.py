@@ -133,3 +133,12 @@ def test_subgraph_regions_survive_passes(rng):
     for _ in range(3):
         feeds = {"x": rng.standard_normal(4).astype(np.float32)}
         np.testing.assert_allclose(ort_run(export_model(m), feeds)[0], ort_run(model, feeds)[0])
+
+
+@pytest.mark.parametrize("build", [samples.cnn, lambda seed: samples.mobilenetv2(size=32, seed=seed)])
+def test_fold_batchnorm(build, rng):
+    model = build(seed=int(rng.integers(1 << 30)))
+    m = run(import_model(model), FULL.replace("cse", "fold-batchnorm,cse"))
+    assert "onnx.BatchNormalization" not in op_names(m)
+    feeds = random_feeds(model, rng)
+    np.testing.assert_allclose(ort_run(export_model(m), feeds)[0], ort_run(model, feeds)[0], rtol=1e-4, atol=1e-5)
