@@ -14,14 +14,20 @@ $(VENV)/.installed: pyproject.toml setup.py requirements-ci.txt
 	$(PIP) install -q -c requirements-ci.txt -e '.[test]'
 	touch $@
 
-install: $(VENV)/.installed native
+install: $(VENV)/.installed native cpu-kernels
 
 # The host runtime library (thread pool) beside its source; tcc builds it into
 # ~/.cache/tcc on first use when this was not run.
 native: runtime/native/libtccrt.so
 
-runtime/native/libtccrt.so: runtime/native/threadpool.c
-	$${CC:-cc} -O2 -fPIC -shared -pthread -o $@ $^
+# The cpu accelerator's kernel library, one build per instruction set
+# (avx512, avx2, generic; the best one the CPU runs is chosen at load time)
+# into accelerators/cpu/build/. Built into ~/.cache/tcc on first use otherwise.
+cpu-kernels: $(VENV)/.installed
+	$(PY) -m tcc.accelerators.cpu.build
+
+runtime/native/libtccrt.so: $(VENV)/.installed $(wildcard runtime/native/*.c runtime/native/*.h)
+	$(PY) -m tcc.runtime.native $@
 
 test: install
 	$(PY) -m pytest -n $(JOBS) test
@@ -31,6 +37,18 @@ bench-ir: install
 
 bench: install
 	$(PY) bench/bench_ir.py
+	$(PY) bench/bench_models.py
+	$(PY) bench/bench_cpu_accel.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info
+
+# GPU: the gpu suite, the conformance kit on gpu:0, node tests with --maccel=gpu
+# (test-gpu), and the GPU benchmarks vs torch eager / copy bandwidth (bench-gpu).
+.PHONY: test-gpu bench-gpu
+test-gpu: install
+	PY=$(PY) $(PY) -m pytest -q -rs test/accelerators/gpu
+	PY=$(PY) bash scripts/gpu_check.sh
+
+bench-gpu: install
+	$(PY) bench/bench_gpu.py

@@ -100,9 +100,9 @@ def _value_plan(main):
 def compile_plan(module, ctx, options, host_backend):
     """-> the artifact path. `host_backend(sub_module) -> HostCode` compiles
     one host function (as @main_graph of `sub_module`)."""
-    if options.emit not in ("tcc",):
+    if options.emit not in ("tcc", "c"):
         raise CLIError(f"--emit={options.emit} is not available for a model placed on accelerators "
-                       f"(use --emit=onnx-ir, placement-dot or tcc)")
+                       f"(use --emit=onnx-ir, placement-dot, c or tcc)")
     t0 = time.perf_counter()
     outline_host(module)
     main = module.lookup_function("main_graph")
@@ -139,7 +139,30 @@ def compile_plan(module, ctx, options, host_backend):
         if missing:
             raise CLIError(f"accelerator '{acc_name}' did not provide {', '.join(sorted(missing))}")
         payloads[acc_name] = (acc, rm)
+    if options.emit == "c":
+        return _emit_c(payloads, options)
     from tcc.runtime.plan_artifact import write_plan_artifact
     return write_plan_artifact(options.output or "model.tcc", steps=steps, values=values, inputs=inputs,
                                outputs=outputs, host_code=host_code, payloads=payloads,
                                compile_seconds=time.perf_counter() - t0, options=options)
+
+
+def _emit_c(payloads, options):
+    """The C source accelerators generated (seeds/002's C-source path): a
+    RuntimeModule whose metadata names `c_source` holds it in its payload zip."""
+    import io
+    import zipfile
+
+    from .io import write_text
+    parts = []
+    for name, (_acc, rm) in payloads.items():
+        member = (rm.metadata or {}).get("c_source")
+        if not member:
+            continue
+        with zipfile.ZipFile(io.BytesIO(rm.payload)) as z:
+            parts.append(f"/* ---- accelerator {name}: {', '.join(rm.functions)} ---- */\n"
+                         + z.read(member).decode("utf-8"))
+    if not parts:
+        raise CLIError("--emit=c: no selected accelerator generated C source for this model")
+    write_text("\n".join(parts), options.output)
+    return options.output

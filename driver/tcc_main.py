@@ -16,7 +16,7 @@ from .io import CLIError, write_ir, write_text
 from .options import EMIT_TARGETS, CompileOptions
 from .pipeline import import_and_optimize
 
-ALL_EMITS = EMIT_TARGETS + ("placement-dot",)
+ALL_EMITS = EMIT_TARGETS + ("placement-dot", "c")
 
 
 def _list_accelerators(ctx, _param, value):
@@ -37,7 +37,8 @@ def build(argv):
                   help="Optimization level, -O0 to -O3.")
     @click.option("--emit", type=click.Choice(ALL_EMITS), default="tcc", show_default=True,
                   help="Stop after this stage: onnx-ir (printed), loop-ir, native-ir (LLVM IR), obj, lib, "
-                       "tcc (the compiled artifact), or placement-dot (Graphviz of the partitioned graph).")
+                       "tcc (the compiled artifact), placement-dot (Graphviz of the partitioned graph), or c (the C "
+                       "source accelerators such as cpu generate for their partitions).")
     @click.option("-o", "--output", default=None, help="Output path (default: MODEL.tcc; IR goes to stdout).")
     @click.option("--strict", is_flag=True, help="Fail instead of falling back to the host.")
     @click.option("--placement-report", is_flag=True, help="Print which nodes went where, and why (stderr).")

@@ -72,8 +72,9 @@ def cli(artifact, inputs, random_inputs, repeat, output_dir, debug):
         sess.run(feeds)
         times.append(time.perf_counter() - t0)
     if output_dir:
-        if not os.path.isdir(output_dir):
-            raise CLIError(f"--output-dir {output_dir}: no such directory")
+        if os.path.exists(output_dir) and not os.path.isdir(output_dir):
+            raise CLIError(f"--output-dir {output_dir}: exists and is not a directory")
+        os.makedirs(output_dir, exist_ok=True)
         for name, a in zip(sess.output_names, outs):
             safe = name.replace(os.sep, "_").replace("/", "_") or "output"
             np.save(os.path.join(output_dir, safe + ".npy"), a)

@@ -153,6 +153,8 @@ class PlanSession:
                     bufs = [self._on(n, device, where, stream) for n in step["inputs"]]
                     outs = [self._buffer(n, device) for n in step["outputs"]]
                     fn(bufs + outs, stream)
+                    if device is self.host:
+                        stream.sync()  # host memory: later steps read it directly
                     for n, b in zip(step["outputs"], outs):
                         where[n] = b
             results = []

@@ -1,0 +1,304 @@
+"""loop-to-native for the cpu accelerator (TVM BYOC's C-source path): each
+lowered partition function becomes a C function
+
+    void tcc_part_<name>(void **args, void **weights, char *workspace)
+
+(`args`: the partition's inputs then outputs, in signature order) calling the
+kernel library (tcc_cpu.h) with every shape, stride and batch offset baked in
+as constants, and fused elementwise trees emitted as loops of their own.
+Intermediates live in one workspace, planned here (first fit over live
+ranges; Reshape-like ops are views and cost nothing). Constants (weights,
+already folded and laid out by lower.py) are collected into one list that the
+runtime uploads once."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tcc.dialects.ir.types import NONE
+
+from .support import const_value
+
+ALIGN = 64
+ACT_CODES = {None: "TCC_ACT_NONE", "relu": "TCC_ACT_RELU", "clip": "TCC_ACT_CLIP", "sigmoid": "TCC_ACT_SIGMOID",
+             "tanh": "TCC_ACT_TANH", "leaky": "TCC_ACT_LEAKY"}
+
+
+def flit(x):
+    x = float(np.float32(x))
+    if math.isnan(x):
+        return "NAN"
+    if math.isinf(x):
+        return "INFINITY" if x > 0 else "(-INFINITY)"
+    return f"{x!r}f" if "e" in repr(x) or "." in repr(x) else f"{x!r}.0f"
+
+
+def _size(t):
+    return int(np.prod(t.shape, dtype=np.int64)) if t.shape else 1
+
+
+def conv_scratch(x_shape, w_shape, y_shape, strides, pads, group):
+    n, c, h, w = x_shape
+    m, cg, kh, kw = w_shape
+    oh, ow = y_shape[2], y_shape[3]
+    pointwise = kh == kw == 1 and tuple(strides) == (1, 1) and not any(pads) and (oh, ow) == (h, w)
+    depthwise = group == c == m and group > 1
+    return 0 if pointwise or depthwise else cg * kh * kw * oh * ow
+
+
+class Weights:
+    """The module's constants, deduplicated, in upload order."""
+
+    def __init__(self):
+        self.arrays, self._index = [], {}
+
+    def add(self, value) -> int:
+        key = id(value)
+        if key not in self._index:
+            arr = np.ascontiguousarray(const_value(value))
+            self._index[key] = len(self.arrays)
+            self.arrays.append(arr)
+        return self._index[key]
+
+
+class FunctionCodegen:
+    def __init__(self, func, weights: Weights, uid):
+        self.func, self.weights, self.uid = func, weights, uid
+        self.name = func.get_attr("sym_name")
+        self.block = func.regions[0].blocks[0]
+        self.lines, self.helpers = [], []
+        self.storage = {}   # value -> C expression of a float pointer
+        self.workspace = 0
+        self.scratch = 0
+        self.n_helpers = 0
+
+    # -- storage ------------------------------------------------------------------
+    def plan(self):
+        ft = self.func.get_attr("function_type")
+        nin = len(ft.inputs)
+        for i, a in enumerate(self.block.args):
+            self.storage[a] = f"((float *)args[{i}])"
+        ret = self.block.last
+        self.outputs = {}
+        self.copies = []  # (output arg index, value) needing an explicit copy
+        for j, v in enumerate(ret.operands):
+            p = getattr(v, "op", None)
+            direct = (p is not None and p.name not in ("cpu.reshape", "onnx.Constant") and v not in self.outputs)
+            if direct:
+                self.outputs[v] = nin + j
+            else:
+                self.copies.append((nin + j, v))
+        ops = list(self.block.ops)
+        pos = {op: i for i, op in enumerate(ops)}
+        root = {}
+        for op in ops:
+            if op.name == "cpu.reshape":
+                src = op.operands[0]
+                root[op.results[0]] = root.get(src, src)
+        last = {}
+        for op in ops:
+            for v in op.operands:
+                r = root.get(v, v)
+                last[r] = pos[op]
+        events = []
+        for op in ops:
+            if op.name in ("onnx.Constant", "onnx.NoValue", "cpu.reshape", "func.return"):
+                continue
+            r = op.results[0]
+            if r in self.outputs:
+                self.storage[r] = f"((float *)args[{self.outputs[r]}])"
+                continue
+            size = (_size(r.type) * 4 + ALIGN - 1) // ALIGN * ALIGN
+            events.append((pos[op], last.get(r, pos[op]), size, r))
+        active = []  # (offset, size, last)
+        for start, end, size, v in events:
+            active = [a for a in active if a[2] >= start]
+            off = 0
+            for o, s, _ in sorted(active):
+                if off + size <= o:
+                    break
+                off = max(off, o + s)
+            active.append((off, size, end))
+            self.workspace = max(self.workspace, off + size)
+            self.storage[v] = f"((float *)(ws + {off}))"
+        for op in ops:
+            if op.name == "cpu.reshape":
+                self.storage[op.results[0]] = self.ptr(op.operands[0])
+
+    def ptr(self, v):
+        if v in self.storage:
+            return self.storage[v]
+        p = getattr(v, "op", None)
+        if p is not None and p.name == "onnx.Constant":
+            s = f"((float *)W[{self.weights.add(v)}])"
+            self.storage[v] = s
+            return s
+        raise KeyError(f"cpu codegen: no storage for {v}")
+
+    # -- ops -------------------------------------------------------------------------
+    def emit(self, s):
+        self.lines.append("    " + s)
+
+    def epilogue(self, op, bias, bias_mode, bias_scale, residual):
+        act = op.get_attr("act")
+        return (f"tcc_epilogue ep = {{{bias or 'NULL'}, {bias_mode if bias else 0}, {flit(bias_scale)}, "
+                f"{residual or 'NULL'}, {ACT_CODES[act]}, {flit(op.get_attr('act_a0', 0.0))}, "
+                f"{flit(op.get_attr('act_a1', 0.0))}}};")
+
+    def op_conv(self, op):
+        x, w = op.operands[0], op.operands[1]
+        y = op.results[0]
+        rest = list(op.operands[2:])
+        bias = self.ptr(rest.pop(0)) if op.get_attr("has_bias") else None
+        res = self.ptr(rest.pop(0)) if op.get_attr("has_residual") else None
+        n, c, h, wd = x.type.shape
+        m, _, kh, kw = w.type.shape
+        oh, ow = y.type.shape[2:]
+        sh, sw = op.get_attr("strides")
+        dh, dw = op.get_attr("dilations")
+        pt, pl, pb, pr = op.get_attr("pads")
+        g = op.get_attr("group")
+        self.scratch = max(self.scratch, conv_scratch(x.type.shape, w.type.shape, y.type.shape, (sh, sw),
+                                                      (pt, pl, pb, pr), g))
+        self.emit(f"{{ static const tcc_conv_params p = {{{n}, {c}, {h}, {wd}, {m}, {kh}, {kw}, {oh}, {ow}, "
+                  f"{sh}, {sw}, {dh}, {dw}, {pt}, {pl}, {pb}, {pr}, {g}}};")
+        self.emit("  " + self.epilogue(op, bias, 2, 1.0, res))
+        self.emit(f"  tcc_cpu_conv2d(&p, {self.ptr(x)}, {self.ptr(w)}, {self.ptr(y)}, scratch, &ep); }}")
+
+    def op_gemm(self, op):
+        a, b = op.operands[0], op.operands[1]
+        y = op.results[0]
+        ta, tb = op.get_attr("trans_a"), op.get_attr("trans_b")
+        m, n = y.type.shape
+        k = a.type.shape[0] if ta else a.type.shape[1]
+        rest = list(op.operands[2:])
+        mode = op.get_attr("bias_mode")
+        bias = self.ptr(rest.pop(0)) if mode else None
+        res = self.ptr(rest.pop(0)) if op.get_attr("has_residual") else None
+        self.emit("{ " + self.epilogue(op, bias, mode, op.get_attr("beta"), res))
+        self.emit(f"  tcc_cpu_gemm({ta}, {tb}, {m}, {n}, {k}, {flit(op.get_attr('alpha'))}, {self.ptr(a)}, "
+                  f"{a.type.shape[1]}, {self.ptr(b)}, {b.type.shape[1]}, {self.ptr(y)}, {n}, &ep); }}")
+
+    def op_matmul(self, op):
+        a, b = op.operands[0], op.operands[1]
+        y = op.results[0]
+        rest = list(op.operands[2:])
+        bias = self.ptr(rest.pop(0)) if op.get_attr("bias_mode") else None
+        res = self.ptr(rest.pop(0)) if op.get_attr("has_residual") else None
+        ash, bsh = tuple(a.type.shape), tuple(b.type.shape)
+        a2 = ash if len(ash) >= 2 else (1,) + ash
+        b2 = bsh if len(bsh) >= 2 else bsh + (1,)
+        m, k = a2[-2], a2[-1]
+        n = b2[-1]
+        batch = np.broadcast_shapes(a2[:-2], b2[:-2])
+        nb = int(np.prod(batch, dtype=np.int64)) if batch else 1
+        ep = self.epilogue(op, bias, 1, 1.0, res)
+        if nb == 1 or (all(d == 1 for d in b2[:-2]) and tuple(a2[:-2]) == tuple(batch)):
+            # one GEMM: A's batch folds into its rows (B is shared)
+            self.emit("{ " + ep)
+            self.emit(f"  tcc_cpu_gemm(0, 0, {nb * m}, {n}, {k}, 1.0f, {self.ptr(a)}, {k}, {self.ptr(b)}, {n}, "
+                      f"{self.ptr(y)}, {n}, &ep); }}")
+            return
+        offs = [[], []]
+        shapes = [(1,) * (len(batch) - len(a2) + 2) + tuple(a2[:-2]), (1,) * (len(batch) - len(b2) + 2) + tuple(b2[:-2])]
+        for idx in np.ndindex(*batch):
+            for which, (bshape, mat) in enumerate(zip(shapes, (m * k, k * n))):
+                flat = 0
+                for i, sz in zip(idx, bshape):
+                    flat = flat * sz + (i if sz != 1 else 0)
+                offs[which].append(flat * mat)
+        offs.append([i * m * n for i in range(nb)])
+        self.emit("{ " + ep)
+        for nm, o in zip("ABC", offs):
+            self.emit(f"  static const long off{nm}[{nb}] = {{{', '.join(map(str, o))}}};")
+        self.emit(f"  tcc_cpu_gemm_batch({nb}, offA, offB, offC, 0, 0, {m}, {n}, {k}, 1.0f, {self.ptr(a)}, {k}, "
+                  f"{self.ptr(b)}, {n}, {self.ptr(y)}, {n}, &ep); }}")
+
+    def op_pool(self, op):
+        x, y = op.operands[0], op.results[0]
+        n, c, h, w = x.type.shape
+        oh, ow = y.type.shape[2:]
+        kh, kw = op.get_attr("kernel")
+        sh, sw = op.get_attr("strides")
+        dh, dw = op.get_attr("dilations")
+        pt, pl, pb, pr = op.get_attr("pads")
+        fn = "tcc_cpu_maxpool2d" if op.name == "cpu.maxpool" else "tcc_cpu_avgpool2d"
+        self.emit(f"{{ static const tcc_pool_params p = {{{n}, {c}, {h}, {w}, {oh}, {ow}, {kh}, {kw}, {sh}, {sw}, "
+                  f"{dh}, {dw}, {pt}, {pl}, {pb}, {pr}, {op.get_attr('count_include_pad')}}};")
+        self.emit(f"  {fn}(&p, {self.ptr(x)}, {self.ptr(y)}); }}")
+
+    def op_global_avgpool(self, op):
+        x = op.operands[0]
+        shp = x.type.shape
+        self.emit(f"tcc_cpu_global_avgpool({shp[0] * shp[1]}, {int(np.prod(shp[2:]))}, {self.ptr(x)}, "
+                  f"{self.ptr(op.results[0])});")
+
+    def op_softmax(self, op):
+        self.emit(f"tcc_cpu_softmax({op.get_attr('outer')}, {op.get_attr('axis')}, {op.get_attr('inner')}, "
+                  f"{self.ptr(op.operands[0])}, {self.ptr(op.results[0])}, {op.get_attr('log')});")
+
+    def op_layernorm(self, op):
+        bias = self.ptr(op.operands[2]) if len(op.operands) > 2 else "NULL"
+        self.emit(f"tcc_cpu_layernorm({op.get_attr('rows')}, {op.get_attr('cols')}, {self.ptr(op.operands[0])}, "
+                  f"{self.ptr(op.operands[1])}, {bias}, {flit(op.get_attr('epsilon'))}, {self.ptr(op.results[0])});")
+
+    def op_transpose(self, op):
+        x = op.operands[0]
+        shp, perm = list(x.type.shape), list(op.get_attr("perm"))
+        if not shp:
+            shp, perm = [1], [0]
+        self.emit(f"{{ static const long shp[] = {{{', '.join(map(str, shp))}}}, perm[] = "
+                  f"{{{', '.join(map(str, perm))}}};")
+        self.emit(f"  tcc_cpu_transpose({len(shp)}, shp, perm, {self.ptr(x)}, {self.ptr(op.results[0])}); }}")
+
+    def op_elementwise(self, op):
+        from .elementwise import generate
+        fname = f"ew_{self.uid}_{self.n_helpers}"
+        self.n_helpers += 1
+        helper, call = generate(fname, op, self.ptr)
+        self.helpers.append(helper)
+        self.emit(call)
+
+    # -- the function -------------------------------------------------------------------
+    def generate(self):
+        self.plan()
+        for op in self.block.ops:
+            n = op.name
+            if n in ("onnx.Constant", "onnx.NoValue", "cpu.reshape", "func.return"):
+                continue
+            if n in ("cpu.maxpool", "cpu.avgpool"):
+                self.op_pool(op)
+            else:
+                getattr(self, "op_" + n[4:])(op)
+        for idx, v in self.copies:
+            self.emit(f"tcc_cpu_copy((float *)args[{idx}], {self.ptr(v)}, {_size(v.type)});")
+        if self.scratch:
+            self.workspace = (self.workspace + ALIGN - 1) // ALIGN * ALIGN
+        scratch_off = self.workspace
+        self.workspace += self.scratch * 4
+        head = [f"/* partition @{self.name} */",
+                f"void tcc_part_{self.name}(void **args, void **W, char *ws) {{",
+                f"    float *scratch = (float *)(ws + {scratch_off}); (void)scratch; (void)W;"]
+        return "\n".join(self.helpers + head + self.lines + ["}", ""])
+
+
+PRELUDE = """/* Generated by tcc's cpu accelerator: one C function per partition,
+ * calling the kernel library (accelerators/cpu/kernels/tcc_cpu.h). */
+#include <math.h>
+#include <stddef.h>
+#include "tcc_cpu.h"
+#include "mathfun.h"
+
+"""
+
+
+def generate(funcs):
+    """Lowered partition functions -> (C source, weights list, {name: workspace bytes})."""
+    weights = Weights()
+    parts, ws = [PRELUDE], {}
+    for i, f in enumerate(funcs):
+        g = FunctionCodegen(f, weights, i)
+        parts.append(g.generate())
+        ws[g.name] = max(g.workspace, ALIGN)
+    return "\n".join(parts), weights.arrays, ws

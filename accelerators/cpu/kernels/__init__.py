@@ -1,0 +1,1 @@
+"""C sources and headers of the cpu kernel library (a package so they ship in wheels)."""

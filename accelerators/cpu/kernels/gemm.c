@@ -1,0 +1,185 @@
+/* GEMM through OpenBLAS (scipy-openblas32's libscipy_openblas, single
+ * threaded: the parallelism is ours, one block of C per thread, so the
+ * epilogue runs on each block while it is still in cache), plus a direct
+ * path for tiny products where a BLAS call costs more than the arithmetic. */
+#include <math.h>
+#include <string.h>
+
+#include "cblas.h"
+#include "tcc_cpu.h"
+#include "mathfun.h"
+
+static inline float act1(float v, int act, float a0, float a1) {
+    switch (act) {
+    case TCC_ACT_RELU: return v > 0.f ? v : 0.f;
+    case TCC_ACT_CLIP: return v < a0 ? a0 : (v > a1 ? a1 : v);
+    case TCC_ACT_SIGMOID: return tcc_sigmoidf(v);
+    case TCC_ACT_TANH: return tcc_tanhf(v);
+    case TCC_ACT_LEAKY: return v >= 0.f ? v : v * a0;
+    default: return v;
+    }
+}
+
+/* Applies `ep` to rows [r0, r1) and columns [c0, c1) of C. */
+void tcc_cpu_epilogue(const tcc_epilogue *ep, float *C, long ldc, long N, long r0, long r1, long c0, long c1) {
+    if (!ep) return;
+    const int act = ep->act;
+    const float a0 = ep->a0, a1 = ep->a1, bs = ep->bias_scale;
+    const int bm = ep->bias ? ep->bias_mode : 0;
+    if (bm == 0 && !ep->residual && act == TCC_ACT_NONE) return;
+    for (long i = r0; i < r1; i++) {
+        float *c = C + i * ldc;
+        const float *res = ep->residual ? ep->residual + i * ldc : NULL;
+        const float *bcol = bm == 1 ? ep->bias : (bm == 3 ? ep->bias + i * N : NULL);
+        float brow = bm == 2 ? bs * ep->bias[i] : (bm == 4 ? bs * ep->bias[0] : 0.f);
+        if (act == TCC_ACT_RELU || act == TCC_ACT_NONE || act == TCC_ACT_CLIP || act == TCC_ACT_LEAKY) {
+            /* vectorizable forms */
+            for (long j = c0; j < c1; j++) {
+                float v = c[j] + brow;
+                if (bcol) v += bs * bcol[j];
+                if (res) v += res[j];
+                if (act == TCC_ACT_RELU) v = v > 0.f ? v : 0.f;
+                else if (act == TCC_ACT_CLIP) v = v < a0 ? a0 : (v > a1 ? a1 : v);
+                else if (act == TCC_ACT_LEAKY) v = v >= 0.f ? v : v * a0;
+                c[j] = v;
+            }
+        } else {
+            for (long j = c0; j < c1; j++) {
+                float v = c[j] + brow;
+                if (bcol) v += bs * bcol[j];
+                if (res) v += res[j];
+                c[j] = act1(v, act, a0, a1);
+            }
+        }
+    }
+}
+
+static void small_gemm(int ta, int tb, long M, long N, long K, float alpha, const float *A, long lda,
+                       const float *B, long ldb, float *C, long ldc) {
+    for (long i = 0; i < M; i++) {
+        float *c = C + i * ldc;
+        for (long j = 0; j < N; j++) c[j] = 0.f;
+        for (long k = 0; k < K; k++) {
+            float a = alpha * (ta ? A[k * lda + i] : A[i * lda + k]);
+            if (!tb) {
+                const float *b = B + k * ldb;
+                for (long j = 0; j < N; j++) c[j] += a * b[j];
+            } else {
+                for (long j = 0; j < N; j++) c[j] += a * B[j * ldb + k];
+            }
+        }
+    }
+}
+
+void tcc_cpu_blas(int ta, int tb, long M, long N, long K, float alpha, const float *A, long lda, const float *B,
+                 long ldb, float *C, long ldc) {
+    if (M <= 0 || N <= 0) return;
+    if (K == 0) {
+        for (long i = 0; i < M; i++) memset(C + i * ldc, 0, N * sizeof(float));
+        return;
+    }
+    if (M * N * K <= 16 * 16 * 16 || (N <= 8 && M * K <= 4096)) {
+        small_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, C, ldc);
+        return;
+    }
+    scipy_cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (blasint)M,
+                      (blasint)N, (blasint)K, alpha, A, (blasint)lda, B, (blasint)ldb, 0.f, C, (blasint)ldc);
+}
+
+typedef struct {
+    int ta, tb;
+    long M, N, K, lda, ldb, ldc, step;
+    float alpha;
+    const float *A, *B;
+    float *C;
+    const tcc_epilogue *ep;
+    int split_n;
+} gemm_job;
+
+static void gemm_task(void *p, long b, long e) {
+    gemm_job *j = p;
+    long lo = b * j->step, hi = e * j->step;
+    if (j->split_n) {
+        if (hi > j->N) hi = j->N;
+        if (lo >= hi) return;
+        const float *B = j->tb ? j->B + lo * j->ldb : j->B + lo;
+        tcc_cpu_blas(j->ta, j->tb, j->M, hi - lo, j->K, j->alpha, j->A, j->lda, B, j->ldb, j->C + lo, j->ldc);
+        tcc_cpu_epilogue(j->ep, j->C, j->ldc, j->N, 0, j->M, lo, hi);
+    } else {
+        if (hi > j->M) hi = j->M;
+        if (lo >= hi) return;
+        const float *A = j->ta ? j->A + lo : j->A + lo * j->lda;
+        tcc_cpu_blas(j->ta, j->tb, hi - lo, j->N, j->K, j->alpha, A, j->lda, j->B, j->ldb, j->C + lo * j->ldc, j->ldc);
+        tcc_cpu_epilogue(j->ep, j->C, j->ldc, j->N, lo, hi, 0, j->N);
+    }
+}
+
+void tcc_cpu_gemm(int ta, int tb, long M, long N, long K, float alpha, const float *A, long lda, const float *B,
+                  long ldb, float *C, long ldc, const tcc_epilogue *ep) {
+    int nt = tcc_cpu_num_threads();
+    double flops = 2.0 * M * N * K;
+    gemm_job j = {ta, tb, M, N, K, lda, ldb, ldc, 1, alpha, A, B, C, ep, 0};
+    if (nt <= 1 || flops < 2.0e6) {
+        j.step = M;
+        gemm_task(&j, 0, 1);
+        return;
+    }
+    /* Split the larger of M and N into one block per thread (multiples of 16). */
+    if (N >= M) {
+        j.split_n = 1;
+        j.step = ((N + nt - 1) / nt + 15) / 16 * 16;
+        tcc_cpu_parallel_for((N + j.step - 1) / j.step, 1, gemm_task, &j);
+    } else {
+        j.step = ((M + nt - 1) / nt + 7) / 8 * 8;
+        tcc_cpu_parallel_for((M + j.step - 1) / j.step, 1, gemm_task, &j);
+    }
+}
+
+typedef struct {
+    const long *offA, *offB, *offC;
+    int ta, tb;
+    long M, N, K, lda, ldb, ldc;
+    float alpha;
+    const float *A, *B;
+    float *C;
+    const tcc_epilogue *ep;
+} batch_job;
+
+static void batch_task(void *p, long b, long e) {
+    batch_job *j = p;
+    for (long i = b; i < e; i++) {
+        float *C = j->C + j->offC[i];
+        tcc_cpu_blas(j->ta, j->tb, j->M, j->N, j->K, j->alpha, j->A + j->offA[i], j->lda, j->B + j->offB[i], j->ldb, C,
+             j->ldc);
+        if (j->ep) {
+            tcc_epilogue ep = *j->ep;
+            if (ep.residual) ep.residual += j->offC[i];
+            if (ep.bias && ep.bias_mode == 3) ep.bias += j->offC[i];
+            tcc_cpu_epilogue(&ep, C, j->ldc, j->N, 0, j->M, 0, j->N);
+        }
+    }
+}
+
+void tcc_cpu_gemm_batch(long batch, const long *offA, const long *offB, const long *offC, int ta, int tb, long M,
+                        long N, long K, float alpha, const float *A, long lda, const float *B, long ldb, float *C,
+                        long ldc, const tcc_epilogue *ep) {
+    int nt = tcc_cpu_num_threads();
+    if (batch >= nt || 2.0 * M * N * K < 2.0e6) {
+        batch_job j = {offA, offB, offC, ta, tb, M, N, K, lda, ldb, ldc, alpha, A, B, C, ep};
+        tcc_cpu_parallel_for(batch, 1, batch_task, &j);
+        return;
+    }
+    for (long i = 0; i < batch; i++) {
+        tcc_epilogue e2, *pe = NULL;
+        if (ep) {
+            e2 = *ep;
+            if (e2.residual) e2.residual += offC[i];
+            if (e2.bias && e2.bias_mode == 3) e2.bias += offC[i];
+            pe = &e2;
+        }
+        tcc_cpu_gemm(ta, tb, M, N, K, alpha, A + offA[i], lda, B + offB[i], ldb, C + offC[i], ldc, pe);
+    }
+}
+
+/* OpenBLAS runs single threaded inside our pool's tasks. */
+__attribute__((constructor)) static void tcc_cpu_blas_init(void) { scipy_openblas_set_num_threads(1); }

@@ -1,0 +1,65 @@
+/* Branch-free float math that compilers vectorize (no libm calls in hot
+ * loops): exp by range reduction to 2^n * e^r with a degree-6 polynomial
+ * (max rel. error ~2 ulp over the finite range), and sigmoid/tanh/erf from
+ * it. Shared by the kernels and by generated partition code. */
+#ifndef TCC_MATHFUN_H
+#define TCC_MATHFUN_H
+#include <stdint.h>
+#include <string.h>
+
+static inline float tcc_exp_(float x) {
+    /* clamp: e^88.7 overflows, e^-87.3 underflows to denormals (flushed) */
+    if (x > 88.3762626647949f) x = 88.3762626647949f;
+    if (x < -87.3365447504f) x = -87.3365447504f;
+    float t = x * 1.44269504088896341f;
+    float n = __builtin_floorf(t + 0.5f);
+    float r = x - n * 0.693359375f;
+    r = r + n * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    int32_t e = ((int32_t)n + 127) << 23;
+    float s;
+    memcpy(&s, &e, 4);
+    return p * s;
+}
+static inline float tcc_sigmoidf(float x) { return 1.0f / (1.0f + tcc_exp_(-x)); }
+static inline float tcc_tanhf(float x) {
+    float ax = x < 0 ? -x : x;
+    float r;
+    if (ax < 0.0625f) { /* odd polynomial near 0 avoids cancellation */
+        float x2 = x * x;
+        r = x * (1.f + x2 * (-0.333333333f + x2 * (0.133333333f + x2 * -0.0539682540f)));
+    } else {
+        float e = tcc_exp_(-2.f * ax);
+        r = (1.f - e) / (1.f + e);
+        r = x < 0 ? -r : r;
+    }
+    return r;
+}
+/* erf: rational approximation (as in Eigen's generic_fast_erf_float),
+ * |error| < 2e-7 on [-4, 4], saturated outside. */
+static inline float tcc_erff(float x) {
+    if (x > 4.f) x = 4.f;
+    if (x < -4.f) x = -4.f;
+    float x2 = x * x;
+    float p = -2.72614225801306e-10f;
+    p = p * x2 + 2.77068142495902e-08f;
+    p = p * x2 + -2.10102402082508e-06f;
+    p = p * x2 + -5.69250639462346e-05f;
+    p = p * x2 + -7.34990630326855e-04f;
+    p = p * x2 + -2.95459980854025e-03f;
+    p = p * x2 + -1.60960333262415e-02f;
+    p = p * x;
+    float q = -1.45660718464996e-05f;
+    q = q * x2 + -2.13374055278905e-04f;
+    q = q * x2 + -1.68282697438203e-03f;
+    q = q * x2 + -7.37332916720468e-03f;
+    q = q * x2 + -1.42647390514189e-02f;
+    return p / q;
+}
+#endif

@@ -1,0 +1,101 @@
+/* Softmax, LogSoftmax and LayerNormalization: one pass over each row with
+ * vectorizable exp (mathfun.h), rows split across the pool. */
+#include <math.h>
+#include <float.h>
+#include <string.h>
+
+#include "tcc_cpu.h"
+#include "mathfun.h"
+
+float tcc_cpu_expf(float x) { return tcc_exp_(x); }
+
+typedef struct {
+    long axis, inner;
+    const float *x;
+    float *y;
+    int log;
+    const float *scale, *bias;
+    float eps;
+} row_job;
+
+static void softmax_rows(void *arg, long b, long e) {
+    row_job *j = arg;
+    const long A = j->axis;
+    for (long r = b; r < e; r++) {
+        const float *x = j->x + r * A;
+        float *y = j->y + r * A;
+        float m = -INFINITY;
+        for (long k = 0; k < A; k++) m = x[k] > m ? x[k] : m;
+        float s = 0.f;
+        if (j->log) {
+            for (long k = 0; k < A; k++) s += tcc_exp_(x[k] - m);
+            float ls = logf(s);
+            for (long k = 0; k < A; k++) y[k] = x[k] - m - ls;
+        } else {
+            for (long k = 0; k < A; k++) {
+                float v = tcc_exp_(x[k] - m);
+                y[k] = v;
+                s += v;
+            }
+            float inv = 1.f / s;
+            for (long k = 0; k < A; k++) y[k] *= inv;
+        }
+    }
+}
+
+/* softmax along a non-innermost axis: tasks over `outer`, vectors along inner */
+static void softmax_strided(void *arg, long b, long e) {
+    row_job *j = arg;
+    const long A = j->axis, I = j->inner;
+    for (long o = b; o < e; o++) {
+        const float *x = j->x + o * A * I;
+        float *y = j->y + o * A * I;
+        for (long i = 0; i < I; i++) {
+            float m = -INFINITY, s = 0.f;
+            for (long k = 0; k < A; k++) m = x[k * I + i] > m ? x[k * I + i] : m;
+            for (long k = 0; k < A; k++) s += tcc_exp_(x[k * I + i] - m);
+            if (j->log) {
+                float ls = logf(s);
+                for (long k = 0; k < A; k++) y[k * I + i] = x[k * I + i] - m - ls;
+            } else {
+                float inv = 1.f / s;
+                for (long k = 0; k < A; k++) y[k * I + i] = tcc_exp_(x[k * I + i] - m) * inv;
+            }
+        }
+    }
+}
+
+void tcc_cpu_softmax(long outer, long axis, long inner, const float *x, float *y, int log) {
+    row_job j = {axis, inner, x, y, log, NULL, NULL, 0.f};
+    if (inner == 1)
+        tcc_cpu_parallel_for(outer, 4096 / (axis + 1) + 1, softmax_rows, &j);
+    else
+        tcc_cpu_parallel_for(outer, 1, softmax_strided, &j);
+}
+
+static void layernorm_rows(void *arg, long b, long e) {
+    row_job *j = arg;
+    const long C = j->axis;
+    for (long r = b; r < e; r++) {
+        const float *x = j->x + r * C;
+        float *y = j->y + r * C;
+        float s = 0.f;
+        for (long k = 0; k < C; k++) s += x[k];
+        float mean = s / (float)C, v = 0.f;
+        for (long k = 0; k < C; k++) {
+            float d = x[k] - mean;
+            v += d * d;
+        }
+        float rstd = 1.f / sqrtf(v / (float)C + j->eps);
+        if (j->bias)
+            for (long k = 0; k < C; k++) y[k] = (x[k] - mean) * rstd * j->scale[k] + j->bias[k];
+        else
+            for (long k = 0; k < C; k++) y[k] = (x[k] - mean) * rstd * j->scale[k];
+    }
+}
+
+void tcc_cpu_layernorm(long rows, long cols, const float *x, const float *scale, const float *bias, float eps,
+                       float *y) {
+    row_job j = {cols, 1, x, y, 0, scale, bias, eps};
+    tcc_cpu_parallel_for(rows, 4096 / (cols + 1) + 1, layernorm_rows, &j);
+}

@@ -1,0 +1,96 @@
+/* tcc cpu accelerator: the kernel library's interface.
+ *
+ * Every kernel takes plain pointers to contiguous row-major float32 tensors
+ * (NCHW for images) and runs on the library's own thread pool
+ * (TCC_NUM_THREADS threads, default: the number of cores). Generated
+ * partition code (accelerators/cpu/codegen.py) calls only these functions.
+ * Built once per instruction set (libtcc_cpu_avx512.so, libtcc_cpu_avx2.so,
+ * libtcc_cpu_generic.so); the loader picks the best one the CPU runs. */
+#ifndef TCC_CPU_H
+#define TCC_CPU_H
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- thread pool ------------------------------------------------------- */
+typedef void (*tcc_task_fn)(void *ctx, long begin, long end);
+/* Splits [0, n) into at most num_threads contiguous chunks of at least
+ * `grain` items and runs fn on each; returns when all are done. Nested calls
+ * (from inside a task) run inline. */
+void tcc_cpu_parallel_for(long n, long grain, tcc_task_fn fn, void *ctx);
+int tcc_cpu_num_threads(void);
+void tcc_cpu_set_num_threads(int n);
+const char *tcc_cpu_isa(void);
+
+/* ---- fused epilogue ------------------------------------------------------
+ * out = act(acc + bias_scale * bias + residual), applied to an M x N block
+ * (row stride ldc). bias_mode: 0 none, 1 per column (N), 2 per row (M),
+ * 3 full M x N (row stride N), 4 scalar. residual: NULL or M x N (stride ldc). */
+enum { TCC_ACT_NONE = 0, TCC_ACT_RELU = 1, TCC_ACT_CLIP = 2, TCC_ACT_SIGMOID = 3, TCC_ACT_TANH = 4,
+       TCC_ACT_LEAKY = 5 };
+typedef struct {
+    const float *bias;
+    int bias_mode;
+    float bias_scale;
+    const float *residual;
+    int act;
+    float a0, a1;  /* clip min/max, leaky alpha */
+} tcc_epilogue;
+
+/* ---- GEMM ----------------------------------------------------------------
+ * C[M,N] = epilogue(alpha * op(A) @ op(B)); op(A) is M x K (A is K x M when
+ * transA), op(B) is K x N (B is N x K when transB). */
+void tcc_cpu_gemm(int transA, int transB, long M, long N, long K, float alpha, const float *A, long lda,
+                  const float *B, long ldb, float *C, long ldc, const tcc_epilogue *ep);
+/* `batch` GEMMs with per-batch element offsets (broadcast MatMul). */
+void tcc_cpu_gemm_batch(long batch, const long *offA, const long *offB, const long *offC, int transA,
+                        int transB, long M, long N, long K, float alpha, const float *A, long lda,
+                        const float *B, long ldb, float *C, long ldc, const tcc_epilogue *ep);
+
+/* ---- convolution (NCHW, weights OIHW) --------------------------------------
+ * Epilogue bias is per output channel (bias_mode 2); residual is N x M x OH x OW.
+ * `scratch` must hold tcc_cpu_conv2d_scratch(...) floats. */
+typedef struct {
+    long n, c, h, w;       /* input */
+    long m, kh, kw;        /* output channels, kernel */
+    long oh, ow;           /* output */
+    long sh, sw, dh, dw;   /* strides, dilations */
+    long pt, pl, pb, pr;   /* pads: top, left, bottom, right */
+    long group;
+} tcc_conv_params;
+size_t tcc_cpu_conv2d_scratch(const tcc_conv_params *p);
+void tcc_cpu_conv2d(const tcc_conv_params *p, const float *x, const float *w, float *y, float *scratch,
+                    const tcc_epilogue *ep);
+
+/* ---- pooling ------------------------------------------------------------- */
+typedef struct {
+    long n, c, h, w, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr;
+    int count_include_pad;
+} tcc_pool_params;
+void tcc_cpu_maxpool2d(const tcc_pool_params *p, const float *x, float *y);
+void tcc_cpu_avgpool2d(const tcc_pool_params *p, const float *x, float *y);
+void tcc_cpu_global_avgpool(long planes, long hw, const float *x, float *y);
+
+/* ---- normalization ---------------------------------------------------------
+ * x viewed as [outer, axis, inner]; softmax along `axis`. */
+void tcc_cpu_softmax(long outer, long axis, long inner, const float *x, float *y, int log);
+/* x viewed as [rows, cols]; normalized over cols, then * scale + bias (scale
+ * and bias of cols elements; bias may be NULL). */
+void tcc_cpu_layernorm(long rows, long cols, const float *x, const float *scale, const float *bias, float eps,
+                       float *y);
+
+/* ---- data movement ---------------------------------------------------------- */
+void tcc_cpu_copy(float *dst, const float *src, long n);
+/* dst[i] = src transposed: in_shape/perm of rank <= 8, element size 4. */
+void tcc_cpu_transpose(int rank, const long *in_shape, const long *perm, const float *src, float *dst);
+
+/* ---- scalar math usable by generated elementwise code ------------------------ */
+float tcc_cpu_expf(float x);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

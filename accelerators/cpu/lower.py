@@ -1,0 +1,410 @@
+"""graph-to-loop for the cpu accelerator: a partition function's onnx ops
+become `cpu` dialect ops, each one call into the kernel library (or one
+generated loop nest), with their epilogues fused:
+
+    cpu.conv(x, w, [bias], [residual])   {strides, pads, dilations, group, act, act_a0, act_a1, has_bias, has_residual}
+    cpu.gemm(a, b, [c], [residual])      {trans_a, trans_b, alpha, beta, bias_mode, act, ...}
+    cpu.matmul(a, b, [bias], [residual]) {bias_mode, act, ...}   (batched, broadcasting)
+    cpu.maxpool / cpu.avgpool(x)         {kernel, strides, pads, dilations, count_include_pad}
+    cpu.global_avgpool(x)
+    cpu.softmax(x) {axis, log}           cpu.layernorm(x, scale, [bias]) {axis, epsilon}
+    cpu.transpose(x) {perm}              cpu.reshape(x)   (a view: no copy unless it is an output)
+    cpu.elementwise(inputs...) ({^bb0(args): onnx elementwise ops ... cpu.yield(r)})
+
+Rewrites done here: BatchNormalization after a constant-weight Conv is
+folded into its weights and bias (other BNs become Mul+Add); Add of a
+per-channel constant becomes the bias, Add of a same-shaped tensor the
+residual, and Relu/Clip/Sigmoid/Tanh/LeakyRelu the activation of the
+Conv/Gemm/MatMul before them; chains and trees of single-use elementwise
+ops become one cpu.elementwise (one pass over memory)."""
+from __future__ import annotations
+
+import numpy as np
+
+from tcc.dialects.ir import PURE, TERMINATOR, ISOLATED, Block, Dialect, OpDef, OperandDef, Operation, Region
+from tcc.dialects.ir import attributes as A
+from tcc.dialects.ir.types import NONE, TensorType, f32
+
+from .support import ELEMENTWISE, const_value, opset
+
+ACTS = {"onnx.Relu": "relu", "onnx.Sigmoid": "sigmoid", "onnx.Tanh": "tanh", "onnx.LeakyRelu": "leaky",
+        "onnx.Clip": "clip"}
+
+
+def dialect():
+    def op(name, regions=0, traits=frozenset({PURE})):
+        return OpDef(name, [OperandDef("inputs", "variadic")], [OperandDef("result")], traits=traits,
+                     num_regions=regions)
+    ops = [op(f"cpu.{n}") for n in ("conv", "gemm", "matmul", "maxpool", "avgpool", "global_avgpool", "softmax",
+                                     "layernorm", "transpose", "reshape")]
+    ops.append(op("cpu.elementwise", 1, frozenset({PURE, ISOLATED})))
+    ops.append(OpDef("cpu.yield", [OperandDef("values", "variadic")], traits=frozenset({TERMINATOR, PURE})))
+    return Dialect("cpu", ops, "the cpu accelerator's kernel calls")
+
+
+def _attr_default(ctx, module, op, name, fallback=None):
+    v = op.get_attr(name)
+    if v is not None:
+        return v
+    try:
+        d = ctx.lookup(op.name, module).attr_default(name)
+    except Exception:
+        d = None
+    d = getattr(d, "value", d)
+    return fallback if d is None else d
+
+
+class Lowering:
+    def __init__(self, func, module, ctx):
+        self.func, self.module, self.ctx = func, module, ctx
+        self.block = func.regions[0].blocks[0]
+
+    def attr(self, op, name, fallback=None):
+        return _attr_default(self.ctx, self.module, op, name, fallback)
+
+    # -- constants -----------------------------------------------------------
+    def new_const(self, before, array, base="cpu_w"):
+        array = np.ascontiguousarray(array, dtype=np.float32)
+        t = TensorType(tuple(array.shape), f32)
+        if array.size <= 16:
+            attr = A.DenseElementsAttr(array, t)
+        else:
+            name = self.module.resources.add(base, array)
+            attr = A.DenseResourceAttr(name, t, self.module.resources)
+        c = Operation("onnx.Constant", [], [t], {"value": attr}, loc=before.loc)
+        self.block.insert_before(before, c)
+        return c.results[0]
+
+    # -- BatchNormalization ----------------------------------------------------
+    def fold_batchnorm(self):
+        for op in list(self.block.ops):
+            if op.name != "onnx.BatchNormalization" or op.parent is None:
+                continue
+            x = op.operands[0]
+            scale, bias, mean, var = (const_value(v) for v in op.operands[1:5])
+            eps = float(self.attr(op, "epsilon", 1e-5))
+            s = (scale / np.sqrt(var.astype(np.float64) + eps)).astype(np.float32)
+            t = (bias - mean * s).astype(np.float32)
+            conv = getattr(x, "op", None)
+            if (conv is not None and conv.name == "onnx.Conv" and len(x.uses) == 1
+                    and const_value(conv.operands[1]) is not None
+                    and (len(conv.operands) < 3 or conv.operands[2].type is NONE
+                         or const_value(conv.operands[2]) is not None)):
+                w = const_value(conv.operands[1])
+                b = const_value(conv.operands[2]) if len(conv.operands) > 2 and conv.operands[2].type is not NONE \
+                    else np.zeros(w.shape[0], np.float32)
+                nw = self.new_const(conv, w * s.reshape(-1, 1, 1, 1), "cpu_conv_bn_w")
+                nb = self.new_const(conv, b * s + t, "cpu_conv_bn_b")
+                ops = list(conv.operands[:2]) + [None]
+                ops[1], ops[2] = nw, nb
+                conv.set_operands(ops)
+                op.results[0].replace_all_uses_with(x)
+                op.erase()
+                continue
+            shape = (len(s),) + (1,) * (x.type.rank - 2)
+            sv, tv = self.new_const(op, s.reshape(shape), "cpu_bn_scale"), self.new_const(op, t.reshape(shape),
+                                                                                        "cpu_bn_shift")
+            mul = Operation("onnx.Mul", [x, sv], [x.type], loc=op.loc)
+            self.block.insert_before(op, mul)
+            add = Operation("onnx.Add", [mul.results[0], tv], [x.type], loc=op.loc)
+            self.block.insert_before(op, add)
+            op.results[0].replace_all_uses_with(add.results[0])
+            op.erase()
+
+    # -- epilogues -------------------------------------------------------------
+    def absorb(self, anchor, per_channel_dim, allow_bias=True):
+        """Follows anchor's single-use chain of Add (bias or residual) and one
+        activation. Returns (chain ops, bias value, residual value, act attrs)."""
+        out_t = anchor.results[0].type
+        cur, chain, bias, residual, act = anchor.results[0], [], None, None, None
+        while len(cur.uses) == 1 and act is None:
+            user, idx = cur.uses[0]
+            if user.name == "onnx.Add" and len(user.operands) == 2 and user.results[0].type == out_t:
+                other = user.operands[1 - idx]
+                if residual is None and other.type == out_t:
+                    residual = other
+                elif allow_bias and bias is None and self._is_channel_bias(other, out_t, per_channel_dim):
+                    bias = other
+                else:
+                    break
+            elif user.name in ACTS and user.results[0].type == out_t:
+                act = self._act(user)
+                if act is None:
+                    break
+            else:
+                break
+            chain.append(user)
+            cur = user.results[0]
+        return chain, bias, residual, act
+
+    @staticmethod
+    def _is_channel_bias(v, out_t, dim):
+        c = const_value(v)
+        if c is None or c.ndim > out_t.rank:
+            return False
+        shape = (1,) * (out_t.rank - c.ndim) + tuple(c.shape)
+        d = dim % out_t.rank
+        return all(s == 1 for i, s in enumerate(shape) if i != d) and shape[d] == out_t.shape[d]
+
+    def _act(self, op):
+        kind = ACTS[op.name]
+        a0, a1 = 0.0, 0.0
+        if kind == "leaky":
+            a0 = float(self.attr(op, "alpha", 0.01))
+        elif kind == "clip":
+            lo = const_value(op.operands[1]) if len(op.operands) > 1 and op.operands[1].type is not NONE else None
+            hi = const_value(op.operands[2]) if len(op.operands) > 2 and op.operands[2].type is not NONE else None
+            if (len(op.operands) > 1 and op.operands[1].type is not NONE and lo is None) or \
+                    (len(op.operands) > 2 and op.operands[2].type is not NONE and hi is None):
+                return None
+            a0 = float(lo.reshape(-1)[0]) if lo is not None else -3.4028234663852886e38
+            a1 = float(hi.reshape(-1)[0]) if hi is not None else 3.4028234663852886e38
+        return {"act": A.StringAttr(kind), "act_a0": A.FloatAttr(a0), "act_a1": A.FloatAttr(a1)}
+
+    def _replace(self, anchor, chain, name, operands, attrs):
+        last = chain[-1] if chain else anchor
+        new = Operation(name, operands, [last.results[0].type], attrs, loc=last.loc)
+        self.block.insert_before(last, new)
+        last.results[0].replace_all_uses_with(new.results[0])
+        for o in reversed(chain):
+            o.erase()
+        if anchor.parent is not None:
+            anchor.erase()
+        return new
+
+    @staticmethod
+    def _present(op, i):
+        return len(op.operands) > i and op.operands[i].type is not NONE
+
+    def lower_conv(self, op):
+        x, w = op.operands[0], op.operands[1]
+        has_bias = self._present(op, 2)
+        chain, bias, res, act = self.absorb(op, 1, allow_bias=not has_bias)
+        kh, kw = w.type.shape[2], w.type.shape[3]
+        strides = list(self.attr(op, "strides", None) or [1, 1])
+        dil = list(self.attr(op, "dilations", None) or [1, 1])
+        pads = list(self.attr(op, "pads", None) or [0, 0, 0, 0])
+        auto = self.attr(op, "auto_pad", "NOTSET")
+        h, wd = x.type.shape[2], x.type.shape[3]
+        oh, ow = op.results[0].type.shape[2], op.results[0].type.shape[3]
+        if auto in ("SAME_UPPER", "SAME_LOWER"):
+            pads = [0, 0, 0, 0]
+            for i, (n, o, k, s, d) in enumerate(((h, oh, kh, strides[0], dil[0]), (wd, ow, kw, strides[1], dil[1]))):
+                total = max(0, (o - 1) * s + (k - 1) * d + 1 - n)
+                lo = total // 2 if auto == "SAME_UPPER" else total - total // 2
+                pads[i], pads[i + 2] = lo, total - lo
+        elif auto == "VALID":
+            pads = [0, 0, 0, 0]
+        operands = [x, w]
+        if has_bias:
+            operands.append(op.operands[2])
+        elif bias is not None:
+            operands.append(bias)
+        if res is not None:
+            operands.append(res)
+        attrs = {"strides": A.DenseArrayAttr(strides), "pads": A.DenseArrayAttr(pads),
+                 "dilations": A.DenseArrayAttr(dil), "group": A.IntegerAttr(int(self.attr(op, "group", 1))),
+                 "has_bias": A.IntegerAttr(int(has_bias or bias is not None)),
+                 "has_residual": A.IntegerAttr(int(res is not None))}
+        attrs.update(act or {})
+        self._replace(op, chain, "cpu.conv", operands, attrs)
+
+    def lower_gemm(self, op):
+        has_c = self._present(op, 2)
+        chain, bias, res, act = self.absorb(op, -1, allow_bias=not has_c)
+        operands = list(op.operands[:2])
+        attrs = {"trans_a": A.IntegerAttr(int(self.attr(op, "transA", 0))),
+                 "trans_b": A.IntegerAttr(int(self.attr(op, "transB", 0))),
+                 "alpha": A.FloatAttr(float(self.attr(op, "alpha", 1.0))),
+                 "beta": A.FloatAttr(float(self.attr(op, "beta", 1.0))),
+                 "has_residual": A.IntegerAttr(int(res is not None))}
+        m, n = op.results[0].type.shape
+        if has_c or bias is not None:
+            c = op.operands[2] if has_c else bias
+            if not has_c:
+                attrs["beta"] = A.FloatAttr(1.0)
+            operands.append(c)
+            attrs["bias_mode"] = A.IntegerAttr(_bias_mode(c.type.shape, m, n))
+        else:
+            attrs["bias_mode"] = A.IntegerAttr(0)
+        if res is not None:
+            operands.append(res)
+        attrs.update(act or {})
+        self._replace(op, chain, "cpu.gemm", operands, attrs)
+
+    def lower_matmul(self, op):
+        chain, bias, res, act = self.absorb(op, -1)
+        operands = list(op.operands[:2])
+        attrs = {"bias_mode": A.IntegerAttr(1 if bias is not None else 0),
+                 "has_residual": A.IntegerAttr(int(res is not None))}
+        if bias is not None:
+            operands.append(bias)
+        if res is not None:
+            operands.append(res)
+        attrs.update(act or {})
+        self._replace(op, chain, "cpu.matmul", operands, attrs)
+
+    def lower_pool(self, op):
+        x = op.operands[0]
+        k = list(self.attr(op, "kernel_shape"))
+        strides = list(self.attr(op, "strides", None) or [1, 1])
+        dil = list(self.attr(op, "dilations", None) or [1, 1])
+        pads = list(self.attr(op, "pads", None) or [0, 0, 0, 0])
+        auto = self.attr(op, "auto_pad", "NOTSET")
+        oh, ow = op.results[0].type.shape[2:]
+        if auto in ("SAME_UPPER", "SAME_LOWER"):
+            pads = [0, 0, 0, 0]
+            for i, (n, o) in enumerate(((x.type.shape[2], oh), (x.type.shape[3], ow))):
+                total = max(0, (o - 1) * strides[i] + (k[i] - 1) * dil[i] + 1 - n)
+                lo = total // 2 if auto == "SAME_UPPER" else total - total // 2
+                pads[i], pads[i + 2] = lo, total - lo
+        elif auto == "VALID":
+            pads = [0, 0, 0, 0]
+        name = "cpu.maxpool" if op.name == "onnx.MaxPool" else "cpu.avgpool"
+        attrs = {"kernel": A.DenseArrayAttr(k), "strides": A.DenseArrayAttr(strides), "pads": A.DenseArrayAttr(pads),
+                 "dilations": A.DenseArrayAttr(dil),
+                 "count_include_pad": A.IntegerAttr(int(self.attr(op, "count_include_pad", 0) or 0))}
+        self._replace_simple(op, name, [x], attrs)
+
+    def _replace_simple(self, op, name, operands, attrs=None):
+        new = Operation(name, operands, [op.results[0].type], attrs or {}, loc=op.loc)
+        self.block.insert_before(op, new)
+        op.results[0].replace_all_uses_with(new.results[0])
+        op.erase()
+
+    def lower_softmax(self, op):
+        x = op.operands[0]
+        rank = x.type.rank
+        old = opset(self.module) < 13
+        axis = int(self.attr(op, "axis", 1 if old else -1))
+        axis = axis + rank if axis < 0 else axis
+        shape = x.type.shape
+        outer = int(np.prod(shape[:axis], dtype=np.int64))
+        if old:  # coerced to 2-D: softmax over everything from axis on
+            a, inner = int(np.prod(shape[axis:], dtype=np.int64)), 1
+        else:
+            a, inner = shape[axis], int(np.prod(shape[axis + 1:], dtype=np.int64))
+        attrs = {"outer": A.IntegerAttr(outer), "axis": A.IntegerAttr(a), "inner": A.IntegerAttr(inner),
+                 "log": A.IntegerAttr(int(op.name == "onnx.LogSoftmax"))}
+        self._replace_simple(op, "cpu.softmax", [x], attrs)
+
+    def lower_layernorm(self, op):
+        x = op.operands[0]
+        axis = int(self.attr(op, "axis", -1))
+        axis = axis + x.type.rank if axis < 0 else axis
+        cols = int(np.prod(x.type.shape[axis:], dtype=np.int64))
+        attrs = {"rows": A.IntegerAttr(x.type.num_elements // max(cols, 1)), "cols": A.IntegerAttr(cols),
+                 "epsilon": A.FloatAttr(float(self.attr(op, "epsilon", 1e-5)))}
+        operands = [x, op.operands[1]] + ([op.operands[2]] if self._present(op, 2) else [])
+        self._replace_simple(op, "cpu.layernorm", operands, attrs)
+
+    # -- elementwise fusion ---------------------------------------------------------
+    def fuse_elementwise(self):
+        group = {}  # op -> list of ops (its fusion tree, the op last)
+        for op in list(self.block.ops):
+            if op.name not in ELEMENTWISE:
+                continue
+            members = []
+            for v in op.operands:
+                p = getattr(v, "op", None)
+                if p is not None and p in group and len(v.uses) == 1 and p.results[0].uses[0][0] is op:
+                    members.extend(group.pop(p))
+            members.append(op)
+            group[op] = members
+        for root, members in group.items():
+            self._outline(root, members)
+
+    def _outline(self, root, members):
+        inside = set(members)
+        order = [o for o in self.block.ops if o in inside]
+        inputs = []
+        for o in order:
+            for v in o.operands:
+                if v.type is NONE:
+                    continue
+                p = getattr(v, "op", None)
+                if p not in inside and v not in inputs:
+                    inputs.append(v)
+        body = Block([v.type for v in inputs])
+        mapping = dict(zip(inputs, body.args))
+        for o in order:
+            ops = []
+            for v in o.operands:
+                if v.type is NONE:
+                    nv = Operation("onnx.NoValue", [], [NONE])
+                    body.append(nv)
+                    ops.append(nv.results[0])
+                else:
+                    ops.append(mapping[v])
+            attrs = {k: a for k, a in o.attributes.items() if not k.startswith("tcc.")}
+            for k in ("alpha", "beta", "gamma", "approximate"):
+                if k not in attrs:
+                    d = _attr_default(self.ctx, self.module, o, k)
+                    if d is not None:
+                        attrs[k] = A.FloatAttr(float(d)) if not isinstance(d, str) else A.StringAttr(d)
+            c = Operation(o.name, ops, [r.type for r in o.results], attrs, loc=o.loc)
+            body.append(c)
+            mapping[o.results[0]] = c.results[0]
+        body.append(Operation("cpu.yield", [mapping[root.results[0]]]))
+        new = Operation("cpu.elementwise", inputs, [root.results[0].type], {}, [Region([body])], root.loc)
+        self.block.insert_before(root, new)
+        root.results[0].replace_all_uses_with(new.results[0])
+        for o in reversed(order):
+            o.erase()
+
+    # -- the whole function ------------------------------------------------------------
+    def run(self):
+        self.fold_batchnorm()
+        for op in list(self.block.ops):
+            if op.parent is None:
+                continue
+            n = op.name
+            if n == "onnx.Conv":
+                self.lower_conv(op)
+            elif n == "onnx.Gemm":
+                self.lower_gemm(op)
+            elif n == "onnx.MatMul":
+                self.lower_matmul(op)
+        left = []
+        for op in list(self.block.ops):
+            n = op.name
+            if n in ("onnx.MaxPool", "onnx.AveragePool"):
+                self.lower_pool(op)
+            elif n == "onnx.GlobalAveragePool":
+                self._replace_simple(op, "cpu.global_avgpool", [op.operands[0]])
+            elif n in ("onnx.Softmax", "onnx.LogSoftmax"):
+                self.lower_softmax(op)
+            elif n == "onnx.LayerNormalization":
+                self.lower_layernorm(op)
+            elif n == "onnx.Transpose":
+                perm = self.attr(op, "perm", None) or list(range(op.operands[0].type.rank))[::-1]
+                self._replace_simple(op, "cpu.transpose", [op.operands[0]], {"perm": A.DenseArrayAttr(list(perm))})
+            elif n in ("onnx.Reshape", "onnx.Flatten", "onnx.Squeeze", "onnx.Unsqueeze"):
+                self._replace_simple(op, "cpu.reshape", [op.operands[0]])
+        self.fuse_elementwise()
+        for op in list(self.block.ops):
+            if op.name.startswith("onnx.") and op.name not in ("onnx.Constant", "onnx.NoValue"):
+                left.append(op.name)
+        # constants nobody uses any more (folded BN statistics, replaced weights)
+        for op in reversed(list(self.block.ops)):
+            if op.name in ("onnx.Constant", "onnx.NoValue") and not any(r.uses for r in op.results):
+                op.erase()
+        return left
+
+
+def _bias_mode(shape, m, n):
+    """Gemm's C broadcast to (M, N): 1 per column, 2 per row, 3 full, 4 scalar."""
+    shape = tuple(shape)
+    size = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    if size == 1:
+        return 4
+    full = (1,) * (2 - len(shape)) + shape
+    if full == (m, n):
+        return 3
+    if full[0] == 1:
+        return 1
+    return 2
+
+
+def lower_function(func, module, ctx):
+    return Lowering(func, module, ctx).run()

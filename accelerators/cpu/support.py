@@ -1,0 +1,149 @@
+"""Placement rules of the cpu accelerator: which onnx ops it takes (and why
+not the others), and its composite patterns (TVM BYOC's pattern table)."""
+from __future__ import annotations
+
+from tcc.accelerators import CompositePattern, Support
+from tcc.dialects.ir.attributes import elements_value
+from tcc.dialects.ir.types import NONE, TensorType
+
+# onnx op -> C expression template over its operands (a, b, ...) and attributes.
+UNARY = {"Relu", "Sigmoid", "Tanh", "Exp", "Log", "Neg", "Abs", "Sqrt", "Reciprocal", "Erf", "Floor", "Ceil",
+         "LeakyRelu", "HardSigmoid", "HardSwish", "Elu", "Selu", "Softplus", "Softsign", "Identity", "Sign",
+         "ThresholdedRelu", "Gelu", "Clip", "Sin", "Cos", "Round"}
+BINARY = {"Add", "Sub", "Mul", "Div", "Pow", "PRelu"}
+VARIADIC = {"Max", "Min", "Sum", "Mean"}
+ELEMENTWISE = {f"onnx.{n}" for n in UNARY | BINARY | VARIADIC}
+LAYOUT = {"onnx.Reshape", "onnx.Flatten", "onnx.Squeeze", "onnx.Unsqueeze", "onnx.Transpose"}
+KERNELS = {"onnx.Conv", "onnx.Gemm", "onnx.MatMul", "onnx.BatchNormalization", "onnx.MaxPool", "onnx.AveragePool",
+           "onnx.GlobalAveragePool", "onnx.Softmax", "onnx.LogSoftmax", "onnx.LayerNormalization"}
+SUPPORTED = ELEMENTWISE | LAYOUT | KERNELS
+# operand positions that are not data (int64 shapes/axes): any dtype, ignored
+NON_DATA = {"onnx.Reshape": {1}, "onnx.Squeeze": {1}, "onnx.Unsqueeze": {1}}
+
+
+def const_value(v):
+    op = getattr(v, "op", None)
+    if op is None or op.name != "onnx.Constant" or "value" not in op.attributes:
+        return None
+    return elements_value(op.attributes["value"])
+
+
+def opset(module, domain=""):
+    imp = module.op.get_attr("onnx.opset_import") if module is not None else None
+    if isinstance(imp, dict):
+        v = imp.get(domain)
+        return int(getattr(v, "value", v)) if v is not None else 18
+    return 18
+
+
+def _check_types(op):
+    skip = NON_DATA.get(op.name, set())
+    for i, v in enumerate(op.operands):
+        if i in skip or v.type is NONE:
+            continue
+        t = v.type
+        if not isinstance(t, TensorType) or str(t.element) != "f32":
+            return f"dtype {getattr(t, 'element', t)} unsupported (f32 only)"
+        if t.shape is None or not t.has_static_shape:
+            return f"shape {t} unsupported (static shapes only)"
+    for r in op.results:
+        t = r.type
+        if t is NONE:
+            continue
+        if not isinstance(t, TensorType) or str(t.element) != "f32":
+            return f"dtype {getattr(t, 'element', t)} unsupported (f32 only)"
+        if t.shape is None or not t.has_static_shape:
+            return f"shape {t} unsupported (static shapes only)"
+    return None
+
+
+def _used_results(op):
+    return [r for r in op.results if r.type is not NONE and r.uses]
+
+
+def check(op, module):
+    if op.name not in SUPPORTED:
+        return Support.no("op unsupported")
+    why = _check_types(op)
+    if why:
+        return Support.no(why)
+    name = op.name[5:]
+    if len(op.results) > 1 and any(r.type is not NONE and r.uses for r in op.results[1:]):
+        return Support.no("attribute: only the first output is supported")
+    rank = op.results[0].type.rank
+    if name == "Conv":
+        if op.operands[1].type.rank != 4:
+            return Support.no("shape: only 2-D convolutions (NCHW)")
+    elif name in ("MaxPool", "AveragePool"):
+        if op.operands[0].type.rank != 4:
+            return Support.no("shape: only 2-D pooling (NCHW)")
+        if name == "MaxPool" and op.get_attr("storage_order", 0):
+            return Support.no("attribute: storage_order=1 unsupported")
+    elif name == "GlobalAveragePool":
+        if op.operands[0].type.rank < 3:
+            return Support.no("shape: rank >= 3 expected")
+    elif name == "BatchNormalization":
+        if op.get_attr("training_mode", 0):
+            return Support.no("attribute: training_mode unsupported")
+        if any(const_value(v) is None for v in op.operands[1:5]):
+            return Support.no("attribute: only constant scale/bias/mean/var (inference)")
+        if op.operands[0].type.rank < 2:
+            return Support.no("shape: rank >= 2 expected")
+    elif name == "LayerNormalization":
+        if op.get_attr("stash_type", 1) != 1:
+            return Support.no("attribute: stash_type must be 1")
+        axis = op.get_attr("axis", -1)
+        shape = op.operands[0].type.shape
+        axis = axis + len(shape) if axis < 0 else axis
+        cols = 1
+        for d in shape[axis:]:
+            cols *= d
+        for v in op.operands[1:]:
+            if v.type is not NONE and v.type.num_elements != cols:
+                return Support.no("shape: scale/bias must cover the normalized dims")
+    elif name == "Gemm":
+        if any(v.type.rank != 2 for v in op.operands[:2]):
+            return Support.no("shape: Gemm needs 2-D A and B")
+    elif name == "Gelu":
+        if op.get_attr("approximate", "none") not in ("none", "tanh"):
+            return Support.no("attribute: approximate")
+    elif name == "Transpose":
+        if rank > 8:
+            return Support.no("shape: rank > 8")
+    elif name in ("Sin", "Cos", "Round") and rank is None:
+        return Support.no("shape")
+    return Support.yes()
+
+
+def _all_supported(ops):
+    """A composite is only placed whole when the cpu takes every op of it
+    (placement does not ask tcc_supports_op about composite members)."""
+    module = None
+    top = ops[0]
+    while top is not None and top.name != "builtin.module":
+        top = top.parent_op
+    if top is not None:
+        class _M:  # opset lookup needs only `.op`
+            op = top
+        module = _M()
+    if not all(check(o, module) for o in ops):
+        return False
+    last = ops[-1]
+    if last.name == "onnx.Clip":
+        return all(v.type is NONE or const_value(v) is not None for v in last.operands[1:])
+    return True
+
+
+def patterns():
+    conv, add, relu, bn, clip = "onnx.Conv", "onnx.Add", "onnx.Relu", "onnx.BatchNormalization", "onnx.Clip"
+    return [
+        CompositePattern("conv_bn_add_relu", (conv, bn, add, relu), _all_supported),
+        CompositePattern("conv_bn_relu", (conv, bn, relu), _all_supported),
+        CompositePattern("conv_bn_clip", (conv, bn, clip), _all_supported),
+        CompositePattern("conv_add_relu", (conv, add, relu), _all_supported),
+        CompositePattern("conv_bias_relu", (conv, relu), _all_supported),
+        CompositePattern("conv_bn", (conv, bn), _all_supported),
+        CompositePattern("gemm_bias_relu", ("onnx.Gemm", relu), _all_supported),
+        CompositePattern("matmul_add_relu", ("onnx.MatMul", add, relu), _all_supported),
+        CompositePattern("matmul_add", ("onnx.MatMul", add), _all_supported),
+    ]

@@ -1,0 +1,128 @@
+"""`make bench` (cpu accelerator part): the benchmark models compiled with
+--maccel=cpu against onnxruntime's CPU provider in the same run, at 1 and 2
+threads (each thread count in a fresh process: TCC_NUM_THREADS,
+OPENBLAS_NUM_THREADS and ORT's intra-op threads all set to it), plus the
+kernel library's GEMM GFLOP/s next to numpy's matmul. Ratios are
+tcc time / ORT time (lower is better; target <= 1.0)."""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+MODELS = ["mlp", "resnet18", "mobilenetv2", "bert"]
+
+
+def build_model(name):
+    from tcc import samples
+    if name == "mlp":
+        return samples.mlp_matmul(batch=64, seed=0)
+    if name == "resnet18":
+        return samples.resnet18(seed=0)
+    if name == "mobilenetv2":
+        return samples.mobilenetv2(seed=0)
+    if name == "bert":
+        return samples.transformer(batch=1, seq=128, d=256, heads=4, layers=4, seed=0)
+    raise ValueError(name)
+
+
+def timeit(fn, min_time=1.0, min_runs=5):
+    fn()
+    fn()
+    times = []
+    t_end = time.perf_counter() + min_time
+    while len(times) < min_runs or time.perf_counter() < t_end:
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+        if len(times) >= 200:
+            break
+    return float(np.median(times))
+
+
+def bench_models(threads, names, min_time):
+    import onnxruntime as ort
+
+    import tcc
+    rows = []
+    for name in names:
+        model = build_model(name)
+        path = tcc.compile(model, maccel=["cpu"])
+        sess = tcc.load(path)
+        specs = sess.input_signature
+        rng = np.random.default_rng(0)
+        feeds = {s["name"]: rng.standard_normal(s["shape"]).astype(np.float32) for s in specs}
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = threads
+        so.inter_op_num_threads = 1
+        osess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        ours = sess.run(feeds)[0]
+        ref = osess.run(None, feeds)[0]
+        err = float(np.max(np.abs(ours - ref)) / (np.max(np.abs(ref)) + 1e-30))
+        t_tcc = timeit(lambda: sess.run(feeds), min_time)
+        t_ort = timeit(lambda: osess.run(None, feeds), min_time)
+        rows.append((name, t_tcc * 1e3, t_ort * 1e3, t_tcc / t_ort, err))
+    return rows
+
+
+def bench_gemm(sizes, min_time):
+    from tcc.accelerators.cpu import build
+    lib = build.load_kernels()
+    f = lib.tcc_cpu_gemm
+    f.restype = None
+    L, F, P = ctypes.c_long, ctypes.c_float, ctypes.c_void_p
+    f.argtypes = [ctypes.c_int, ctypes.c_int, L, L, L, F, P, L, P, L, P, L, P]
+    rows = []
+    for n in sizes:
+        a = np.random.default_rng(0).standard_normal((n, n)).astype(np.float32)
+        b = np.random.default_rng(1).standard_normal((n, n)).astype(np.float32)
+        c = np.empty((n, n), np.float32)
+        ours = timeit(lambda: f(0, 0, n, n, n, 1.0, a.ctypes.data, n, b.ctypes.data, n, c.ctypes.data, n, None),
+                      min_time)
+        assert np.allclose(c, a @ b, rtol=1e-3, atol=1e-3)
+        ref = timeit(lambda: np.matmul(a, b, out=c), min_time)
+        flops = 2.0 * n ** 3
+        rows.append((n, flops / ours / 1e9, flops / ref / 1e9))
+    return rows
+
+
+def child(args):
+    from tcc.accelerators.cpu import build
+    isa = build.load_kernels().tcc_cpu_isa().decode()
+    print(f"## {args.thread} thread(s), kernel library: {isa}")
+    print(f"{'model':<12} {'tcc ms':>9} {'ORT ms':>9} {'ratio':>7} {'max rel err':>12}")
+    for name, t, o, r, e in bench_models(args.thread, args.models, args.min_time):
+        print(f"{name:<12} {t:9.2f} {o:9.2f} {r:6.2f}x {e:12.2e}", flush=True)
+    print(f"{'GEMM n':<12} {'tcc GF/s':>9} {'numpy':>9} {'ratio':>7}")
+    for n, ours, ref in bench_gemm(args.gemm, args.min_time):
+        print(f"{n:<12} {ours:9.1f} {ref:9.1f} {ours / ref * 100:6.0f}%", flush=True)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--threads", type=int, nargs="*", default=[1, 2])
+    p.add_argument("--thread", type=int, default=1, help=argparse.SUPPRESS)
+    p.add_argument("--models", nargs="*", default=MODELS)
+    p.add_argument("--gemm", type=int, nargs="*", default=[256, 1024, 2048])
+    p.add_argument("--min-time", type=float, default=1.0)
+    p.add_argument("--child", action="store_true")
+    args = p.parse_args()
+    if args.child:
+        child(args)
+        return
+    for t in args.threads:
+        env = dict(os.environ, TCC_NUM_THREADS=str(t), OPENBLAS_NUM_THREADS=str(t), OMP_NUM_THREADS=str(t))
+        cmd = [sys.executable, __file__, "--child", "--thread", str(t), "--models", *args.models,
+               "--gemm", *map(str, args.gemm), "--min-time", str(args.min_time)]
+        r = subprocess.run(cmd, env=env)
+        if r.returncode:
+            sys.exit(r.returncode)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,248 @@
+"""Every kernel of the cpu accelerator against onnxruntime, on fresh random
+data with awkward sizes (odd, prime, not multiples of the vector width)."""
+import numpy as np
+import pytest
+from onnx import helper
+
+from .helpers import check, model, rand
+
+H = helper.make_node
+
+
+# ---- GEMM ------------------------------------------------------------------------
+@pytest.mark.parametrize("ta,tb", [(0, 0), (0, 1), (1, 0), (1, 1)])
+@pytest.mark.parametrize("m,k,n", [(1, 7, 13), (37, 53, 61), (129, 67, 250)])
+def test_gemm_trans(ta, tb, m, k, n):
+    a = rand(k, m) if ta else rand(m, k)
+    b = rand(n, k) if tb else rand(k, n)
+    mdl = model([H("Gemm", ["a", "b"], ["y"], transA=ta, transB=tb, alpha=0.75)],
+                [("a", a.shape)], [("y", (m, n))], [("b", b)])
+    check(mdl, {"a": a})
+
+
+@pytest.mark.parametrize("cshape", [(), (1,), (61,), (1, 61), (37, 1), (37, 61)])
+def test_gemm_bias_beta_relu(cshape):
+    a, b, c = rand(37, 53), rand(53, 61), rand(*cshape)
+    mdl = model([H("Gemm", ["a", "b", "c"], ["g"], beta=0.5, alpha=1.5), H("Relu", ["g"], ["y"])],
+                [("a", a.shape)], [("y", (37, 61))], [("b", b), ("c", c)])
+    check(mdl, {"a": a})
+
+
+def test_gemm_non_constant_operands():
+    a, b, c = rand(19, 33), rand(33, 45), rand(45)
+    mdl = model([H("Gemm", ["a", "b", "c"], ["y"])], [("a", a.shape), ("b", b.shape), ("c", c.shape)],
+                [("y", (19, 45))])
+    check(mdl, {"a": a, "b": b, "c": c})
+
+
+# ---- MatMul ----------------------------------------------------------------------------
+@pytest.mark.parametrize("ashape,bshape", [
+    ((3, 5), (5, 7)), ((2, 3, 17, 9), (9, 11)), ((2, 1, 5, 9), (3, 9, 4)), ((4, 6, 8), (4, 8, 5)),
+    ((7,), (7, 3)), ((2, 5, 7), (7,)), ((130, 70), (70, 90)), ((1, 4, 33, 8), (1, 4, 8, 33))])
+def test_matmul_broadcast(ashape, bshape):
+    a, b = rand(*ashape), rand(*bshape)
+    out = np.matmul(a, b).shape
+    mdl = model([H("MatMul", ["a", "b"], ["y"])], [("a", ashape), ("b", bshape)], [("y", out)])
+    check(mdl, {"a": a, "b": b})
+
+
+def test_matmul_add_relu_fused():
+    a, w, bias = rand(3, 29, 40), rand(40, 23), rand(23)
+    mdl = model([H("MatMul", ["a", "w"], ["m"]), H("Add", ["m", "b"], ["s"]), H("Relu", ["s"], ["y"])],
+                [("a", a.shape)], [("y", (3, 29, 23))], [("w", w), ("b", bias)])
+    sess = check(mdl, {"a": a})
+    from tcc.accelerators.cpu.runtime import c_source
+    assert sess is not None
+
+
+def test_matmul_residual():
+    a, w, r = rand(31, 40), rand(40, 23), rand(31, 23)
+    mdl = model([H("MatMul", ["a", "w"], ["m"]), H("Add", ["r", "m"], ["y"])],
+                [("a", a.shape), ("r", r.shape)], [("y", (31, 23))], [("w", w)])
+    check(mdl, {"a": a, "r": r})
+
+
+# ---- Conv --------------------------------------------------------------------------------
+CONV_CASES = [
+    # n, c, h, w, m, k, stride, dilation, pads, group
+    (1, 3, 17, 19, 8, 3, 1, 1, [1, 1, 1, 1], 1),
+    (2, 5, 13, 11, 7, 3, 2, 1, [1, 0, 2, 1], 1),
+    (1, 4, 15, 15, 6, 3, 1, 2, [2, 2, 2, 2], 1),
+    (1, 6, 9, 10, 9, 1, 1, 1, [0, 0, 0, 0], 3),     # grouped 1x1
+    (1, 8, 12, 12, 8, 3, 1, 1, [1, 1, 1, 1], 8),    # depthwise
+    (2, 12, 15, 13, 12, 3, 2, 1, [1, 1, 1, 1], 12), # depthwise stride 2
+    (1, 5, 11, 14, 5, 5, 1, 1, [2, 2, 2, 2], 5),    # depthwise 5x5
+    (1, 6, 10, 9, 12, 3, 1, 1, [1, 1, 1, 1], 6),    # channel multiplier 2
+    (1, 16, 7, 7, 24, 1, 1, 1, [0, 0, 0, 0], 1),    # pointwise
+    (1, 3, 29, 31, 10, 7, 2, 1, [3, 3, 3, 3], 1),   # stem
+    (1, 8, 8, 8, 4, 2, 3, 1, [0, 0, 1, 1], 2),
+]
+
+
+@pytest.mark.parametrize("n,c,h,w,m,k,s,d,pads,g", CONV_CASES)
+@pytest.mark.parametrize("bias", [False, True])
+def test_conv(n, c, h, w, m, k, s, d, pads, g, bias):
+    x, wt, b = rand(n, c, h, w), rand(m, c // g, k, k), rand(m)
+    ins = ["x", "w"] + (["b"] if bias else [])
+    node = H("Conv", ins, ["y"], kernel_shape=[k, k], strides=[s, s], dilations=[d, d], pads=pads, group=g)
+    oh = (h + pads[0] + pads[2] - d * (k - 1) - 1) // s + 1
+    ow = (w + pads[1] + pads[3] - d * (k - 1) - 1) // s + 1
+    inits = [("w", wt)] + ([("b", b)] if bias else [])
+    check(model([node], [("x", x.shape)], [("y", (n, m, oh, ow))], inits), {"x": x})
+
+
+@pytest.mark.parametrize("auto_pad", ["SAME_UPPER", "SAME_LOWER", "VALID"])
+def test_conv_auto_pad(auto_pad):
+    x, wt = rand(1, 3, 10, 11), rand(4, 3, 3, 3)
+    node = H("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3], strides=[2, 2], auto_pad=auto_pad)
+    out = (1, 4, 5, 6) if auto_pad != "VALID" else (1, 4, 4, 5)
+    check(model([node], [("x", x.shape)], [("y", out)], [("w", wt)]), {"x": x})
+
+
+def test_conv_weights_as_input():
+    x, wt = rand(1, 4, 9, 9), rand(5, 4, 3, 3)
+    node = H("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    check(model([node], [("x", x.shape), ("w", wt.shape)], [("y", (1, 5, 9, 9))]), {"x": x, "w": wt})
+
+
+@pytest.mark.parametrize("g", [1, 6])
+@pytest.mark.parametrize("act", ["Relu", "Clip", "Sigmoid"])
+def test_conv_bias_act_and_residual(act, g):
+    x, wt, b, r = rand(1, 6, 11, 9), rand(6, 6 // g, 3, 3), rand(6), rand(1, 6, 11, 9)
+    nodes = [H("Conv", ["x", "w", "b"], ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], group=g),
+             H("Add", ["c", "r"], ["s"])]
+    inits = [("w", wt), ("b", b)]
+    if act == "Clip":
+        nodes.append(H("Clip", ["s", "lo", "hi"], ["y"]))
+        inits += [("lo", np.array(0, np.float32)), ("hi", np.array(0.5, np.float32))]
+    else:
+        nodes.append(H(act, ["s"], ["y"]))
+    check(model(nodes, [("x", x.shape), ("r", r.shape)], [("y", x.shape)], inits), {"x": x, "r": r})
+
+
+def test_conv_batchnorm_folded():
+    x, wt = rand(2, 3, 12, 12), rand(7, 3, 3, 3)
+    bn = [("sc", rand(7) + 1), ("bb", rand(7)), ("mu", rand(7)), ("var", np.abs(rand(7)) + 0.5)]
+    nodes = [H("Conv", ["x", "w"], ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             H("BatchNormalization", ["c", "sc", "bb", "mu", "var"], ["n"], epsilon=1e-3),
+             H("Relu", ["n"], ["y"])]
+    check(model(nodes, [("x", x.shape)], [("y", (2, 7, 12, 12))], [("w", wt)] + bn), {"x": x})
+
+
+def test_batchnorm_alone():
+    x = rand(2, 5, 7, 3)
+    bn = [("sc", rand(5)), ("bb", rand(5)), ("mu", rand(5)), ("var", np.abs(rand(5)) + 0.5)]
+    nodes = [H("BatchNormalization", ["x", "sc", "bb", "mu", "var"], ["y"])]
+    check(model(nodes, [("x", x.shape)], [("y", x.shape)], bn), {"x": x})
+
+
+# ---- pooling -------------------------------------------------------------------------------
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
+@pytest.mark.parametrize("k,s,pads,ceil,cip", [
+    (3, 2, [1, 1, 1, 1], 0, 0), (2, 2, [0, 0, 0, 0], 0, 0), (3, 2, [0, 0, 0, 0], 1, 0),
+    (3, 1, [1, 0, 1, 2], 0, 1), (5, 3, [2, 2, 2, 2], 1, 1)])
+def test_pool(op, k, s, pads, ceil, cip):
+    x = rand(2, 3, 13, 11)
+    kw = dict(kernel_shape=[k, k], strides=[s, s], pads=pads, ceil_mode=ceil)
+    if op == "AveragePool":
+        kw["count_include_pad"] = cip
+    node = H(op, ["x"], ["y"], **kw)
+    shape = [2, 3]
+    for n, pb, pe in ((13, pads[0], pads[2]), (11, pads[1], pads[3])):
+        span = n + pb + pe - k
+        o = (-(-span // s) if ceil else span // s) + 1
+        if ceil and (o - 1) * s >= n + pb:
+            o -= 1
+        shape.append(o)
+    check(model([node], [("x", x.shape)], [("y", shape)]), {"x": x})
+
+
+def test_global_average_pool():
+    x = rand(3, 7, 5, 9)
+    check(model([H("GlobalAveragePool", ["x"], ["y"])], [("x", x.shape)], [("y", (3, 7, 1, 1))]), {"x": x})
+
+
+# ---- normalization ---------------------------------------------------------------------------
+@pytest.mark.parametrize("axis", [-1, 1, 0])
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+def test_softmax(op, axis):
+    x = rand(3, 17, 33, scale=4.0)
+    check(model([H(op, ["x"], ["y"], axis=axis)], [("x", x.shape)], [("y", x.shape)]), {"x": x})
+
+
+def test_softmax_opset11_coerces_to_2d():
+    x = rand(3, 4, 5)
+    check(model([H("Softmax", ["x"], ["y"], axis=1)], [("x", x.shape)], [("y", x.shape)], opset=11), {"x": x})
+
+
+@pytest.mark.parametrize("axis,bias", [(-1, True), (-1, False), (1, True)])
+def test_layernorm(axis, bias):
+    x = rand(4, 6, 37, scale=3.0) + 1.0
+    cols = x.shape[axis:] if axis >= 0 else x.shape[axis:]
+    ins = ["x", "s"] + (["b"] if bias else [])
+    inits = [("s", rand(*cols)), ("b", rand(*cols))][:len(ins) - 1]
+    check(model([H("LayerNormalization", ins, ["y"], axis=axis, epsilon=1e-5)], [("x", x.shape)],
+                [("y", x.shape)], inits), {"x": x})
+
+
+# ---- elementwise ----------------------------------------------------------------------------------
+def test_elementwise_chain_broadcast():
+    x, c, r = rand(2, 3, 5, 7), rand(3, 1, 1), rand(7)
+    nodes = [H("Mul", ["x", "c"], ["a"]), H("Add", ["a", "r"], ["b"]), H("Tanh", ["b"], ["t"]),
+             H("Sigmoid", ["t"], ["s"]), H("Sub", ["s", "half"], ["u"]), H("Abs", ["u"], ["v"]),
+             H("Sqrt", ["v"], ["w"]), H("Erf", ["w"], ["e"]), H("Mul", ["e", "x"], ["y"])]
+    check(model(nodes, [("x", x.shape), ("r", r.shape)], [("y", x.shape)],
+                [("c", c), ("half", np.array(0.5, np.float32))]), {"x": x, "r": r}, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("op,attrs", [
+    ("Relu", {}), ("Exp", {}), ("Neg", {}), ("Reciprocal", {}), ("LeakyRelu", {"alpha": 0.3}),
+    ("HardSigmoid", {}), ("HardSwish", {}), ("Elu", {}), ("Selu", {}), ("Softplus", {}), ("Softsign", {}),
+    ("Floor", {}), ("Ceil", {}), ("Sign", {}), ("Gelu", {}), ("Gelu", {"approximate": "tanh"}),
+    ("ThresholdedRelu", {"alpha": 0.5}), ("Sigmoid", {}), ("Tanh", {})])
+def test_unary(op, attrs):
+    x = rand(5, 1031, scale=3.0)
+    opset = 20 if op == "Gelu" else 18
+    check(model([H(op, ["x"], ["y"], **attrs)], [("x", x.shape)], [("y", x.shape)], opset=opset), {"x": x},
+          rtol=2e-4, atol=1e-5)
+
+
+def test_log_and_pow():
+    x, p = np.abs(rand(33, 65)) + 0.1, rand(65)
+    nodes = [H("Log", ["x"], ["l"]), H("Pow", ["x", "p"], ["q"]), H("Add", ["l", "q"], ["y"])]
+    check(model(nodes, [("x", x.shape), ("p", p.shape)], [("y", x.shape)]), {"x": x, "p": p})
+
+
+@pytest.mark.parametrize("op", ["Max", "Min", "Sum", "Mean"])
+def test_variadic(op):
+    a, b, c = rand(4, 1, 9), rand(3, 1), rand(4, 3, 9)
+    check(model([H(op, ["a", "b", "c"], ["y"])], [("a", a.shape), ("b", b.shape), ("c", c.shape)],
+                [("y", (4, 3, 9))]), {"a": a, "b": b, "c": c})
+
+
+def test_prelu_and_clip_inputs():
+    x, s = rand(2, 4, 6), rand(4, 1)
+    nodes = [H("PRelu", ["x", "s"], ["p"]), H("Clip", ["p", "lo"], ["y"])]
+    check(model(nodes, [("x", x.shape), ("s", s.shape), ("lo", ())], [("y", x.shape)]),
+          {"x": x, "s": s, "lo": np.array(-0.2, np.float32)})
+
+
+def test_large_elementwise_splits_rows():
+    x = rand(1 << 18)
+    check(model([H("Mul", ["x", "x"], ["a"]), H("Add", ["a", "x"], ["y"])], [("x", x.shape)], [("y", x.shape)]),
+          {"x": x})
+
+
+# ---- layout --------------------------------------------------------------------------------------
+def test_transpose_reshape_flatten():
+    x = rand(2, 3, 5, 7)
+    nodes = [H("Transpose", ["x"], ["t"], perm=[0, 2, 3, 1]), H("Reshape", ["t", "shape"], ["r"]),
+             H("Relu", ["r"], ["q"]), H("Flatten", ["q"], ["f"], axis=1), H("Transpose", ["f"], ["y"])]
+    check(model(nodes, [("x", x.shape)], [("y", (105, 2))], [("shape", np.array([2, 35, 3], np.int64))]), {"x": x})
+
+
+def test_reshape_of_input_is_an_output():
+    x = rand(4, 6)
+    nodes = [H("Reshape", ["x", "shape"], ["y"]), H("Relu", ["x"], ["z"])]
+    m = model(nodes, [("x", x.shape)], [("y", (24,)), ("z", (4, 6))], [("shape", np.array([24], np.int64))])
+    check(m, {"x": x})
