@@ -69,3 +69,28 @@ def test_resources_written_beside_and_read_back(tmp_path):
         for k, attr in a.attributes.items():
             if hasattr(attr, "table"):
                 np.testing.assert_array_equal(attr.value, b.attributes[k].value)
+
+
+def test_model_with_external_data(tmp_path, rng):
+    """Initializers stored outside the .onnx file are loaded from beside it."""
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+    model = samples.mlp(seed=int(rng.integers(1 << 30)))
+    want = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
+    reference = ort.InferenceSession(model.SerializeToString())
+    path = tmp_path / "mlp.onnx"
+    onnx.save(model, path, save_as_external_data=True, all_tensors_to_one_file=True, location="mlp.weights",
+              size_threshold=1024)
+    assert (tmp_path / "mlp.weights").stat().st_size > 100_000
+    module = import_model(str(path))
+    text, back = round_trip(module)
+    weights = [a.value for op in module.walk() for a in op.attributes.values() if hasattr(a, "table")]
+    assert any(w.shape == (128, 784) for w in weights)
+    for w in weights:
+        assert any(w.shape == v.shape and np.array_equal(w, v) for v in want.values())
+    # and it compiles and runs like the original
+    import tcc
+    sess = tcc.load(tcc.compile(str(path), output=str(tmp_path / "mlp.tcc")))
+    x = rng.standard_normal((1, 784)).astype(np.float32)
+    np.testing.assert_allclose(sess.run({"x": x})[0], reference.run(None, {"x": x})[0], rtol=1e-4, atol=1e-6)
