@@ -15,6 +15,7 @@ outputs are fresh 64-byte aligned arrays."""
 from __future__ import annotations
 
 import ctypes
+import sys
 import threading
 
 import numpy as np
@@ -65,6 +66,11 @@ def _fmt(specs):
 
 
 _jit_entry = _jit
+
+
+def _refs(entry):
+    """Reference counts of a cached output array and of its memory's owner."""
+    return sys.getrefcount(entry[0]), sys.getrefcount(entry[1])
 
 
 class Session:
@@ -136,14 +142,29 @@ class Session:
             for n in output_names:
                 if n not in known:
                     raise InputError(f"unknown output '{n}'; the model has outputs {', '.join(known)}")
-        outs = [aligned_empty(t.shape, t.dtype) for t in self._outputs]
-        args = (ctypes.c_void_p * max(len(ins) + len(outs), 1))(*[a.ctypes.data for a in ins + outs])
         with self._lock:
+            outs = [self._output_buffer(i, t) for i, t in enumerate(self._outputs)]
+            args = (ctypes.c_void_p * max(len(ins) + len(outs), 1))(*[a.ctypes.data for a in ins + outs])
             self._entry(args, self._wptrs, self._workspace.ctypes.data)
         if output_names is None:
             return outs
         by_name = dict(zip(self.output_names, outs))
         return [by_name[n] for n in output_names]
+
+    def _output_buffer(self, i, spec):
+        """A fresh output array, or last call's one when nothing outside
+        this session references it or its memory any more: large outputs
+        then cost no page faults per call (as a runtime's arena would)."""
+        cache = self.__dict__.setdefault("_out_cache", {})
+        hit = cache.get(i)
+        if hit is not None and _refs(hit) == hit[2]:
+            return hit[0]
+        arr = aligned_empty(spec.shape, spec.dtype)
+        entry = [arr, arr.base if arr.base is not None else arr, None]
+        del arr
+        entry[2] = _refs(entry)  # the counts when only the cache holds them
+        cache[i] = entry
+        return entry[0]
 
     def __repr__(self):
         return f"<tcc.Session {self.path}: ({_fmt(self._inputs)}) -> ({_fmt(self._outputs)})>"

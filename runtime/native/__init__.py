@@ -112,7 +112,3 @@ def load() -> str:
         llvm.load_library_permanently(path)
         _loaded = path
     return _loaded
-
-
-if __name__ == "__main__":  # `python -m tcc.runtime.native OUT.so`: used by `make native`
-    build(sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, LIB_NAME))
