@@ -17,12 +17,12 @@ from tcc.dialects.ir.errors import TccError
 
 from .artifact import TensorSpec
 from .device import get_device
-from .session import ALIGN, InputError, _fmt, _jit_entry, _sig, aligned_empty
+from .session import ALIGN, InputError, SignatureMixin, _fmt, _jit_entry, aligned_empty
 
 HOST = "cpu"
 
 
-class PlanSession:
+class PlanSession(SignatureMixin):
     def __init__(self, artifact):
         self.artifact = art = artifact
         self.path, self.manifest = art.path, art.manifest
@@ -69,23 +69,6 @@ class PlanSession:
             out[name] = (acc, device, device.create_stream(), rmod)
         return out
 
-    # -- signature (as Session) ------------------------------------------------
-    @property
-    def input_signature(self):
-        return _sig(self._inputs)
-
-    @property
-    def output_signature(self):
-        return _sig(self._outputs)
-
-    @property
-    def input_names(self):
-        return [t.name for t in self._inputs]
-
-    @property
-    def output_names(self):
-        return [t.name for t in self._outputs]
-
     # -- buffers -------------------------------------------------------------------
     def _nbytes(self, name):
         t = self.values[name]
@@ -130,12 +113,11 @@ class PlanSession:
         raise TccError(f"no stream for {device}")
 
     def run(self, inputs, output_names=None):
-        from .session import Session
-        arrays = Session._arrange(self, inputs)
+        arrays = self._arrange(inputs)
         with self._lock:
             where = {}
             for v, spec in zip(arrays, self._inputs):
-                arr = Session._prepare(self, v, spec)
+                arr = self._prepare(v, spec)
                 buf = self._buffer(spec.name, self.host)
                 self._host_array(buf, spec.name)[...] = arr
                 where[spec.name] = buf

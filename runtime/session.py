@@ -73,18 +73,10 @@ def _refs(entry):
     return sys.getrefcount(entry[0]), sys.getrefcount(entry[1])
 
 
-class Session:
-    def __init__(self, path, artifact=None):
-        self.artifact = art = artifact if artifact is not None else read_artifact(path)
-        self.path = art.path
-        self.manifest = art.manifest
-        self._inputs, self._outputs = art.inputs, art.outputs
-        self._engine, self._entry = _jit(art.host_object)
-        self._weights = art.weight_arrays()  # kept alive: the native code reads them
-        self._wptrs = (ctypes.c_void_p * max(len(self._weights), 1))(*[w.ctypes.data for w in self._weights])
-        ws = int(self.manifest["compile"].get("workspace_bytes", 0))
-        self._workspace = aligned_empty((max(ws, 1),), np.uint8)
-        self._lock = threading.Lock()  # one workspace: runs on one session are serialised
+class SignatureMixin:
+    """What every session kind shares: the signature (like onnx-mlir's
+    OMExecutionSession) and matching the caller's inputs to it. Subclasses
+    set `_inputs` and `_outputs` (TensorSpec lists)."""
 
     @property
     def input_signature(self):
@@ -132,6 +124,20 @@ class Session:
         buf = aligned_empty(value.shape, value.dtype)
         buf[...] = value
         return buf
+
+
+class Session(SignatureMixin):
+    def __init__(self, path, artifact=None):
+        self.artifact = art = artifact if artifact is not None else read_artifact(path)
+        self.path = art.path
+        self.manifest = art.manifest
+        self._inputs, self._outputs = art.inputs, art.outputs
+        self._engine, self._entry = _jit(art.host_object)
+        self._weights = art.weight_arrays()  # kept alive: the native code reads them
+        self._wptrs = (ctypes.c_void_p * max(len(self._weights), 1))(*[w.ctypes.data for w in self._weights])
+        ws = int(self.manifest["compile"].get("workspace_bytes", 0))
+        self._workspace = aligned_empty((max(ws, 1),), np.uint8)
+        self._lock = threading.Lock()  # one workspace: runs on one session are serialised
 
     def run(self, inputs, output_names=None):
         """inputs: {name: array} or a list in signature order -> list of

@@ -17,7 +17,7 @@ import numpy as np
 from tcc.dialects.ir.errors import TccError
 
 from .artifact import TensorSpec
-from .session import InputError, _fmt
+from .session import InputError, SignatureMixin, _fmt
 
 IR_MEMBER, RES_MEMBER = "model.mlir", "model.mlir.resources"
 
@@ -101,7 +101,7 @@ def _cache_dir():
     return os.path.join(d, "specialized")
 
 
-class SpecializingSession:
+class SpecializingSession(SignatureMixin):
     def __init__(self, artifact):
         self.artifact = art = artifact
         self.path, self.manifest = art.path, art.manifest
@@ -124,27 +124,9 @@ class SpecializingSession:
         return [{"name": t.name, "shape": [None if d < 0 else d for d in t.shape], "dtype": str(t.dtype)}
                 for t in self._outputs]
 
-    @property
-    def input_names(self):
-        return [t.name for t in self._inputs]
-
-    @property
-    def output_names(self):
-        return [t.name for t in self._outputs]
-
     def _check(self, inputs):
         specs = self._inputs
-        if isinstance(inputs, dict):
-            for k in inputs:
-                if k not in {t.name for t in specs}:
-                    raise InputError(f"unknown input '{k}'; the model takes {_fmt(specs)}")
-            missing = [t.name for t in specs if t.name not in inputs]
-            if missing:
-                raise InputError(f"missing input '{missing[0]}'; the model takes {_fmt(specs)}")
-            inputs = [inputs[t.name] for t in specs]
-        inputs = [np.asarray(v) for v in inputs]
-        if len(inputs) != len(specs):
-            raise InputError(f"got {len(inputs)} inputs, the model takes {len(specs)}: {_fmt(specs)}")
+        inputs = [np.asarray(v) for v in self._arrange(inputs)]
         for v, t in zip(inputs, specs):
             if v.dtype != t.dtype:
                 raise InputError(f"input '{t.name}' has dtype {v.dtype}, expected {t.dtype} "
