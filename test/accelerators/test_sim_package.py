@@ -31,7 +31,9 @@ def venv(tmp_path_factory):
     root = tmp_path_factory.mktemp("venv")
     repo = _copy(REPO, root / "src")
     env_dir = root / "env"
-    subprocess.run([sys.executable, "-m", "venv", str(env_dir)], check=True, capture_output=True)
+    # No pip or setuptools of its own: the ones of this environment (new
+    # enough to build wheels) are used through the .pth below.
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)], check=True, capture_output=True)
     py = env_dir / "bin" / "python"
     site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                           check=True, capture_output=True, text=True).stdout.strip()
