@@ -70,7 +70,10 @@ def write_specializing_artifact(path, module, options):
                 for i in range(n)]
 
     def spec(name, t):
-        shape = [-1 if d is None else d for d in (t.shape or ())]
+        from tcc.dialects.ir.types import TensorType
+        if not isinstance(t, TensorType) or t.shape is None:
+            raise TccError(f"'{name}' has type {t}: only tensors of known rank can be specialized at run time")
+        shape = [-1 if d is None else d for d in t.shape]
         return TensorSpec(name, tuple(shape), str(t.element)).to_json()
 
     ins = [spec(n, a.type) for n, a in zip(names("arg_attrs", len(block.args), "input_"), block.args)]

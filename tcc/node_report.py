@@ -76,34 +76,59 @@ def _worker(names, maccel):
         sys.stdout.flush()
 
 
-def run_all(names, maccel=(), jobs=2, chunk=40, progress=None):
-    """Runs cases in worker subprocesses; returns {name: (status, detail)}."""
+def run_all(names, maccel=(), jobs=2, chunk=40, progress=None, case_timeout=180):
+    """Runs cases in worker subprocesses; returns {name: (status, detail)}.
+    A worker that dies, or takes longer than `case_timeout` seconds on one
+    case, costs that case (counted as crashed), not the run."""
+    import selectors
+    import time
     results = {}
     pending = [names[i:i + chunk] for i in range(0, len(names), chunk)]
-    procs = []
+    running = {}  # proc -> [batch, done names, buffered text, last progress time]
+    sel = selectors.DefaultSelector()
 
     def start(batch):
         cmd = [sys.executable, "-m", "tcc.node_report", "--worker", ",".join(maccel), *batch]
-        return batch, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        os.set_blocking(p.stdout.fileno(), False)
+        running[p] = [batch, set(), b"", time.monotonic()]
+        sel.register(p.stdout, selectors.EVENT_READ, p)
 
-    while pending or procs:
-        while pending and len(procs) < jobs:
-            procs.append(start(pending.pop(0)))
-        batch, p = procs.pop(0)
-        out, _ = p.communicate()
-        done = set()
-        for line in out.splitlines():
-            try:
-                r = json.loads(line)
-            except ValueError:
-                continue
-            results[r["name"]] = (r["status"], r["detail"])
-            done.add(r["name"])
+    def finish(p, why):
+        sel.unregister(p.stdout)
+        batch, done, _, _ = running.pop(p)
         left = [n for n in batch if n not in done]
-        if left:  # the worker died on left[0]: count it, retry the rest
-            results[left[0]] = ("crashed", f"worker died (exit {p.returncode})")
+        if left:  # the worker died or hung on left[0]: count it, retry the rest
+            results[left[0]] = ("crashed", why)
             if left[1:]:
                 pending.insert(0, left[1:])
+
+    while pending or running:
+        while pending and len(running) < jobs:
+            start(pending.pop(0))
+        for key, _ in sel.select(timeout=5):
+            p = key.data
+            state = running[p]
+            data = p.stdout.read() or b""
+            if not data and p.poll() is not None:
+                p.wait()
+                finish(p, f"worker died (exit {p.returncode})")
+                continue
+            state[2] += data
+            *lines, state[2] = state[2].split(b"\n")
+            for line in lines:
+                try:
+                    r = json.loads(line)
+                except ValueError:
+                    continue
+                results[r["name"]] = (r["status"], r["detail"])
+                state[1].add(r["name"])
+                state[3] = time.monotonic()
+        for p, state in list(running.items()):
+            if time.monotonic() - state[3] > case_timeout:
+                p.kill()
+                p.wait()
+                finish(p, f"timed out (> {case_timeout} s)")
         if progress:
             progress(len(results), len(names))
     return results

@@ -91,8 +91,14 @@ def _minimumf(a, b):
 _FLT_BIN = {
     "addf": lambda a, b: a + b, "subf": lambda a, b: a - b, "mulf": lambda a, b: a * b,
     "divf": lambda a, b: a / b, "remf": lambda a, b: np.fmod(a, b), "maximumf": _maximumf,
-    "minimumf": _minimumf, "powf": lambda a, b: np.power(a, b), "copysign": lambda a, b: np.copysign(a, b),
+    "minimumf": _minimumf, "powf": lambda a, b: _powf(a, b), "copysign": lambda a, b: np.copysign(a, b),
 }
+
+def _powf(a, b):
+    """C's pow, as the native code calls (np.power takes x**0.5 as sqrt(x),
+    which differs at -inf and -0); f32/f16 through f64, then rounded."""
+    return np.float64(a) ** np.float64(b)
+
 
 _CMPF = {
     "oeq": lambda a, b: a == b, "one": lambda a, b: a < b or a > b, "olt": lambda a, b: a < b,

@@ -100,3 +100,24 @@ def test_lpnorm_lrn_swish(p, axis):
 def test_group_normalization():
     check([h.make_node("GroupNormalization", ["x", "s", "b"], ["y"], num_groups=2, epsilon=1e-3)],
           {"x": f(2, 4, 3, 2), "s": f(4), "b": f(4)}, {"y": (1, (2, 4, 3, 2))}, opset=21, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("op", ["CumSum", "CumProd"])
+@pytest.mark.parametrize("excl,rev,axis", [(0, 0, 1), (1, 0, -1), (0, 1, 0), (1, 1, 2)])
+def test_cumulative(op, excl, rev, axis):
+    x = RNG.uniform(0.5, 1.5, (2, 3, 4)).astype(np.float32)
+    xi = RNG.integers(-3, 4, (2, 3, 4)).astype(np.int32)
+    nodes = [h.make_node(op, ["x", "a"], ["y"], exclusive=excl, reverse=rev),
+             h.make_node(op, ["xi", "a"], ["yi"], exclusive=excl, reverse=rev)]
+    check(nodes, {"x": x, "xi": xi}, {"y": 1, "yi": 6}, opset=26, ref="onnx" if op == "CumProd" else "ort",
+          initializers={"a": np.array(axis, np.int64)}, rtol=1e-5)
+
+
+@pytest.mark.parametrize("largest,axis", [(1, 1), (0, -1), (1, 0)])
+def test_topk(largest, axis):
+    x = np.round(RNG.standard_normal((3, 5, 4)), 1).astype(np.float32)  # ties: the lower index first
+    xi = RNG.integers(0, 4, (3, 5, 4)).astype(np.int64)
+    nodes = [h.make_node("TopK", ["x", "k"], ["v", "i"], axis=axis, largest=largest),
+             h.make_node("TopK", ["xi", "k"], ["vi", "ii"], axis=axis, largest=largest)]
+    check(nodes, {"x": x, "xi": xi}, {"v": 1, "i": 7, "vi": 7, "ii": 7}, opset=11,
+          initializers={"k": np.array([2], np.int64)})

@@ -80,3 +80,10 @@ def test_quantize_blocked_and_float8():
              h.make_node("DequantizeLinear", ["f8", "t"], ["g"])]
     check(nodes, {"x": x, "s": s, "z": z, "t": np.array(0.25, np.float32)},
           {"q": TP.UINT8, "d": TP.FLOAT, "f8": TP.FLOAT8E4M3FN, "g": TP.FLOAT}, ref="onnx")
+
+
+@pytest.mark.parametrize("shift", [0.0, 3.0, -3.0])
+def test_dynamic_quantize_linear(shift):
+    x = (RNG.standard_normal((3, 7)) + shift).astype(np.float32)
+    check([h.make_node("DynamicQuantizeLinear", ["x"], ["y", "s", "z"])], {"x": x},
+          {"y": TP.UINT8, "s": TP.FLOAT, "z": TP.UINT8}, opset=11)

@@ -10,7 +10,6 @@ Low-precision floats compute in f32 and round to their type after each step
 the reference takes in that type."""
 from __future__ import annotations
 
-from contextlib import ExitStack
 
 from ...ir.types import NONE, INDEX, f32, f64, i1
 from .builder import LOW_FLOATS, is_float

@@ -8,3 +8,4 @@ from . import scatter  # noqa: F401,E402
 from . import einsum  # noqa: F401,E402
 from . import gridsample  # noqa: F401,E402
 from . import rotary  # noqa: F401,E402
+from . import cumulative  # noqa: F401,E402

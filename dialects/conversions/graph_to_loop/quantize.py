@@ -126,3 +126,44 @@ def lower_dequantize(cx, op):
         dx = emit_cast(L, dx, f32, ct)
         s = emit_cast(L, L.load(sb, _param_index(cx, op, sc, xs, axis, block, ivs)), S, ct)
         L.store(emit_cast(L, L.op("arith.mulf", [dx, s], ct), ct, Y), out, ivs)
+
+
+@lowering("DynamicQuantizeLinear")
+def lower_dynamic_quantize(cx, op):
+    """uint8 quantization with scale (max(0, max x) - min(0, min x)) / 255 (1/255
+    when they are equal) and zero point rint(clip(-min / scale, 0, 255)), as
+    onnx.reference (NaN inputs propagate through max/min as in numpy)."""
+    L = cx.L
+    x = op.operands[0]
+    y, ys, yz = op.results[:3]
+    n = x.type.num_elements
+    T = x.type.element
+    if T.name != "f32":
+        cx.fail(op, f"DynamicQuantizeLinear on {T} (only float32 is allowed)")
+    xv = L.view(cx.buf(x), (n,))
+    st = L.alloc((2,), f32)
+    L.store(L.c(0.0, f32), st, [0])
+    L.store(L.c(0.0, f32), st, [1])
+    with L.loop(0, n) as i:
+        v = L.load(xv, [i])
+        L.store(L.op("arith.maximumf", [L.load(st, [0]), v], f32), st, [0])
+        L.store(L.op("arith.minimumf", [L.load(st, [1]), v], f32), st, [1])
+    mx, mn = L.load(st, [0]), L.load(st, [1])
+    from ...ir.types import i1
+    same = L.op("arith.cmpf", [mx, mn], i1, predicate="oeq")
+    rng = L.op("arith.select", [same, L.c(1.0, f32), L.op("arith.subf", [mx, mn], f32)], f32)
+    scale = L.op("arith.divf", [rng, L.c(255.0, f32)], f32)
+    zp = L.op("arith.subf", [L.c(0.0, f32), L.op("arith.divf", [mn, scale], f32)], f32)
+    zp = L.op("arith.minimumf", [L.op("arith.maximumf", [zp, L.c(0.0, f32)], f32), L.c(255.0, f32)], f32)
+    zpi = L.op("math.roundeven", [zp], f32)
+    U = y.type.element
+    sb, zb = cx.out(ys), cx.out(yz)
+    L.store(scale, sb, [0] * sb.type.rank)
+    L.store(emit_cast(L, zpi, f32, U), zb, [0] * zb.type.rank)
+    yv = L.view(cx.out(y), (n,))
+    with L.loop(0, n, parallel=True) as i:
+        q = L.op("arith.addf", [L.op("math.roundeven", [L.op("arith.divf", [L.load(xv, [i]), scale], f32)], f32),
+                                zpi], f32)
+        q = L.op("arith.minimumf", [L.op("arith.maximumf", [q, L.c(0.0, f32)], f32), L.c(255.0, f32)], f32)
+        L.store(emit_cast(L, q, f32, U), yv, [i])
+    L.op("loop.dealloc", [st])

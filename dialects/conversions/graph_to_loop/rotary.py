@@ -47,7 +47,8 @@ def lower_rotary(cx, op):
     with L.loops((B, S, H), vectorize_inner=False) as (b, s, h):
         if pb is not None:
             p = L.load(pb, [b, s])
-            pi = L.op("arith.index_castui", [p], INDEX) if is_unsigned(pos.type.element) else L.cast_index(p, pos.type.element)
+            pe = pos.type.element
+            pi = L.op("arith.index_castui", [p], INDEX) if is_unsigned(pe) else L.cast_index(p, pe)
             cidx = lambda k: [pi, k]  # noqa: E731
         else:
             cidx = lambda k: [b, s, k]  # noqa: E731
