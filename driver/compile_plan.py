@@ -97,6 +97,22 @@ def _value_plan(main):
     return steps, values, arg_names, [names[v] for v in block.last.operands]
 
 
+def _buffer_alignment(acc, sub):
+    """The accelerator's tensor -> buffer conversion (`tcc_convert_tensor_type`)
+    for every tensor its partitions take or give: the largest alignment it
+    asks for, which the executor honours when allocating on its device."""
+    align = 64
+    if not acc.has("tcc_convert_tensor_type"):
+        return align
+    for f in sub.functions():
+        ft = f.get_attr("function_type")
+        for t in list(ft.inputs) + list(ft.results):
+            got = acc.call("tcc_convert_tensor_type", tensor_type=t)
+            if got is not None:
+                align = max(align, int(got[1]))
+    return align
+
+
 def compile_plan(module, ctx, options, host_backend):
     """-> the artifact path. `host_backend(sub_module) -> HostCode` compiles
     one host function (as @main_graph of `sub_module`)."""
@@ -138,7 +154,7 @@ def compile_plan(module, ctx, options, host_backend):
         missing = set(funcs) - set(rm.functions)
         if missing:
             raise CLIError(f"accelerator '{acc_name}' did not provide {', '.join(sorted(missing))}")
-        payloads[acc_name] = (acc, rm)
+        payloads[acc_name] = (acc, rm, _buffer_alignment(acc, sub))
     if options.emit == "c":
         return _emit_c(payloads, options)
     from tcc.runtime.plan_artifact import write_plan_artifact
@@ -155,7 +171,7 @@ def _emit_c(payloads, options):
 
     from .io import write_text
     parts = []
-    for name, (_acc, rm) in payloads.items():
+    for name, (_acc, rm, _align) in payloads.items():
         member = (rm.metadata or {}).get("c_source")
         if not member:
             continue

@@ -1,6 +1,7 @@
 """`tcc-accel`: the accelerator conformance kit.
 
     tcc-accel list               installed accelerators
+    tcc-accel info sim           what sim declares (options, composites, report kinds...)
     tcc-accel check sim          the device conformance tests on sim's device,
                                  then the ONNX node tests with --maccel=sim, and
                                  a scoreboard per op (passed / unsupported /
@@ -27,6 +28,28 @@ def cli():
 def list_cmd():
     """List installed accelerators."""
     accel.list_accelerators()
+
+
+@cli.command()
+@click.argument("name")
+def info(name):
+    """What accelerator NAME declares: options, composites, instrument stages, report kinds."""
+    from tcc.accelerators.manager import load_accelerators
+    (acc,) = load_accelerators([name])
+
+    def hook(h):
+        return (acc.call(h) if acc.has(h) else None) or []
+    click.echo(f"{name} {acc.info.version} (plugin API {acc.info.api_version}): {acc.info.description}")
+    for o in hook("tcc_cli_options"):
+        click.echo(f"  option      --{name}-{o.name} ({o.type.__name__}, default {o.default!r}): {o.help}")
+    for c in hook("tcc_composite_patterns"):
+        click.echo(f"  composite   {c.name}: {' -> '.join(c.ops)}")
+    for s in hook("tcc_instrument_stages"):
+        click.echo(f"  instrument  {s.name}: {s.description}")
+    for k in hook("tcc_opt_report_kinds"):
+        click.echo(f"  opt-report  {k.name}: {k.description}")
+    factory = acc.call("tcc_device_manager_factory") if acc.has("tcc_device_manager_factory") else None
+    click.echo(f"  device      {factory.device_type if factory is not None else 'host (cpu)'}")
 
 
 @cli.command()

@@ -32,6 +32,7 @@ class PlanSession(SignatureMixin):
         self.host = get_device(HOST)
         self._weights = art.weight_arrays()
         self.steps = []
+        self._align = {}  # device -> allocation size multiple its accelerator asked for
         self._accel_modules = self._load_accelerators(m.get("accelerators", {}))
         for step in m["plan"]:
             if step["kind"] == "host":
@@ -67,6 +68,7 @@ class PlanSession(SignatureMixin):
             if rmod is None:
                 raise TccError(f"{self.path}: accelerator '{name}' cannot load its runtime module")
             out[name] = (acc, device, device.create_stream(), rmod)
+            self._align[device] = max(self._align.get(device, 64), int(info.get("buffer_alignment", 64)))
         return out
 
     # -- buffers -------------------------------------------------------------------
@@ -78,7 +80,9 @@ class PlanSession(SignatureMixin):
         key = (name, device)
         b = self._buffers.get(key)
         if b is None:
-            b = self._buffers[key] = device.alloc(self._nbytes(name))
+            n = self._nbytes(name)
+            align = self._align.get(device, 1)
+            b = self._buffers[key] = device.alloc(n + (-n) % align)
         return b
 
     def _host_array(self, buf, name):

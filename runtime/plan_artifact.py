@@ -33,11 +33,12 @@ def write_plan_artifact(path, *, steps, values, inputs, outputs, host_code, payl
             plan.append({"kind": "accelerator", "accelerator": acc, "function": fn, "inputs": ins,
                          "outputs": outs})
     accels = {}
-    for name, (acc, rm) in payloads.items():
+    for name, (acc, rm, align) in payloads.items():
         member = f"accel/{name}.bin"
         members[member] = rm.payload
         accels[name] = {"version": acc.info.version, "api_version": acc.info.api_version, "format": rm.format,
-                        "functions": list(rm.functions), "member": member, "metadata": rm.metadata}
+                        "functions": list(rm.functions), "member": member, "metadata": rm.metadata,
+                        "buffer_alignment": align}
     blob, index = pack_weights(weights)
     triple, cpu, feats = host_cpu()
     spec = lambda n: TensorSpec(n, tuple(values[n]["shape"]), values[n]["element"]).to_json()  # noqa: E731

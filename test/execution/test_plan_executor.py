@@ -79,6 +79,15 @@ def test_placed_models_match_onnxruntime(plugins, maccel, build, rng, tmp_path):
         np.testing.assert_allclose(sess.run({"x": x})[0], ref.run(None, {"x": x})[0], rtol=1e-4, atol=1e-5)
 
 
+def test_accelerator_buffer_alignment_reaches_the_executor(plugins, tmp_path):
+    path = tcc.compile(samples.cnn(seed=1), maccel=["sim"], output=str(tmp_path / "m.tcc"))
+    sess = tcc.load(path)
+    assert sess.manifest["accelerators"]["sim"]["buffer_alignment"] == 128
+    sess.run({"x": np.zeros((1, 3, 16, 16), np.float32)})
+    sim_bufs = [b for (_, dev), b in sess._buffers.items() if dev.type == "sim"]
+    assert sim_bufs and all(b.nbytes % 128 == 0 for b in sim_bufs)
+
+
 def test_artifact_needing_a_missing_accelerator(plugins, tmp_path):
     path = tcc.compile(samples.cnn(seed=1), maccel=["sim"], output=str(tmp_path / "m.tcc"))
     unregister_plugin("sim")

@@ -65,6 +65,11 @@ class SimPlugin:
                 CompositePattern("matmul_add", ("onnx.MatMul", "onnx.Add"))]
 
     @hookimpl
+    def tcc_convert_tensor_type(self, tensor_type):
+        from tcc.dialects.ir import MemRefType
+        return MemRefType(tensor_type.shape, tensor_type.element), 128  # sim rows are 128-byte lines
+
+    @hookimpl
     def tcc_graph_to_loop(self, func, module, context):
         return sim_dialect.lower_function(func)
 
