@@ -13,7 +13,8 @@ from tcc.dialects.ir import Module
 from tcc.dialects.ir import attributes as A
 from tcc.dialects.ir.core import Operation
 from tcc.dialects.onnx.dialect import OPSET_ATTR
-from tcc.dialects.transforms.placement import FREE_OPS, PLACEMENT, REGION, PartitionPass, topological_sort
+from tcc.dialects.transforms.ordering import topological_sort
+from tcc.dialects.transforms.placement import FREE_OPS, PLACEMENT, REGION, PartitionPass
 
 from .io import CLIError
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from ..ir.core import Block, Operation, Region
 from ..ir.passes import Pass
 from ..ir.types import NONE, TensorType
+from .ordering import topological_sort
 
 # Ops whose every operand is data (broadcast into the result) and whose
 # lowering is a scalar emitter.
@@ -95,7 +96,7 @@ def _fuse_block(block, max_ops):
         done.add(id(g))
         if len(g) >= 2:
             _outline(block, g)
-    _toposort(block)
+    topological_sort(block)
 
 
 def _outline(block, members):
@@ -127,44 +128,6 @@ def _outline(block, members):
         r.replace_all_uses_with(nr)
     for m in reversed(members):
         m.erase()
-
-
-def _toposort(block):
-    """Stable topological order (outlining may put a group after some user
-    of its earlier members)."""
-    ops = list(block.ops)
-    term = ops[-1] if ops and ops[-1].name in ("func.return", "onnx.Yield") else None
-    if term is not None:
-        ops = ops[:-1]
-    index = {op: i for i, op in enumerate(ops)}
-    placed, order = set(), []
-
-    def place(op):
-        stack = [(op, False)]
-        while stack:
-            x, ready = stack.pop()
-            if x in placed:
-                continue
-            if ready:
-                placed.add(x)
-                order.append(x)
-                continue
-            stack.append((x, True))
-            for v in reversed(x.operands):
-                p = getattr(v, "op", None)
-                if p is not None and p in index and p not in placed:
-                    stack.append((p, False))
-    for op in ops:
-        place(op)
-    if order == ops:
-        return
-    for op in ops:
-        block.remove(op)
-    for op in order:
-        if term is not None:
-            block.insert_before(term, op)
-        else:
-            block.append(op)
 
 
 PASSES = [FusePass]

@@ -14,6 +14,7 @@ from ..ir.core import Block, Operation, Region
 from ..ir.errors import PassError
 from ..ir.passes import Pass
 from ..ir.types import FunctionType, TensorType
+from .ordering import topological_sort
 
 PLACEMENT, COMPOSITE, REGION, REASON = "tcc.placement", "tcc.composite", "tcc.region", "tcc.host_reason"
 FREE_OPS = {"onnx.Constant", "onnx.NoValue"}  # cloned into whichever partition uses them
@@ -240,45 +241,6 @@ class PartitionPass(Pass):
         # A host op between the region's ops may use an output of the call:
         # restore def-before-use (regions were merged acyclic, so an order exists).
         topological_sort(block)
-
-
-def topological_sort(block):
-    """Stable topological order of a block's ops (the terminator stays last)."""
-    ops = list(block.ops)
-    term = ops.pop() if ops and ops[-1].name in ("func.return", "onnx.Yield") else None
-    pos = {op: i for i, op in enumerate(ops)}
-    placed, order = set(), []
-
-    def visit(op):
-        if op in placed:
-            return
-        stack = [(op, False)]
-        while stack:
-            cur, ready = stack.pop()
-            if cur in placed:
-                continue
-            if ready:
-                placed.add(cur)
-                order.append(cur)
-                continue
-            stack.append((cur, True))
-            deps = [_producer(v) for v in cur.operands]
-            for d in sorted({d for d in deps if d is not None and d in pos and d not in placed},
-                            key=pos.get, reverse=True):
-                stack.append((d, False))
-
-    for op in ops:
-        visit(op)
-    if order == ops:
-        return
-    for op in ops:
-        block.remove(op)
-    anchor = term
-    for op in order:
-        if anchor is not None:
-            block.insert_before(anchor, op)
-        else:
-            block.append(op)
 
 
 PASSES = [MergeCompositesPass, AnnotateTargetsPass, MergeRegionsPass, PartitionPass]
