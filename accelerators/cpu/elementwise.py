@@ -12,9 +12,14 @@ import math
 
 import numpy as np
 
+from tcc.dialects.ir.errors import TccError
 from tcc.dialects.ir.types import NONE
 
 from .support import const_value
+
+
+class CpuCodegenError(TccError):
+    pass
 
 
 def _flit(x):
@@ -72,7 +77,8 @@ def _expr(op, a, attr):
     if n in ("Sum", "Mean"):
         e = "(" + " + ".join(a) + ")"
         return f"({e} * {_flit(1.0 / len(a))})" if n == "Mean" else e
-    raise NotImplementedError(f"cpu elementwise: {op.name}")
+    # support.py claims only ops with an emitter above: reaching here is a bug.
+    raise CpuCodegenError(f"cpu accelerator: no C emitter for {op.name} ({op.loc.describe()})")
 
 
 def _collapse(out_shape, leaf_shapes):

@@ -284,6 +284,25 @@ class Region:
         return self.blocks[0]
 
 
+def free_values(op: Operation):
+    """Values used inside `op` (and its regions) but defined outside it, in
+    first-use order: what an outlined body or kernel call must receive."""
+    inside = set()
+    ops = list(op.walk())
+    for o in ops:
+        inside.update(o.results)
+        for reg in o.regions:
+            for blk in reg.blocks:
+                inside.update(blk.args)
+    seen, order = set(), []
+    for o in ops:
+        for v in o.operands:
+            if v not in inside and v not in seen:
+                seen.add(v)
+                order.append(v)
+    return order
+
+
 class Builder:
     """Creates ops at an insertion point: the end of a block, or before an op."""
     __slots__ = ("block", "before", "loc")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import struct
 
+from ...ir.core import free_values
 from ...ir.attributes import DenseArrayAttr, DictAttr, StringAttr
 from ...ir.types import MemRefType, i64
 
@@ -42,20 +43,7 @@ def f64_bits(x):
 def memref_free_values(root):
     """The memrefs used inside `root` but defined outside it, in first-use
     order (loop-to-native resolves `buffers` with the same walk)."""
-    inside = set()
-    ops = list(root.walk())
-    for o in ops:
-        inside.update(o.results)
-        for reg in o.regions:
-            for blk in reg.blocks:
-                inside.update(blk.args)
-    seen, order = set(), []
-    for o in ops:
-        for v in o.operands:
-            if v not in inside and v not in seen and isinstance(v.type, MemRefType):
-                seen.add(v)
-                order.append(v)
-    return order
+    return [v for v in free_values(root) if isinstance(v.type, MemRefType)]
 
 
 def pack_a_panels(w, groups):

@@ -34,6 +34,7 @@ import llvmlite.ir as ir
 import numpy as np
 
 from tcc.dialects.ir.attributes import DenseResourceAttr, elements_value
+from tcc.dialects.ir.core import free_values
 from tcc.dialects.ir.types import MemRefType, to_numpy_dtype
 
 from .scalar import ScalarEmitter
@@ -84,24 +85,6 @@ class _Env:
         a.align = align
         a.type = PTR  # llvmlite types it `typ*`; everything here uses opaque pointers
         return a
-
-
-def _free_values(op):
-    """Values used inside `op` but defined outside it, in first-use order."""
-    inside = set()
-    ops = list(op.walk())
-    for o in ops:
-        inside.update(o.results)
-        for reg in o.regions:
-            for blk in reg.blocks:
-                inside.update(blk.args)
-    seen, order = set(), []
-    for o in ops:
-        for v in o.operands:
-            if v not in inside and v not in seen:
-                seen.add(v)
-                order.append(v)
-    return order
 
 
 # Math ops that stay vector code (LLVM intrinsics with vector lowerings, or
@@ -464,7 +447,7 @@ class _Lowering:
         """Splits a nest's free values into constants (used as they are) and
         parameters: one noalias pointer per distinct buffer, scalars by value."""
         fixed, params, keys = {}, [], {}
-        for v in _free_values(op):
+        for v in free_values(op):
             lv = env.vmap[v]
             if isinstance(lv, (ir.Constant, ir.GlobalVariable)):
                 fixed[v] = lv
