@@ -1,6 +1,6 @@
 """Host code generation for the `tcc` driver and `tcc.compile`: graph-to-loop
 (`fuse` first at -O1 and above, when registered), loop passes
-(`plan-memory`), then loop-to-native, stopping at the requested emission:
+(`fuse-rows` at -O1 and above, `plan-memory`), then loop-to-native, stopping at the requested emission:
 loop-ir, native-ir (optimized LLVM IR), obj, lib (a shared library with the
 thread pool linked in, its weights and a JSON index beside it) or tcc (the
 artifact)."""
@@ -26,6 +26,7 @@ from .io import CLIError, write_bytes, write_ir, write_text
 _PASS_MODULES = {
     "fuse": "tcc.dialects.transforms.fuse",
     "convert-onnx-to-loop": "tcc.dialects.conversions.graph_to_loop",
+    "fuse-rows": "tcc.dialects.loop.transforms",
     "plan-memory": "tcc.dialects.conversions.loop_to_native",
 }
 
@@ -91,6 +92,8 @@ def lower(module, ctx, options):
             pipeline.append(ctx.passes["fuse"]())
         _ensure_pass(ctx, "convert-onnx-to-loop")
         pipeline.append(ctx.passes["convert-onnx-to-loop"]())
+        if options.opt_level >= 1 and _ensure_pass(ctx, "fuse-rows", required=False):
+            pipeline.append(ctx.passes["fuse-rows"]())
     _ensure_pass(ctx, "plan-memory")
     pipeline.append(ctx.passes["plan-memory"]())
     pm = PassManager(ctx, pipeline, verify_each=True,

@@ -384,6 +384,8 @@ class _Emitter:
             return f"copysign{'f' if f32 else ''}({a[0]}, {a[1]})"
         if kind in ("maximumf", "minimumf"):
             return f"tcc_{kind[:-1]}{'f' if f32 else 'd'}({a[0]}, {a[1]})"
+        if kind in ("maxnumf", "minnumf"):
+            return f"f{kind[:3]}{'f' if f32 else ''}({a[0]}, {a[1]})"
         if kind == "negf":
             return f"-{a[0]}"
         ct, st, ut = ctype(t), None, None

@@ -91,7 +91,8 @@ def _minimumf(a, b):
 _FLT_BIN = {
     "addf": lambda a, b: a + b, "subf": lambda a, b: a - b, "mulf": lambda a, b: a * b,
     "divf": lambda a, b: a / b, "remf": lambda a, b: np.fmod(a, b), "maximumf": _maximumf,
-    "minimumf": _minimumf, "powf": lambda a, b: _powf(a, b), "copysign": lambda a, b: np.copysign(a, b),
+    "minimumf": _minimumf, "maxnumf": lambda a, b: np.fmax(a, b), "minnumf": lambda a, b: np.fmin(a, b),
+    "powf": lambda a, b: _powf(a, b), "copysign": lambda a, b: np.copysign(a, b),
 }
 
 def _powf(a, b):

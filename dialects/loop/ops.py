@@ -92,12 +92,12 @@ LOOP_OPS = [
           {"callee": AttrDef("callee", "string", True)}, summary="calls an external (C) kernel by name"),
 ]
 
-_BIN_F = ["addf", "subf", "mulf", "divf", "remf", "maximumf", "minimumf", "powf", "copysign"]
+_BIN_F = ["addf", "subf", "mulf", "divf", "remf", "maximumf", "minimumf", "maxnumf", "minnumf", "powf", "copysign"]
 _BIN_I = ["addi", "subi", "muli", "divsi", "divui", "remsi", "remui", "maxsi", "minsi", "maxui", "minui",
           "andi", "ori", "xori", "shli", "shrsi", "shrui"]
 _CASTS = ["sitofp", "uitofp", "fptosi", "fptoui", "extf", "truncf", "extsi", "extui", "trunci",
           "index_cast", "index_castui", "bitcast"]
-_COMMUTATIVE = {"addf", "mulf", "maximumf", "minimumf", "addi", "muli", "maxsi", "minsi", "maxui", "minui",
+_COMMUTATIVE = {"addf", "mulf", "maximumf", "minimumf", "maxnumf", "minnumf", "addi", "muli", "maxsi", "minsi", "maxui", "minui",
                 "andi", "ori", "xori"}
 _MATH_UNARY = ["exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "tanh", "erf",
                "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh",

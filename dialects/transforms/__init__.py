@@ -16,7 +16,8 @@ def register(ctx):
     # Passes from sibling packages that may not be present in every build.
     import importlib
     import importlib.util
-    for modname in ("tcc.dialects.transforms.fuse", "tcc.dialects.conversions.graph_to_loop"):
+    for modname in ("tcc.dialects.transforms.fuse", "tcc.dialects.conversions.graph_to_loop",
+                    "tcc.dialects.loop.transforms"):
         if importlib.util.find_spec(modname.rsplit(".", 1)[0]) is None:
             continue
         try:

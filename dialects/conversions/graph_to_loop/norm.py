@@ -62,20 +62,24 @@ def lower_softmax(cx, op):
             L.store(L.c(0.0, t), sm, [i])
         with L.loop(0, A) as a:
             with _range(L, I, True) as i:
-                L.store(L.op("arith.maximumf", [L.load(mx, [i]), _ld(L, xv, [o, a, i], t)], t), mx, [i])
+                # maxnum, not maximum: a NaN still reaches every output through exp and the sum
+                L.store(L.op("arith.maxnumf", [L.load(mx, [i]), _ld(L, xv, [o, a, i], t)], t), mx, [i])
         with L.loop(0, A) as a:
             with _range(L, I, True) as i:
                 e = L.op("math.exp", [L.op("arith.subf", [_ld(L, xv, [o, a, i], t), L.load(mx, [i])], t)], t)
                 if not log:
                     _st(L, e, yv, [o, a, i])
                 L.store(L.op("arith.addf", [L.load(sm, [i]), e], t), sm, [i])
+        if not log:  # one division per row, then products (within 1.5 ulp of dividing each)
+            with _range(L, I, True) as i:
+                L.store(L.op("arith.divf", [L.c(1.0, t), L.load(sm, [i])], t), sm, [i])
         with L.loop(0, A) as a:
             with _range(L, I, True) as i:
                 if log:
                     sub = L.op("arith.addf", [L.load(mx, [i]), L.op("math.log", [L.load(sm, [i])], t)], t)
                     v = L.op("arith.subf", [_ld(L, xv, [o, a, i], t), sub], t)
                 else:
-                    v = L.op("arith.divf", [_ld(L, yv, [o, a, i], t), L.load(sm, [i])], t)
+                    v = L.op("arith.mulf", [_ld(L, yv, [o, a, i], t), L.load(sm, [i])], t)
                 _st(L, v, yv, [o, a, i])
         L.op("loop.dealloc", [mx])
         L.op("loop.dealloc", [sm])

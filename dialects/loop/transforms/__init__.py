@@ -1,0 +1,4 @@
+"""Loop-dialect transforms (run between graph-to-loop and loop-to-native)."""
+from .fuse_rows import FuseRowsPass
+
+PASSES = [FuseRowsPass]

@@ -1,0 +1,179 @@
+"""The `fuse-rows` loop pass: consecutive parallel row loops merge when every
+buffer they share is accessed at row `iv` only, and a whole-tensor buffer
+carried between them shrinks to one row per iteration. Numerics through the
+real compiler (tcc.compile + tcc.load) against onnxruntime on fresh data;
+structure on the lowered IR."""
+import numpy as np
+import onnx
+import pytest
+from native_helpers import func_text, module_from_text
+from onnx import TensorProto, helper, numpy_helper
+
+import tcc
+from tcc.dialects.ir import PassManager, new_context
+from tcc.dialects.conversions.graph_to_loop import ConvertOnnxToLoopPass
+from tcc.dialects.loop.interpreter import run_loop_module
+from tcc.dialects.loop.transforms import FuseRowsPass
+from tcc.dialects.onnx.importer import import_model
+
+rng = np.random.default_rng()
+H = helper.make_node
+
+
+def _model(nodes, shape, outputs, inits=()):
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                          [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs],
+                          [numpy_helper.from_array(v, k) for k, v in inits])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    m.ir_version = 10
+    return onnx.shape_inference.infer_shapes(m)
+
+
+def _ln_params(n):
+    return [("s", rng.uniform(0.5, 1.5, n).astype(np.float32)), ("b", rng.standard_normal(n).astype(np.float32))]
+
+
+def _compare(model, tmp_path, x):
+    import onnxruntime as ort
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    path = str(tmp_path / "m.onnx")
+    onnx.save(model, path)
+    got = tcc.load(tcc.compile(path, output=str(tmp_path / "m.tcc"))).run({"x": x})
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-6)
+
+
+def _lowered(model, fuse_rows=True):
+    mod = import_model(model)
+    passes = [ConvertOnnxToLoopPass()] + ([FuseRowsPass()] if fuse_rows else [])
+    PassManager(new_context(), passes, verify_each=True).run(mod)
+    return mod
+
+
+def _top_level(mod, name):
+    func = mod.lookup_function("main_graph")
+    return [o for o in func.regions[0].blocks[0].ops if o.name == name]
+
+
+SOFTMAX_LN = [H("Softmax", ["x"], ["p"], axis=-1), H("LayerNormalization", ["p", "s", "b"], ["y"], axis=-1)]
+
+
+def test_softmax_then_layernorm_is_one_loop_with_a_row_buffer(tmp_path):
+    rows, cols = 67, 129
+    model = _model(SOFTMAX_LN, [rows, cols], ["y"], _ln_params(cols))
+    mod = _lowered(model)
+    loops = [o for o in _top_level(mod, "loop.for") if "parallel" in o.attributes]
+    assert len(loops) == 1
+    # the (rows, cols) intermediate became a (cols,) buffer inside the loop
+    assert not [o for o in _top_level(mod, "loop.alloc")]
+    inner = [o for o in loops[0].walk() if o.name == "loop.alloc"]
+    assert any(o.results[0].type.shape == (cols,) for o in inner)
+    x = rng.standard_normal((rows, cols)).astype(np.float32) * 3
+    got = run_loop_module(mod, [x])[0]
+    ref = run_loop_module(_lowered(model, fuse_rows=False), [x])[0]
+    np.testing.assert_allclose(got, ref, rtol=1e-6, atol=1e-7)
+    _compare(model, tmp_path, x)
+
+
+def test_intermediate_that_is_also_an_output_is_fused_not_shrunk(tmp_path):
+    rows, cols = 33, 70
+    model = _model(SOFTMAX_LN, [rows, cols], ["y", "p"], _ln_params(cols))
+    mod = _lowered(model)
+    assert len([o for o in _top_level(mod, "loop.for") if "parallel" in o.attributes]) == 1
+    _compare(model, tmp_path, rng.standard_normal((rows, cols)).astype(np.float32))
+
+
+def test_chain_of_three_row_ops(tmp_path):
+    rows, cols = 41, 96
+    nodes = [H("LayerNormalization", ["x", "s", "b"], ["a"], axis=-1), H("Softmax", ["a"], ["p"], axis=-1),
+             H("LayerNormalization", ["p", "s", "b"], ["y"], axis=-1)]
+    model = _model(nodes, [rows, cols], ["y"], _ln_params(cols))
+    assert len([o for o in _top_level(_lowered(model), "loop.for") if "parallel" in o.attributes]) == 1
+    _compare(model, tmp_path, rng.standard_normal((rows, cols)).astype(np.float32))
+
+
+def test_softmax_over_columns_then_rows_is_not_fused(tmp_path):
+    """Softmax along axis 0 reads whole columns: merging it with a row loop
+    would read rows not computed yet."""
+    n = 48
+    nodes = [H("Softmax", ["x"], ["p"], axis=-1), H("Transpose", ["p"], ["t"], perm=[1, 0]),
+             H("Softmax", ["t"], ["y"], axis=-1)]
+    model = _model(nodes, [n, n], ["y"])
+    _compare(model, tmp_path, rng.standard_normal((n, n)).astype(np.float32))
+
+
+def _two_loops(second_index):
+    """out = f(tmp) where loop 1 writes tmp[i, :] and loop 2 reads tmp[idx, :]."""
+    n = 8
+    body = f'''    %c0 = "arith.constant"() {{value = 0 : index}} : () -> index
+    %c1 = "arith.constant"() {{value = 1 : index}} : () -> index
+    %c7 = "arith.constant"() {{value = 7 : index}} : () -> index
+    %cn = "arith.constant"() {{value = {n} : index}} : () -> index
+    %t = "loop.alloc"() : () -> memref<{n}x4xf32>
+    "loop.for"(%c0, %cn) ({{
+    ^bb1(%i: index):
+      "loop.for"(%c0, %c1) ({{
+      ^bb2(%j: index):
+        %v = "loop.load"(%a0, %i, %j) : (memref<{n}x4xf32>, index, index) -> f32
+        "loop.store"(%v, %t, %i, %j) : (f32, memref<{n}x4xf32>, index, index) -> ()
+        "loop.yield"() : () -> ()
+      }}) : (index, index) -> ()
+      "loop.yield"() : () -> ()
+    }}) {{parallel}} : (index, index) -> ()
+    "loop.for"(%c0, %cn) ({{
+    ^bb3(%i2: index):
+      %r = {second_index}
+      %w = "loop.load"(%t, %r, %c0) : (memref<{n}x4xf32>, index, index) -> f32
+      "loop.store"(%w, %a1, %i2, %c0) : (f32, memref<{n}x4xf32>, index, index) -> ()
+      "loop.yield"() : () -> ()
+    }}) {{parallel}} : (index, index) -> ()'''
+    return module_from_text(func_text([f"memref<{n}x4xf32>", f"memref<{n}x4xf32>"], body))
+
+
+@pytest.mark.parametrize("index,fused", [
+    ('"arith.addi"(%i2, %c0) : (index, index) -> index', False),   # not the iv itself: refused
+    ('"arith.subi"(%c7, %i2) : (index, index) -> index', False),   # reversed rows: must stay apart
+])
+def test_rows_other_than_iv_are_not_fused(index, fused):
+    mod = _two_loops(index)
+    x = rng.standard_normal((8, 4)).astype(np.float32)
+    want = run_loop_module(_two_loops(index), [x])[0]
+    PassManager(new_context(), [FuseRowsPass()], verify_each=True).run(mod)
+    assert (len(_top_level(mod, "loop.for")) == 1) == fused
+    np.testing.assert_array_equal(run_loop_module(mod, [x])[0], want)
+
+
+def test_row_iv_loops_fuse_and_shrink():
+    n = 8
+    body = f'''    %c0 = "arith.constant"() {{value = 0 : index}} : () -> index
+    %c4 = "arith.constant"() {{value = 4 : index}} : () -> index
+    %cn = "arith.constant"() {{value = {n} : index}} : () -> index
+    %t = "loop.alloc"() : () -> memref<{n}x4xf32>
+    "loop.for"(%c0, %cn) ({{
+    ^bb1(%i: index):
+      "loop.for"(%c0, %c4) ({{
+      ^bb2(%j: index):
+        %v = "loop.load"(%a0, %i, %j) : (memref<{n}x4xf32>, index, index) -> f32
+        %s = "arith.mulf"(%v, %v) : (f32, f32) -> f32
+        "loop.store"(%s, %t, %i, %j) : (f32, memref<{n}x4xf32>, index, index) -> ()
+        "loop.yield"() : () -> ()
+      }}) : (index, index) -> ()
+      "loop.yield"() : () -> ()
+    }}) {{parallel}} : (index, index) -> ()
+    "loop.for"(%c0, %cn) ({{
+    ^bb3(%i2: index):
+      "loop.for"(%c0, %c4) ({{
+      ^bb4(%j2: index):
+        %w = "loop.load"(%t, %i2, %j2) : (memref<{n}x4xf32>, index, index) -> f32
+        %u = "arith.addf"(%w, %w) : (f32, f32) -> f32
+        "loop.store"(%u, %a1, %i2, %j2) : (f32, memref<{n}x4xf32>, index, index) -> ()
+        "loop.yield"() : () -> ()
+      }}) : (index, index) -> ()
+      "loop.yield"() : () -> ()
+    }}) {{parallel}} : (index, index) -> ()'''
+    mod = module_from_text(func_text([f"memref<{n}x4xf32>", f"memref<{n}x4xf32>"], body))
+    x = rng.standard_normal((n, 4)).astype(np.float32)
+    PassManager(new_context(), [FuseRowsPass()], verify_each=True).run(mod)
+    assert len(_top_level(mod, "loop.for")) == 1
+    assert not _top_level(mod, "loop.alloc")
+    np.testing.assert_array_equal(run_loop_module(mod, [x])[0], 2 * x * x)
