@@ -17,7 +17,7 @@ from tcc.dialects.ir.errors import TccError
 
 from .artifact import TensorSpec
 from .device import get_device
-from .session import ALIGN, InputError, SignatureMixin, _fmt, _jit_entry, aligned_empty
+from .session import ALIGN, InputError, SignatureMixin, _fmt, _jit_entry, _target_device, aligned_empty
 
 HOST = "cpu"
 
@@ -116,15 +116,63 @@ class PlanSession(SignatureMixin):
                 return s
         raise TccError(f"no stream for {device}")
 
-    def run(self, inputs, output_names=None):
+    def _stage_input(self, value, spec, where):
+        """Host arrays are copied into the session's input buffer; device
+        tensors (DLPack) are used where they are when the accelerator can
+        take them as they are, else copied on their device."""
+        v = self._prepare_any(value, spec)
+        if isinstance(v, np.ndarray):
+            buf = self._buffer(spec.name, self.host)
+            self._host_array(buf, spec.name)[...] = v
+            where[spec.name] = buf
+            return
+        dev = v.device
+        if dev not in self._align:  # a device this plan never runs on: through the host
+            buf = self._buffer(spec.name, self.host)
+            self._host_array(buf, spec.name)[...] = v.numpy()
+            where[spec.name] = buf
+            return
+        if not v.is_contiguous:
+            v = v.to(dev)  # a contiguous copy on that device
+        if v.byte_offset == 0 and v.buffer.nbytes % self._align[dev] == 0:
+            where[spec.name] = v.buffer
+            return
+        buf = self._buffer(spec.name, dev)
+        stream = self._stream_of(dev)
+        dev.copy_device_to_device(v.buffer, buf, self._nbytes(spec.name), v.byte_offset, 0, stream)
+        stream.sync()
+        where[spec.name] = buf
+
+    def _result(self, spec, where, device):
+        """Output `spec` as a new array: numpy on the host, or a Tensor on
+        `device` (copied device-to-device when it was computed there)."""
+        from .device.tensor import Tensor
+        src = where.get(spec.name)
+        if device is not None and src is not None and src.device is device:
+            out = Tensor.empty(spec.shape, spec.dtype, device)
+            stream = self._stream_of(device)
+            device.copy_device_to_device(src, out.buffer, self._nbytes(spec.name), 0, 0, stream)
+            stream.sync()
+            return out
+        buf = self._on(spec.name, self.host, where, None)
+        out = aligned_empty(spec.shape, spec.dtype, ALIGN)
+        out[...] = self._host_array(buf, spec.name)
+        return out if device is None else Tensor.from_dlpack(out, device=device)
+
+    def run(self, inputs, output_names=None, output_device=None):
+        """Like Session.run; inputs may also be device tensors (cupy, torch
+        CUDA tensors, tcc Tensors), and `output_device` ("gpu", ...) keeps
+        the outputs there as Tensors."""
         arrays = self._arrange(inputs)
+        target = _target_device(output_device)
+        if output_names is not None:
+            for n in output_names:
+                if n not in self.output_names:
+                    raise InputError(f"unknown output '{n}'; the model has outputs {', '.join(self.output_names)}")
         with self._lock:
             where = {}
             for v, spec in zip(arrays, self._inputs):
-                arr = self._prepare(v, spec)
-                buf = self._buffer(spec.name, self.host)
-                self._host_array(buf, spec.name)[...] = arr
-                where[spec.name] = buf
+                self._stage_input(v, spec, where)
             for kind, step, state in self.steps:
                 if kind == "host":
                     engine, entry, _w, wptrs, ws = state
@@ -143,19 +191,9 @@ class PlanSession(SignatureMixin):
                         stream.sync()  # host memory: later steps read it directly
                     for n, b in zip(step["outputs"], outs):
                         where[n] = b
-            results = []
-            for spec in self._outputs:
-                buf = self._on(spec.name, self.host, where, None)
-                out = aligned_empty(spec.shape, spec.dtype, ALIGN)
-                out[...] = self._host_array(buf, spec.name)
-                results.append(out)
-        if output_names is None:
-            return results
-        by = dict(zip(self.output_names, results))
-        for n in output_names:
-            if n not in by:
-                raise InputError(f"unknown output '{n}'; the model has outputs {', '.join(by)}")
-        return [by[n] for n in output_names]
+            wanted = output_names if output_names is not None else self.output_names
+            specs = {t.name: t for t in self._outputs}
+            return [self._result(specs[n], where, target) for n in wanted]
 
     def __repr__(self):
         steps = ", ".join(s.get("accelerator", "host") for _, s, _ in self.steps)

@@ -68,6 +68,29 @@ def _fmt(specs):
 _jit_entry = _jit
 
 
+def device_tensor(value):
+    """`value` as a tcc Tensor when it lives in non-host memory (anything
+    speaking DLPack), else None."""
+    from .device.tensor import Tensor
+    if isinstance(value, Tensor):
+        return value if value.device.host_view(value.buffer) is None else None
+    if isinstance(value, np.ndarray) or not hasattr(value, "__dlpack_device__"):
+        return None
+    code, _ = value.__dlpack_device__()
+    if int(code) in (1, 3):  # kDLCPU, kDLCUDAHost: numpy reads it in place
+        return None
+    return Tensor.from_dlpack(value)
+
+
+def _target_device(output_device):
+    """The Device outputs go to, or None for plain numpy on the host."""
+    if output_device is None:
+        return None
+    from .device import get_device
+    dev = get_device(output_device)
+    return None if dev.type == "cpu" else dev
+
+
 def _refs(entry):
     """Reference counts of a cached output array and of its memory's owner."""
     return sys.getrefcount(entry[0]), sys.getrefcount(entry[1])
@@ -110,7 +133,38 @@ class SignatureMixin:
             raise InputError(f"got {len(inputs)} inputs, the model takes {len(specs)}: {_fmt(specs)}")
         return inputs
 
+    def _check_meta(self, spec, dtype, shape):
+        if dtype != spec.dtype:
+            raise InputError(f"input '{spec.name}' has dtype {dtype}, expected {spec.dtype} "
+                             f"(signature: {_fmt(self._inputs)})")
+        if tuple(shape) != tuple(spec.shape):
+            raise InputError(f"input '{spec.name}' has shape {list(shape)}, expected {list(spec.shape)} "
+                             f"(signature: {_fmt(self._inputs)})")
+
+    def _prepare_any(self, value, spec):
+        """A numpy array for host values, or a checked tcc Tensor for values
+        living on another device (DLPack: cupy, torch CUDA tensors, Tensor)."""
+        t = device_tensor(value)
+        if t is None:
+            return self._prepare(value, spec)
+        self._check_meta(spec, t.dtype, t.shape)
+        return t
+
+    def _deliver(self, arrays, output_device):
+        """Host output arrays as the caller asked: numpy (the default), or
+        tcc Tensors on `output_device` (DLPack-capable: cupy.from_dlpack,
+        torch.from_dlpack, .numpy())."""
+        dev = _target_device(output_device)
+        if dev is None:
+            return arrays
+        from .device.tensor import Tensor
+        return [Tensor.from_dlpack(a, device=dev) for a in arrays]
+
     def _prepare(self, value, spec):
+        t = device_tensor(value)
+        if t is not None:  # device memory: a host session computes on a host copy
+            self._check_meta(spec, t.dtype, t.shape)
+            return np.ascontiguousarray(t.numpy())
         if not isinstance(value, np.ndarray):
             value = np.asarray(value, dtype=spec.dtype)
         if value.dtype != spec.dtype:
@@ -119,11 +173,12 @@ class SignatureMixin:
         if tuple(value.shape) != tuple(spec.shape):
             raise InputError(f"input '{spec.name}' has shape {list(value.shape)}, expected {list(spec.shape)} "
                              f"(signature: {_fmt(self._inputs)})")
-        if value.flags.c_contiguous and value.ctypes.data % ALIGN == 0:
+        # Generated code assumes only element alignment (what numpy
+        # guarantees), so a contiguous array is used in place: copying a
+        # large input cost more than the whole fused kernel.
+        if value.flags.c_contiguous and value.flags.aligned:
             return value
-        buf = aligned_empty(value.shape, value.dtype)
-        buf[...] = value
-        return buf
+        return np.ascontiguousarray(value)
 
 
 class Session(SignatureMixin):
@@ -139,9 +194,10 @@ class Session(SignatureMixin):
         self._workspace = aligned_empty((max(ws, 1),), np.uint8)
         self._lock = threading.Lock()  # one workspace: runs on one session are serialised
 
-    def run(self, inputs, output_names=None):
+    def run(self, inputs, output_names=None, output_device=None):
         """inputs: {name: array} or a list in signature order -> list of
-        output arrays (all outputs, or those named in `output_names`)."""
+        output arrays (all outputs, or those named in `output_names`);
+        numpy arrays, or Tensors on `output_device` ("gpu", "gpu:1", ...)."""
         ins = [self._prepare(v, t) for v, t in zip(self._arrange(inputs), self._inputs)]
         if output_names is not None:
             known = self.output_names
@@ -152,10 +208,10 @@ class Session(SignatureMixin):
             outs = [self._output_buffer(i, t) for i, t in enumerate(self._outputs)]
             args = (ctypes.c_void_p * max(len(ins) + len(outs), 1))(*[a.ctypes.data for a in ins + outs])
             self._entry(args, self._wptrs, self._workspace.ctypes.data)
-        if output_names is None:
-            return outs
-        by_name = dict(zip(self.output_names, outs))
-        return [by_name[n] for n in output_names]
+        if output_names is not None:
+            by_name = dict(zip(self.output_names, outs))
+            outs = [by_name[n] for n in output_names]
+        return self._deliver(outs, output_device)
 
     def _output_buffer(self, i, spec):
         """A fresh output array, or last call's one when nothing outside

@@ -17,7 +17,7 @@ import numpy as np
 from tcc.dialects.ir.errors import TccError
 
 from .artifact import TensorSpec
-from .session import InputError, SignatureMixin, _fmt
+from .session import InputError, SignatureMixin, _fmt, device_tensor
 
 IR_MEMBER, RES_MEMBER = "model.mlir", "model.mlir.resources"
 
@@ -104,6 +104,11 @@ def _cache_dir():
     return os.path.join(d, "specialized")
 
 
+def _host(value):
+    t = device_tensor(value)
+    return np.asarray(value) if t is None else np.ascontiguousarray(t.numpy())
+
+
 class SpecializingSession(SignatureMixin):
     def __init__(self, artifact):
         self.artifact = art = artifact
@@ -129,7 +134,7 @@ class SpecializingSession(SignatureMixin):
 
     def _check(self, inputs):
         specs = self._inputs
-        inputs = [np.asarray(v) for v in self._arrange(inputs)]
+        inputs = [_host(v) for v in self._arrange(inputs)]
         for v, t in zip(inputs, specs):
             if v.dtype != t.dtype:
                 raise InputError(f"input '{t.name}' has dtype {v.dtype}, expected {t.dtype} "
@@ -202,11 +207,11 @@ class SpecializingSession(SignatureMixin):
         PassManager(ctx, parse_pipeline(graph_pipeline(max(self._opt_level, 1)), ctx)).run(module)
         emit(module, ctx, options)
 
-    def run(self, inputs, output_names=None):
+    def run(self, inputs, output_names=None, output_device=None):
         arrays = self._check(inputs)
         with self._lock:
             sess = self._compiled(arrays)
-        return sess.run(arrays, output_names)
+        return sess.run(arrays, output_names, output_device)
 
     def __repr__(self):
         return f"<tcc.SpecializingSession {self.path}: ({_fmt(self._inputs)}) -> ({_fmt(self._outputs)})>"

@@ -94,3 +94,66 @@ def test_artifact_needing_a_missing_accelerator(plugins, tmp_path):
     from tcc.dialects.ir.errors import TccError
     with pytest.raises(TccError, match="needs accelerators sim"):
         tcc.load(path)
+
+
+def _sim_tensor(array, align=128):
+    """`array` copied into a fresh sim-device Tensor (padded to `align` bytes)."""
+    from tcc.runtime.device import get_device
+    from tcc.runtime.device.tensor import Tensor
+    dev = get_device("sim")
+    n = array.nbytes
+    buf = dev.alloc(n + (-n) % align)
+    dev.copy_host_to_device(np.ascontiguousarray(array), buf, stream=dev.active_stream)
+    dev.active_stream.sync()
+    return Tensor(buf, array.shape, array.dtype)
+
+
+def test_outputs_stay_on_the_accelerator_device_when_asked(plugins, rng, tmp_path):
+    from tcc.runtime.device.tensor import Tensor
+    m = samples.cnn(seed=int(rng.integers(1 << 30)))
+    sess = tcc.load(tcc.compile(m, maccel=["sim"], output=str(tmp_path / "m.tcc")))
+    x = rng.standard_normal(sess.input_signature[0]["shape"]).astype(np.float32)
+    want = ort.InferenceSession(m.SerializeToString()).run(None, {"x": x})[0]
+    (y,) = sess.run({"x": x}, output_device="sim")
+    assert isinstance(y, Tensor) and y.device.type == "sim"
+    assert y.shape == want.shape and y.dtype == np.float32
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-4, atol=1e-5)
+    (y2,) = sess.run({"x": x}, output_device="sim")  # a new tensor each call: y is not overwritten
+    assert y2.buffer is not y.buffer
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-4, atol=1e-5)
+    (h,) = sess.run({"x": x}, output_device="cpu")
+    assert isinstance(h, np.ndarray)
+
+
+@pytest.mark.parametrize("align", [128, 4])
+def test_device_tensor_inputs(plugins, rng, tmp_path, align):
+    """A sim-device tensor as input: used in place when its buffer meets the
+    accelerator's alignment (no host buffer for it), copied on the device
+    otherwise; same numbers either way."""
+    m = samples.cnn(seed=int(rng.integers(1 << 30)))
+    sess = tcc.load(tcc.compile(m, maccel=["sim"], output=str(tmp_path / "m.tcc")))
+    first = sess.manifest["plan"][0]
+    x = rng.standard_normal(sess.input_signature[0]["shape"]).astype(np.float32)
+    want = ort.InferenceSession(m.SerializeToString()).run(None, {"x": x})[0]
+    got = sess.run({"x": _sim_tensor(x, align)})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    if first.get("accelerator") == "sim" and align == 128:
+        assert not [k for k in sess._buffers if k[0] == "x"]
+
+
+def test_device_tensor_input_with_wrong_shape_names_the_input(plugins, rng, tmp_path):
+    from tcc.runtime.session import InputError
+    sess = tcc.load(tcc.compile(samples.cnn(seed=1), maccel=["sim"], output=str(tmp_path / "m.tcc")))
+    with pytest.raises(InputError, match="input 'x' has shape"):
+        sess.run({"x": _sim_tensor(np.zeros((2, 3), np.float32))})
+
+
+def test_host_session_output_device(tmp_path, rng):
+    from tcc.runtime.device import DeviceError
+    m = samples.mlp(seed=1)
+    sess = tcc.load(tcc.compile(m, output=str(tmp_path / "m.tcc")))
+    x = rng.standard_normal(sess.input_signature[0]["shape"]).astype(np.float32)
+    a = sess.run({"x": x})[0].copy()
+    np.testing.assert_array_equal(sess.run({"x": x}, output_device="cpu")[0], a)
+    with pytest.raises(DeviceError):
+        sess.run({"x": x}, output_device="nosuchdevice")
