@@ -8,18 +8,29 @@ every launch of a function uses the same addresses and the executor can
 capture a function's whole plan as a CUDA graph (`GpuFunction.capture`).
 
 `get_function(name)(buffers, stream)` queues the function's plan on `stream`
-(kernel launches, cuBLAS GEMMs, device copies) without synchronizing."""
+(kernel launches, cuBLAS GEMMs, device copies) without synchronizing. The
+first call on a set of buffer addresses runs eagerly (it also warms cuBLAS
+and the kernel cache); the second captures the plan as a CUDA graph; later
+ones replay it: one launch instead of one per kernel. The executor keeps its
+buffers for the session's life, so a static-shape model replays from its
+third run on. Inputs borrowed from the caller at new addresses each call
+run eagerly instead of capturing every time. `TCC_GPU_GRAPHS=0` turns
+graphs off."""
 from __future__ import annotations
 
 import hashlib
 import os
 import threading
+from collections import OrderedDict
 
 import numpy as np
 
 from . import package, plan as planlib
 
 CACHE = os.path.join(os.path.expanduser(os.environ.get("TCC_CACHE_DIR", "~/.cache/tcc")), "gpu")
+GRAPHS = os.environ.get("TCC_GPU_GRAPHS", "1") != "0"
+GRAPH_CACHE = 8  # address sets remembered per function (LRU)
+EAGER_ONCE, NO_GRAPH = "eager-once", "no-graph"
 NVRTC_OPTIONS = ("-std=c++17", "--use_fast_math") if os.environ.get("TCC_GPU_FAST_MATH") else ("-std=c++17",)
 
 
@@ -166,9 +177,33 @@ class GpuFunction:
         self.module = module
         self.name = name
         self.plan = module.manifest["functions"][name]
+        # (stream, buffer addresses) -> EAGER_ONCE (seen once), a cupy Graph,
+        # or NO_GRAPH (capturing failed: that key always runs eagerly)
+        self._graphs = OrderedDict()
 
     def __call__(self, buffers, stream):
-        self.run(buffers, stream)
+        if not GRAPHS:
+            return self.run(buffers, stream)
+        key = (id(stream), tuple(b.ptr if hasattr(b, "ptr") else int(b) for b in buffers))
+        state = self._graphs.get(key)
+        self._graphs[key] = EAGER_ONCE if state is None else state
+        self._graphs.move_to_end(key)
+        while len(self._graphs) > GRAPH_CACHE:
+            self._graphs.popitem(last=False)
+        if state is None or state is NO_GRAPH:
+            return self.run(buffers, stream)
+        if state is EAGER_ONCE:
+            try:
+                state = self.capture(buffers, stream)
+            except Exception:  # noqa: BLE001 - some step refuses capture: stay eager
+                self._graphs[key] = NO_GRAPH
+                return self.run(buffers, stream)
+            self._graphs[key] = state
+        self.replay(state, stream)
+
+    def replay(self, graph, stream):
+        with _cupy().cuda.Device(self.module.device.index):
+            graph.launch(stream.cs)
 
     def run(self, buffers, stream):
         ptrs = [b.ptr if hasattr(b, "ptr") else int(b) for b in buffers]
@@ -180,7 +215,13 @@ class GpuFunction:
     def capture(self, buffers, stream):
         """The plan on these buffers as a CUDA graph: `graph.launch(stream.cs)`
         replays it. Run the function once first (cuBLAS sets up lazily)."""
-        stream.cs.begin_capture()
+        cp = _cupy()
+        mode = getattr(cp.cuda.runtime, "streamCaptureModeRelaxed", None)
+        with cp.cuda.Device(self.module.device.index):
+            if mode is None:
+                stream.cs.begin_capture()
+            else:
+                stream.cs.begin_capture(mode)
         try:
             self.run(buffers, stream)
         finally:
