@@ -59,11 +59,13 @@ def gemm_model(n):
 def _interleaved_ms(fa, fb, repeats, warmup=2, burst=5):
     """Medians (ms) of fa and fb timed in alternating bursts, so both see
     the same machine load (the CI machine is shared: absolute times drift).
-    Bursts, not single calls: onnxruntime's idle pool threads spin for a
-    while after each run and would steal the next tcc call's second core."""
+    Bursts, not single calls, with a pause between them: onnxruntime's idle
+    pool threads spin for a while after each run (and tcc's briefly) and
+    would steal the other engine's second core."""
     ta, tb = [], []
     while len(ta) < repeats:
         for f, out in ((fa, ta), (fb, tb)):
+            time.sleep(0.05)
             for _ in range(warmup):
                 f()
             for _ in range(min(burst, repeats - len(out) if out is ta else burst)):

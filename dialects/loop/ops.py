@@ -18,6 +18,8 @@ an empty `func.return`.
     loop.dim(memref) -> index                         {axis}
     loop.view(memref, dyn dims...) -> memref          same bytes, another shape (Reshape)
     loop.copy(src: memref, dst: memref)               whole-buffer copy
+    loop.store_block(src, dst, offset: index, count: index)   src[0:count] -> dst[offset:offset+count]
+                                                     (flat elements) {nontemporal?}
     loop.call(args...) -> results?                    {callee = "c_symbol"}: external kernel
     arith.* / math.*                                  MLIR's names and semantics
 """
@@ -61,6 +63,12 @@ def _verify_for(op, ctx):
         raise VerifyError("step must be positive", op)
 
 
+def _verify_store_block(op, ctx):
+    src, dst = op.operands[0].type, op.operands[1].type
+    if src.element != dst.element:
+        raise VerifyError(f"element types differ: {src} vs {dst}", op)
+
+
 LOOP_OPS = [
     OpDef("loop.alloc", [OperandDef("dims", "variadic", _idx)], [OperandDef("buffer", constraint=_mem)],
           {"alignment": AttrDef("alignment", "int", default=64)}, verifier=_verify_alloc,
@@ -88,6 +96,11 @@ LOOP_OPS = [
           summary="the same bytes seen with another shape"),
     OpDef("loop.copy", [OperandDef("src", constraint=_mem), OperandDef("dst", constraint=_mem)],
           summary="copies a whole buffer"),
+    OpDef("loop.store_block", [OperandDef("src", constraint=_mem), OperandDef("dst", constraint=_mem),
+                               OperandDef("offset", constraint=_idx), OperandDef("count", constraint=_idx)], [],
+          {"nontemporal": AttrDef("nontemporal", "unit")}, verifier=_verify_store_block,
+          summary="copies src's first `count` elements (row-major) to dst's elements [offset, offset+count); "
+                  "`nontemporal`: dst is not read again soon (streaming stores)"),
     OpDef("loop.call", [OperandDef("args", "variadic")], [OperandDef("results", "variadic")],
           {"callee": AttrDef("callee", "string", True)}, summary="calls an external (C) kernel by name"),
 ]

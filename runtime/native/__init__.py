@@ -1,6 +1,7 @@
 """The host runtime library (`libtccrt.so`: the thread pool that runs
-outlined parallel loops, and the fp32 GEMM/convolution kernels that
-`loop.call`s and library-call nests reach, gemm.c). `make native` builds it beside its source; when it
+outlined parallel loops, the fp32 GEMM/convolution kernels that
+`loop.call`s and library-call nests reach, gemm.c, and the streaming copies
+of `loop.store_block {nontemporal}`, stream.c). `make native` builds it beside its source; when it
 is absent (a plain `pip install -e .`) it is built on first use with the
 system C compiler into `~/.cache/tcc/` (keyed by the source's hash, so an
 edited source is rebuilt). `load()` makes its symbols visible to JIT-loaded
@@ -17,9 +18,9 @@ import tempfile
 from tcc.dialects.ir.errors import TccError
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SOURCES = ["threadpool.c", "gemm.c"]
+SOURCES = ["threadpool.c", "gemm.c", "stream.c"]
 # a symbol of every source: a library built from fewer sources is stale
-REQUIRED_SYMBOLS = [b"tcc_parallel_for", b"tcc_gemm_f32", b"tcc_conv_f32"]
+REQUIRED_SYMBOLS = [b"tcc_parallel_for", b"tcc_gemm_f32", b"tcc_conv_f32", b"tcc_stream_copy"]
 LIB_NAME = "libtccrt.so"
 CFLAGS = ["-O2", "-fPIC", "-shared", "-pthread"]
 

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 typedef void (*tcc_body_fn)(int64_t begin, int64_t end, void *ctx);
+void tcc_stream_fence(void); /* stream.c: bodies may have streamed stores */
 
 #define SPIN_ITERS 2000
 
@@ -47,6 +48,11 @@ static void run_chunks(void) {
     }
 }
 
+static void run_chunks_fenced(void) {
+    run_chunks();
+    tcc_stream_fence();
+}
+
 static void *worker(void *arg) {
     (void)arg;
     uint_fast64_t seen = 0;
@@ -63,7 +69,7 @@ static void *worker(void *arg) {
             break;
         }
         seen = g;
-        run_chunks();
+        run_chunks_fenced();
         atomic_fetch_sub_explicit(&job_pending, 1, memory_order_acq_rel);
     }
     return NULL;
@@ -111,7 +117,7 @@ void tcc_parallel_for(int64_t n, tcc_body_fn body, void *ctx) {
     pthread_cond_broadcast(&wake_cond);
     pthread_mutex_unlock(&wake_lock);
     in_parallel = 1;
-    run_chunks();
+    run_chunks_fenced();
     in_parallel = 0;
     while (atomic_load_explicit(&job_pending, memory_order_acquire) != 0) sched_yield();
     pthread_mutex_unlock(&pool_lock);

@@ -39,8 +39,8 @@ from tcc.dialects.ir.types import MemRefType, to_numpy_dtype
 
 from .scalar import ScalarEmitter
 from .target import NativeCodegenError
-from .types import I1, I8, I32, I64, PTR, VOID, byte_size, load_convert, mem_type, reg_type, static_shape, \
-    store_convert
+from .types import I1, I8, I32, I64, PTR, VOID, byte_size, elem_bytes, load_convert, mem_type, reg_type, \
+    static_shape, store_convert
 
 ENTRY = "tcc_main_graph"
 WORKSPACE_SYMBOL = "tcc_workspace_bytes"
@@ -151,6 +151,11 @@ def _defining(v):
     return getattr(v, "op", None)
 
 
+def _is_x86():
+    from .target import host_cpu
+    return host_cpu()[0].startswith(("x86_64", "i686", "i386"))
+
+
 class _Lowering:
     def __init__(self, module, func):
         self.module, self.func = module, func
@@ -158,6 +163,7 @@ class _Lowering:
         self.scalar = ScalarEmitter(self.mod)
         self.weights, self._weight_index, self._embedded = [], {}, {}
         self.malloced = set()
+        self.streams = False  # streaming stores emitted: the entry fences before returning
         self.stats = Counter()
         self.n_funcs = 0
         self.loop_md = 0
@@ -186,7 +192,9 @@ class _Lowering:
             env.vmap[a] = p
         self._load_globals(env, fn.args[1])
         self.emit_block(block, env)
-        b.ret_void()
+        if self.streams:
+            env.b.call(self._declare("tcc_stream_fence", VOID, []), [])
+        env.b.ret_void()
         ws = func.get_attr("tcc.workspace_bytes", 0) or 0
         g = ir.GlobalVariable(self.mod, I64, WORKSPACE_SYMBOL)
         g.initializer, g.global_constant = ir.Constant(I64, ws), True
@@ -329,6 +337,19 @@ class _Lowering:
         n = min(byte_size(src.type), byte_size(dst.type))
         fn = self._declare("llvm.memcpy.p0.p0.i64", VOID, [PTR, PTR, I64, I1])
         env.b.call(fn, [env.vmap[dst], env.vmap[src], ir.Constant(I64, n), ir.Constant(I1, 0)])
+
+    def _op_loop_store_block(self, op, env):
+        src, dst, off, cnt = op.operands
+        es = elem_bytes(dst.type.element)  # every element owns whole bytes in memory
+        b = env.b
+        to = b.gep(env.vmap[dst], [b.mul(env.vmap[off], ir.Constant(I64, es))], inbounds=True, source_etype=I8)
+        nbytes = b.mul(env.vmap[cnt], ir.Constant(I64, es))
+        if "nontemporal" in op.attributes and _is_x86():
+            self.streams = True
+            b.call(self._declare("tcc_stream_copy", VOID, [PTR, PTR, I64]), [to, env.vmap[src], nbytes])
+        else:
+            fn = self._declare("llvm.memcpy.p0.p0.i64", VOID, [PTR, PTR, I64, I1])
+            b.call(fn, [to, env.vmap[src], nbytes, ir.Constant(I1, 0)])
 
     def _op_loop_call(self, op, env):
         if len(op.results) > 1:

@@ -1,4 +1,5 @@
 """Loop-dialect transforms (run between graph-to-loop and loop-to-native)."""
 from .fuse_rows import FuseRowsPass
+from .stream_outputs import StreamOutputsPass
 
-PASSES = [FuseRowsPass]
+PASSES = [FuseRowsPass, StreamOutputsPass]
