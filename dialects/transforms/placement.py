@@ -140,11 +140,52 @@ class MergeRegionsPass(Pass):
                 members[chosen][1].append(op)
                 my_deps.discard(chosen)
             deps[op] = my_deps
+        self._merge_siblings(members, region_of)
         self._drop_unprofitable(module, ctx, members, region_of)
         for rid, (acc, ops) in members.items():
             for op in ops:
                 if op.get_attr(PLACEMENT) is not None:
                     op.attributes[REGION] = A.IntegerAttr(rid)
+
+    @staticmethod
+    def _merge_siblings(members, region_of):
+        """Ops join a producer's region, so regions with no edge between
+        them (three projections of one input, say) stay apart, each its own
+        call. Two regions of one accelerator merge when no path leaves one
+        and reaches the other through an op outside both: such a path would
+        become a cycle."""
+        def reaches(src, dst):
+            a, b = set(members[src][1]), set(members[dst][1])
+            todo = [u for op in a for r in op.results for u, _ in r.uses if u not in a and u not in b]
+            seen = set()
+            while todo:
+                op = todo.pop()
+                if op in seen:
+                    continue
+                seen.add(op)
+                for r in op.results:
+                    for u, _ in r.uses:
+                        if u in b:
+                            return True
+                        if u not in a:
+                            todo.append(u)
+            return False
+
+        merged = True
+        while merged:
+            merged = False
+            live = [r for r in members if members[r][1]]
+            for i, ra in enumerate(live):
+                for rb in live[i + 1:]:
+                    if not members[ra][1] or not members[rb][1] or members[ra][0] != members[rb][0]:
+                        continue
+                    if reaches(ra, rb) or reaches(rb, ra):
+                        continue
+                    for op in members[rb][1]:
+                        region_of[op] = ra
+                    members[ra][1].extend(members[rb][1])
+                    members[rb][1].clear()
+                    merged = True
 
     @staticmethod
     def _drop_unprofitable(module, ctx, members, region_of):

@@ -106,3 +106,19 @@ def test_host_op_using_a_region_output_is_reordered(place):
                      helper.make_node("Neg", ["a"], ["b"]), helper.make_node("Add", ["b", "s"], ["y"])]),
               Plugin("acc", {"onnx.Relu", "onnx.Neg"}))
     assert list(partitions(m).values()) == [["onnx.Relu", "onnx.Neg"]]  # verified above: uses follow defs
+
+
+def test_independent_regions_of_one_accelerator_merge(place):
+    # three branches from x with no edge between them, joined on the host
+    nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Neg", ["x"], ["b"]),
+             helper.make_node("Abs", ["x"], ["c"]), helper.make_node("Sum", ["a", "b", "c"], ["y"])]
+    m = place(graph(nodes), Plugin("acc", {"onnx.Relu", "onnx.Neg", "onnx.Abs"}))
+    assert sorted(sorted(v) for v in partitions(m).values()) == [["onnx.Abs", "onnx.Neg", "onnx.Relu"]]
+
+
+def test_siblings_joined_through_the_host_stay_apart(place):
+    # a -> sigmoid(host) -> c: merging a's and c's regions would need the host op inside
+    nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Sigmoid", ["a"], ["s"]),
+             helper.make_node("Neg", ["s"], ["c"]), helper.make_node("Add", ["a", "c"], ["y"])]
+    m = place(graph(nodes), Plugin("acc", {"onnx.Relu", "onnx.Neg"}))
+    assert sorted(partitions(m).values()) == [["onnx.Neg"], ["onnx.Relu"]]
