@@ -48,7 +48,11 @@ class TensorSpec:
 
     @property
     def dtype(self) -> np.dtype:
-        return np.dtype(to_numpy_dtype(parse_element_name(self.element)))
+        # cached: Session.run checks every input against it on every call
+        dt = self.__dict__.get("_dtype")
+        if dt is None:
+            dt = self.__dict__["_dtype"] = np.dtype(to_numpy_dtype(parse_element_name(self.element)))
+        return dt
 
     def to_json(self):
         return {"name": self.name, "shape": list(self.shape), "element": self.element,

@@ -7,7 +7,8 @@
  * when all are done. The calling thread works too. Workers are created on the
  * first call (TCC_NUM_THREADS, default: the online cores) and then sleep on a
  * condition variable between jobs after a short spin, so back-to-back loops
- * (the common case in one model run) do not pay a wake-up each. A call made
+ * (the common case in one model run) do not pay a wake-up each. The caller
+ * returns as soon as every item is done, whichever threads did them. A call made
  * from inside a body, or while another thread owns the pool, runs serially:
  * correctness never depends on the pool being free. */
 #define _GNU_SOURCE
@@ -29,28 +30,36 @@ static pthread_mutex_t wake_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t wake_cond = PTHREAD_COND_INITIALIZER;
 static int num_threads = 1;
 
-/* The current job; written by the owner before bumping `generation`. */
-static tcc_body_fn job_body;
-static void *job_ctx;
-static int64_t job_n, job_chunk;
-static atomic_int_fast64_t job_next;
-static atomic_int job_pending;      /* workers that have not finished the job */
+/* A job lives on its caller's stack. The caller waits for the items to be
+ * done, not for every worker: a worker that wakes late (or is descheduled on
+ * a loaded machine) finds the items gone and costs the caller nothing. It
+ * must not touch a job that has returned, hence `current` and `active`: a
+ * worker announces itself in `active` before reading `current`, and the
+ * caller clears `current` before waiting for `active` to drain (both
+ * sequentially consistent, so one of the two always sees the other). */
+typedef struct {
+    tcc_body_fn body;
+    void *ctx;
+    int64_t n, chunk;
+    atomic_int_fast64_t next; /* first item not handed out yet */
+    atomic_int_fast64_t done; /* items finished */
+} job_t;
+
+static _Atomic(job_t *) current;
+static atomic_int active;
 static atomic_uint_fast64_t generation;
 
 static __thread int in_parallel;
 
-static void run_chunks(void) {
+static void work_on(job_t *j) {
     for (;;) {
-        int64_t b = atomic_fetch_add_explicit(&job_next, job_chunk, memory_order_relaxed);
-        if (b >= job_n) return;
-        int64_t e = b + job_chunk < job_n ? b + job_chunk : job_n;
-        job_body(b, e, job_ctx);
+        int64_t b = atomic_fetch_add_explicit(&j->next, j->chunk, memory_order_relaxed);
+        if (b >= j->n) return;
+        int64_t e = b + j->chunk < j->n ? b + j->chunk : j->n;
+        j->body(b, e, j->ctx);
+        tcc_stream_fence(); /* streamed stores are visible before `done` says so */
+        atomic_fetch_add_explicit(&j->done, e - b, memory_order_release);
     }
-}
-
-static void run_chunks_fenced(void) {
-    run_chunks();
-    tcc_stream_fence();
 }
 
 static void *worker(void *arg) {
@@ -69,8 +78,10 @@ static void *worker(void *arg) {
             break;
         }
         seen = g;
-        run_chunks_fenced();
-        atomic_fetch_sub_explicit(&job_pending, 1, memory_order_acq_rel);
+        atomic_fetch_add(&active, 1);
+        job_t *j = atomic_load(&current);
+        if (j != NULL) work_on(j);
+        atomic_fetch_sub_explicit(&active, 1, memory_order_release);
     }
     return NULL;
 }
@@ -106,19 +117,19 @@ void tcc_parallel_for(int64_t n, tcc_body_fn body, void *ctx) {
     }
     int64_t chunks = (int64_t)num_threads * 4;  /* a little slack for uneven cores */
     int64_t chunk = (n + chunks - 1) / chunks;
-    job_body = body;
-    job_ctx = ctx;
-    job_n = n;
-    job_chunk = chunk < 1 ? 1 : chunk;
-    atomic_store_explicit(&job_next, 0, memory_order_relaxed);
-    atomic_store_explicit(&job_pending, num_threads - 1, memory_order_relaxed);
+    job_t job = {body, ctx, n, chunk < 1 ? 1 : chunk};
+    atomic_init(&job.next, 0);
+    atomic_init(&job.done, 0);
+    atomic_store(&current, &job);
     pthread_mutex_lock(&wake_lock);
     atomic_fetch_add_explicit(&generation, 1, memory_order_release);
     pthread_cond_broadcast(&wake_cond);
     pthread_mutex_unlock(&wake_lock);
     in_parallel = 1;
-    run_chunks_fenced();
+    work_on(&job);
     in_parallel = 0;
-    while (atomic_load_explicit(&job_pending, memory_order_acquire) != 0) sched_yield();
+    while (atomic_load_explicit(&job.done, memory_order_acquire) < n) sched_yield();
+    atomic_store(&current, NULL);
+    while (atomic_load(&active) != 0) sched_yield();
     pthread_mutex_unlock(&pool_lock);
 }
