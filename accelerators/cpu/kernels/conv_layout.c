@@ -1,0 +1,160 @@
+/* Phase-plane packing, row copy-out with the fused epilogue, per-thread
+ * buffers: the parts the direct and depthwise convolution kernels share. */
+#include "conv_vec.h"
+
+float *cv_tls_buffer(int which, size_t n) {
+    static __thread float *buf[2] = {NULL, NULL};
+    static __thread size_t cap[2] = {0, 0};
+    if (n > cap[which]) {
+        free(buf[which]);
+        cap[which] = n + n / 4;
+        buf[which] = aligned_alloc(64, (cap[which] * sizeof(float) + 63) / 64 * 64);
+    }
+    return buf[which];
+}
+
+static void act_inplace(float *d, long n, const cv_ep *e) {
+    const float a0 = e->a0, a1 = e->a1;
+    switch (e->act) {
+    case TCC_ACT_RELU:
+        for (long i = 0; i < n; i++) d[i] = d[i] > 0.f ? d[i] : 0.f;
+        break;
+    case TCC_ACT_CLIP:
+        for (long i = 0; i < n; i++) d[i] = d[i] < a0 ? a0 : (d[i] > a1 ? a1 : d[i]);
+        break;
+    case TCC_ACT_LEAKY:
+        for (long i = 0; i < n; i++) d[i] = d[i] >= 0.f ? d[i] : d[i] * a0;
+        break;
+    case TCC_ACT_SIGMOID:
+        for (long i = 0; i < n; i++) d[i] = tcc_sigmoidf(d[i]);
+        break;
+    case TCC_ACT_TANH:
+        for (long i = 0; i < n; i++) d[i] = tcc_tanhf(d[i]);
+        break;
+    default:
+        break;
+    }
+}
+
+void cv_ep_run(float *dst, const float *src, long n, float bias, const float *res, const cv_ep *e) {
+    if (res) {
+        for (long i = 0; i < n; i++) dst[i] = src[i] + bias + res[i];
+    } else {
+        for (long i = 0; i < n; i++) dst[i] = src[i] + bias;
+    }
+    act_inplace(dst, n, e);
+}
+
+int cv_layout_init(cv_layout *l, const tcc_conv_params *p, long *off) {
+    const long sh = p->sh, sw = p->sw, dh = p->dh, dw = p->dw;
+    if (sh * sw > 64 || sh < 1 || sw < 1) return 0;
+    l->hq = p->oh + (p->kh - 1) * dh / sh;
+    l->wq = p->ow + (p->kw - 1) * dw / sw;
+    l->taps = p->kh * p->kw;
+    l->direct = sh == 1 && sw == 1 && p->pt == 0 && p->pl == 0 && p->h == l->hq && p->w == l->wq;
+    for (int i = 0; i < 64; i++) l->slot[i] = -1;
+    l->nph = 0;
+    for (long ki = 0; ki < p->kh; ki++)
+        for (long kj = 0; kj < p->kw; kj++) {
+            long ph = (ki * dh % sh) * sw + kj * dw % sw;
+            if (l->slot[ph] < 0) l->slot[ph] = (int)l->nph++;
+        }
+    const long plane = l->hq * l->wq;
+    l->cs = l->direct ? p->h * p->w : l->nph * plane;
+    for (long ki = 0; ki < p->kh; ki++)
+        for (long kj = 0; kj < p->kw; kj++) {
+            long ph = (ki * dh % sh) * sw + kj * dw % sw;
+            off[ki * p->kw + kj] = l->slot[ph] * plane + (ki * dh / sh) * l->wq + kj * dw / sw;
+        }
+    l->off = off;
+    l->q = (p->oh - 1) * l->wq + p->ow;
+    return 1;
+}
+
+static long clampl(long v, long lo, long hi) { return v < lo ? lo : (v > hi ? hi : v); }
+
+/* d[0, n) = s[0, n), short rows without a libc call per row. */
+static void copy_row(float *d, const float *s, long n) {
+    long i = 0;
+    for (; i + VL <= n; i += VL) v_st(d + i, v_ld(s + i));
+    if (i < n) v_st_n(d + i, v_ld_n(s + i, (int)(n - i)), (int)(n - i));
+}
+
+/* ev[m] = s[2m] for m < nev, od[m] = s[2m+1] for m < nod (NULL: skipped);
+ * s holds n floats. */
+static void deinterleave_row(float *ev, long nev, float *od, long nod, const float *s, long n) {
+    if (!ev) nev = 0;
+    if (!od) nod = 0;
+    long m = 0;
+#if defined(__AVX512F__)
+    const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i io = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    for (; m < nev || m < nod; m += VL) {
+        int na = (int)clampl(n - 2 * m, 0, VL), nb = (int)clampl(n - 2 * m - VL, 0, VL);
+        __m512 a = (__m512)v_ld_n(s + 2 * m, na), b = (__m512)v_ld_n(s + 2 * m + VL, nb);
+        int ce = (int)clampl(nev - m, 0, VL), co = (int)clampl(nod - m, 0, VL);
+        if (ce) v_st_n(ev + m, (vf)_mm512_permutex2var_ps(a, ie, b), ce);
+        if (co) v_st_n(od + m, (vf)_mm512_permutex2var_ps(a, io, b), co);
+    }
+#else
+    for (; m < nev; m++) ev[m] = s[2 * m];
+    for (m = 0; m < nod; m++) od[m] = s[2 * m + 1];
+#endif
+}
+
+static float *plane_row(const cv_layout *l, const tcc_conv_params *p, float *dst, long pr, long pc, long i) {
+    int slot = l->slot[pr * p->sw + pc];
+    return slot < 0 ? NULL : dst + (slot * l->hq + i) * l->wq;
+}
+
+/* One channel: every input row goes once to the phase planes of its row
+ * parity; padding positions are left as they are. */
+static void pack_channel(const cv_layout *l, const tcc_conv_params *p, const float *src, float *dst) {
+    const long sh = p->sh, sw = p->sw, wq = l->wq, pl = p->pl, W = p->w;
+    long pr = p->pt % sh, i = p->pt / sh; /* phase row of input row r, kept incrementally */
+    for (long r = 0; r < p->h; r++, pr = pr + 1 == sh ? 0 : pr + 1, i += pr == 0) {
+        if (i >= l->hq) break;
+        const float *s = src + r * W;
+        if (sw == 1) {
+            float *d = plane_row(l, p, dst, pr, 0, i);
+            if (d && wq > pl) copy_row(d + pl, s, W < wq - pl ? W : wq - pl);
+        } else if (sw == 2) {
+            /* input column 2m + e lands in phase (e + pl) % 2 at m + (e + pl) / 2 */
+            float *d0 = plane_row(l, p, dst, pr, pl % 2, i), *d1 = plane_row(l, p, dst, pr, (1 + pl) % 2, i);
+            const long o0 = pl / 2, o1 = (1 + pl) / 2;
+            deinterleave_row(d0 ? d0 + o0 : NULL, clampl(wq - o0, 0, (W + 1) / 2), d1 ? d1 + o1 : NULL,
+                             clampl(wq - o1, 0, W / 2), s, W);
+        } else {
+            for (long col = 0; col < W; col++) {
+                const long C = col + pl, j = C / sw;
+                float *d = plane_row(l, p, dst, pr, C % sw, i);
+                if (d && j < wq) d[j] = s[col];
+            }
+        }
+    }
+}
+
+void cv_pack(const cv_layout *l, const tcc_conv_params *p, const float *x, float *dst, long c0, long c1, int zero) {
+    for (long c = c0; c < c1; c++) {
+        if (zero) memset(dst + c * l->cs, 0, l->cs * sizeof(float));
+        pack_channel(l, p, x + c * p->h * p->w, dst + c * l->cs);
+    }
+}
+
+void cv_store_rows(const cv_layout *l, const tcc_conv_params *p, float *y, const float *src, long q0, long n,
+                   float bias, const float *res, const cv_ep *e) {
+    const long wq = l->wq, ow = p->ow, q1 = q0 + n;
+    for (long oh = q0 / wq; oh * wq < q1; oh++) {
+        long a = oh * wq, c0 = q0 - a > 0 ? q0 - a : 0, c1 = q1 - a < ow ? q1 - a : ow;
+        if (c1 > c0)
+            cv_ep_run(y + oh * ow + c0, src + a + c0 - q0, c1 - c0, bias, res ? res + oh * ow + c0 : NULL, e);
+    }
+}
+
+void cv_copy_rows(const cv_layout *l, const tcc_conv_params *p, float *y, const float *src, long q0, long n) {
+    const long wq = l->wq, ow = p->ow, q1 = q0 + n;
+    for (long oh = q0 / wq; oh * wq < q1; oh++) {
+        long a = oh * wq, c0 = q0 - a > 0 ? q0 - a : 0, c1 = q1 - a < ow ? q1 - a : ow;
+        if (c1 > c0) copy_row(y + oh * ow + c0, src + a + c0 - q0, c1 - c0);
+    }
+}

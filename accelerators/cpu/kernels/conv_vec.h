@@ -1,0 +1,145 @@
+/* Shared by the convolution kernels: one vector type per ISA build (GCC
+ * vector extensions, so the same code compiles for x86-64-v4, -v3 and the
+ * generic target), partial loads/stores for row tails, the "phase plane"
+ * input packing and the fused epilogue applied while copying rows out. */
+#ifndef TCC_CONV_VEC_H
+#define TCC_CONV_VEC_H
+#include <stdlib.h>
+#include <string.h>
+
+#include "mathfun.h"
+#include "tcc_cpu.h"
+#if defined(__AVX2__) || defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+#define CV_INLINE static inline __attribute__((always_inline))
+#define CV_HIDDEN __attribute__((visibility("hidden")))
+
+#if defined(__AVX512F__)
+#define VL 16
+#elif defined(__AVX2__)
+#define VL 8
+#else
+#define VL 4
+#endif
+typedef float vf __attribute__((vector_size(VL * 4)));
+
+CV_INLINE vf v_ld(const float *p) {
+    vf v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+CV_INLINE void v_st(float *p, vf v) { memcpy(p, &v, sizeof v); }
+
+/* First n (1..VL) lanes; the rest read as 0 and are never touched in memory,
+ * so tails never read or write past a tensor's end. */
+CV_INLINE vf v_ld_n(const float *p, int n) {
+#if defined(__AVX512F__)
+    return (vf)_mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1), p);
+#elif defined(__AVX2__)
+    __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    return (vf)_mm256_maskload_ps(p, m);
+#else
+    vf v = {0};
+    for (int i = 0; i < n; i++) v[i] = p[i];
+    return v;
+#endif
+}
+CV_INLINE void v_st_n(float *p, vf v, int n) {
+#if defined(__AVX512F__)
+    _mm512_mask_storeu_ps(p, (__mmask16)((1u << n) - 1), (__m512)v);
+#elif defined(__AVX2__)
+    __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    _mm256_maskstore_ps(p, m, (__m256)v);
+#else
+    for (int i = 0; i < n; i++) p[i] = v[i];
+#endif
+}
+
+#if defined(__AVX512F__)
+CV_INLINE vf v_max(vf a, vf b) { return (vf)_mm512_max_ps((__m512)a, (__m512)b); }
+CV_INLINE vf v_min(vf a, vf b) { return (vf)_mm512_min_ps((__m512)a, (__m512)b); }
+#elif defined(__AVX2__)
+CV_INLINE vf v_max(vf a, vf b) { return (vf)_mm256_max_ps((__m256)a, (__m256)b); }
+CV_INLINE vf v_min(vf a, vf b) { return (vf)_mm256_min_ps((__m256)a, (__m256)b); }
+#else
+typedef int vi __attribute__((vector_size(VL * 4)));
+CV_INLINE vf v_sel(vi m, vf a, vf b) { return (vf)((m & (vi)a) | (~m & (vi)b)); }
+CV_INLINE vf v_max(vf a, vf b) { return v_sel(a > b, a, b); }
+CV_INLINE vf v_min(vf a, vf b) { return v_sel(a < b, a, b); }
+#endif
+
+/* The epilogue resolved for one call: bias already scaled, per channel. */
+typedef struct {
+    const float *bias; /* NULL or per output channel (bias_mode 2) */
+    float bias_scale;
+    int bias_scalar;   /* bias_mode 4: one value for every channel */
+    const float *res;  /* NULL or the image's residual, NCHW like y */
+    int act;
+    float a0, a1;
+} cv_ep;
+
+CV_INLINE float cv_bias(const cv_ep *e, long m) {
+    if (!e->bias) return 0.f;
+    return e->bias_scale * (e->bias_scalar ? e->bias[0] : e->bias[m]);
+}
+
+/* Activations cheap enough to run in registers. */
+CV_INLINE int cv_vec_act(int act) {
+    return act == TCC_ACT_NONE || act == TCC_ACT_RELU || act == TCC_ACT_CLIP || act == TCC_ACT_LEAKY;
+}
+
+CV_INLINE vf cv_act_v(vf v, int act, float a0, float a1) {
+    if (act == TCC_ACT_RELU) return v_max(v, (vf){0});
+    if (act == TCC_ACT_CLIP) return v_min(v_max(v, (vf){0} + a0), (vf){0} + a1);
+    if (act == TCC_ACT_LEAKY) return v_max(v, (vf){0}) + v_min(v, (vf){0}) * a0;
+    return v;
+}
+
+/* dst[i] = act(src[i] + bias + res[i]) for one contiguous run of outputs. */
+void cv_ep_run(float *dst, const float *src, long n, float bias, const float *res, const cv_ep *e) CV_HIDDEN;
+
+/* ---- phase-plane packing ----------------------------------------------------
+ * A stride-s convolution reads the zero-padded input at (oh*s + ki*d, ...):
+ * split into s*s phase planes P[pr][pc][i][j] = xpad[i*s + pr][j*s + pc], tap
+ * (ki, kj) reads phase ((ki*dh) % sh, (kj*dw) % sw) at (oh + ki*dh/sh,
+ * ow + kj*dw/sw). With every plane Wq wide, output (oh, ow) sits at flat index
+ * q = oh*Wq + ow and each tap is one constant offset from q, so any
+ * stride/dilation/padding becomes a stride-1 sweep over flat rows (the Wq-OW
+ * columns at each row end are computed and dropped). */
+typedef struct {
+    long hq, wq;        /* phase plane size */
+    long nph;           /* phase planes kept per channel (only those a tap reads) */
+    int slot[64];       /* phase (pr*sw + pc) -> plane index, -1 if unused */
+    long cs;            /* channel stride of the packed buffer */
+    long q;             /* flat outputs to sweep: (oh-1)*wq + ow */
+    long taps;          /* kh*kw */
+    long *off;          /* per tap: plane index*hq*wq + row*wq + col */
+    int direct;         /* the input needs no packing (stride 1, no pads, exact size) */
+} cv_layout;
+
+/* Fills `l` (off must hold kh*kw entries); returns 0 when the strides are
+ * too large for the phase table (callers then fall back). */
+int cv_layout_init(cv_layout *l, const tcc_conv_params *p, long *off) CV_HIDDEN;
+/* Packs channel planes [c0, c1) of one image/group (x: that group's first
+ * channel). zero = 0 skips the padding, for a buffer whose padding is
+ * already zero (same layout packed before). */
+void cv_pack(const cv_layout *l, const tcc_conv_params *p, const float *x, float *dst, long c0, long c1, int zero)
+    CV_HIDDEN;
+/* Copies flat outputs [q0, q0+n) of one channel (src indexed by q - q0) to
+ * the NCHW plane y with the epilogue. */
+void cv_store_rows(const cv_layout *l, const tcc_conv_params *p, float *y, const float *src, long q0, long n,
+                   float bias, const float *res, const cv_ep *e) CV_HIDDEN;
+
+void cv_depthwise(const tcc_conv_params *p, const cv_layout *l, const float *x, const float *w, float *y,
+                  const cv_ep *e) CV_HIDDEN;
+
+/* The same without an epilogue (already applied in registers). */
+void cv_copy_rows(const cv_layout *l, const tcc_conv_params *p, float *y, const float *src, long q0, long n)
+    CV_HIDDEN;
+
+/* Per-thread buffer that only grows (pool threads live for the process). */
+float *cv_tls_buffer(int which, size_t n) CV_HIDDEN;
+
+#endif

@@ -1,0 +1,154 @@
+"""Every path of the cpu kernel library's convolution (kernels/conv*.c)
+against onnxruntime on fresh random data: the direct kernel (input used in
+place or packed into phase planes, full and tail register tiles, flat and
+row-wise stores, q chunks and m blocks split over threads), the depthwise
+kernel (3x3 and other tap counts, strides, dilations, pads), the im2col
+fallback for strides beyond the phase table, and every fused epilogue."""
+import numpy as np
+import pytest
+from onnx import helper
+
+from .helpers import check, model, rand
+
+H = helper.make_node
+
+
+def out_size(n, k, s, d, pb, pe):
+    return (n + pb + pe - d * (k - 1) - 1) // s + 1
+
+
+def conv_model(n, c, h, w, m, k, s=(1, 1), d=(1, 1), pads=(0, 0, 0, 0), g=1, bias=True, act=None,
+               residual=False, alpha=0.1):
+    kh, kw = (k, k) if isinstance(k, int) else k
+    oh, ow = out_size(h, kh, s[0], d[0], pads[0], pads[2]), out_size(w, kw, s[1], d[1], pads[1], pads[3])
+    x, wt, b = rand(n, c, h, w), rand(m, c // g, kh, kw), rand(m)
+    ins = ["x", "w"] + (["b"] if bias else [])
+    nodes = [H("Conv", ins, ["c"], kernel_shape=[kh, kw], strides=list(s), dilations=list(d), pads=list(pads),
+               group=g)]
+    inits = [("w", wt)] + ([("b", b)] if bias else [])
+    inputs, feeds, cur = [("x", x.shape)], {"x": x}, "c"
+    if residual:
+        r = rand(n, m, oh, ow)
+        nodes.append(H("Add", [cur, "r"], ["s"]))
+        inputs.append(("r", r.shape))
+        feeds["r"] = r
+        cur = "s"
+    if act == "Clip":
+        nodes.append(H("Clip", [cur, "lo", "hi"], ["y"]))
+        inits += [("lo", np.array(-0.5, np.float32)), ("hi", np.array(0.7, np.float32))]
+    elif act == "LeakyRelu":
+        nodes.append(H("LeakyRelu", [cur], ["y"], alpha=alpha))
+    elif act:
+        nodes.append(H(act, [cur], ["y"]))
+    else:
+        nodes.append(H("Identity", [cur], ["y"]))
+    return model(nodes, inputs, [("y", (n, m, oh, ow))], inits), feeds
+
+
+ACTS = [None, "Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh"]
+
+
+# ---- direct kernel ---------------------------------------------------------------------
+@pytest.mark.parametrize("n,c,h,w,m,k,s,d,pads,g", [
+    (1, 7, 9, 5, 13, 3, (1, 1), (1, 1), (1, 1, 1, 1), 1),     # width < one vector, m tail
+    (1, 5, 11, 37, 19, 3, (1, 1), (1, 1), (1, 1, 1, 1), 1),   # odd width, several q tiles
+    (2, 6, 13, 21, 8, 3, (2, 2), (1, 1), (1, 1, 1, 1), 1),    # stride 2 phase planes, batch 2
+    (1, 4, 16, 17, 7, 3, (2, 2), (1, 1), (0, 1, 2, 0), 1),    # asymmetric pads, odd left pad parity
+    (1, 3, 23, 29, 9, 7, (2, 2), (1, 1), (3, 2, 3, 4), 1),    # stem-like 7x7 stride 2
+    (1, 4, 19, 20, 6, 3, (3, 2), (1, 1), (1, 2, 0, 1), 1),    # stride 3 rows (generic packing)
+    (1, 5, 17, 18, 7, 3, (1, 3), (1, 1), (2, 1, 1, 2), 1),    # stride 3 columns
+    (1, 4, 15, 14, 5, 3, (1, 1), (2, 3), (2, 3, 2, 3), 1),    # dilations
+    (1, 4, 15, 14, 5, 3, (2, 2), (2, 2), (1, 1, 2, 2), 1),    # stride and dilation: all taps in one phase
+    (1, 6, 10, 9, 9, 3, (1, 1), (1, 1), (0, 0, 0, 0), 1),     # unpadded: input read in place, junk columns
+    (1, 6, 7, 11, 10, (2, 3), (1, 1), (1, 1), (0, 1, 1, 0), 1),  # non-square kernel
+    (1, 12, 9, 10, 15, 3, (1, 1), (1, 1), (1, 1, 1, 1), 3),   # groups
+    (2, 8, 11, 7, 6, 1, (1, 1), (1, 1), (0, 0, 0, 0), 2),     # grouped pointwise
+])
+def test_direct_shapes(n, c, h, w, m, k, s, d, pads, g):
+    mdl, feeds = conv_model(n, c, h, w, m, k, s, d, pads, g, bias=True)
+    check(mdl, feeds)
+
+
+# Pointwise convolutions use the input in place and store flat tiles (epilogue in registers);
+# q = h*w covers a full tile plus tails of 1..NR vectors, partial or whole.
+@pytest.mark.parametrize("hw", [(1, 1), (3, 5), (7, 7), (4, 16), (9, 15), (10, 13), (8, 24), (11, 17)])
+def test_pointwise_tails(hw):
+    mdl, feeds = conv_model(1, 11, hw[0], hw[1], 14, 1, bias=True, act="Relu")
+    check(mdl, feeds)
+
+
+@pytest.mark.parametrize("s,pads", [((2, 2), (0, 0, 0, 0)), ((2, 2), (1, 0, 0, 1)), ((3, 3), (0, 0, 0, 0))])
+def test_pointwise_strided(s, pads):
+    mdl, feeds = conv_model(2, 9, 13, 15, 10, 1, s=s, pads=pads)
+    check(mdl, feeds)
+
+
+@pytest.mark.parametrize("k", [1, 3])
+@pytest.mark.parametrize("act", ACTS)
+@pytest.mark.parametrize("residual", [False, True])
+def test_direct_epilogues(k, act, residual):
+    pads = (k // 2,) * 4
+    mdl, feeds = conv_model(2, 5, 9, 19, 11, k, pads=pads, act=act, residual=residual)
+    check(mdl, feeds)
+
+
+def test_direct_no_bias_leaky_negative_alpha():
+    mdl, feeds = conv_model(1, 3, 8, 8, 5, 3, pads=(1, 1, 1, 1), bias=False, act="LeakyRelu", alpha=-0.7)
+    check(mdl, feeds)
+
+
+def test_direct_large_plane_chunks():
+    # input larger than one q chunk's L2 budget: several chunks, split over the threads
+    mdl, feeds = conv_model(1, 48, 50, 53, 20, 3, pads=(1, 1, 1, 1), act="Relu", residual=True)
+    check(mdl, feeds, rtol=1e-4, atol=1e-4)
+
+
+def test_direct_small_plane_many_channels():
+    # one q tile, m split into blocks across threads; long reduction
+    mdl, feeds = conv_model(1, 160, 5, 5, 70, 3, pads=(1, 1, 1, 1), act="Clip")
+    check(mdl, feeds, rtol=1e-4, atol=1e-4)
+
+
+def test_large_stride_falls_back_to_im2col():
+    mdl, feeds = conv_model(1, 3, 30, 31, 4, 3, s=(9, 8), pads=(1, 1, 1, 1), act="Relu", residual=True)
+    check(mdl, feeds)
+
+
+# ---- depthwise -------------------------------------------------------------------------
+@pytest.mark.parametrize("n,c,h,w,k,s,d,pads", [
+    (1, 5, 12, 12, 3, (1, 1), (1, 1), (1, 1, 1, 1)),
+    (2, 4, 9, 7, 3, (1, 1), (1, 1), (1, 1, 1, 1)),       # width < one vector, batch 2
+    (1, 3, 21, 37, 3, (1, 1), (1, 1), (1, 1, 1, 1)),     # rows of several vectors with a tail
+    (1, 6, 15, 14, 3, (2, 2), (1, 1), (1, 1, 1, 1)),     # stride 2
+    (1, 6, 16, 17, 3, (2, 2), (1, 1), (0, 1, 1, 0)),     # stride 2, other column parity
+    (1, 3, 40, 45, 3, (2, 2), (1, 1), (2, 2, 1, 0)),     # stride 2, wide rows (deinterleave blocks)
+    (1, 4, 17, 19, 3, (3, 2), (1, 1), (1, 1, 1, 1)),     # stride 3 rows
+    (1, 4, 13, 14, 3, (1, 1), (2, 2), (2, 2, 2, 2)),     # dilation
+    (1, 5, 11, 14, 5, (1, 1), (1, 1), (2, 2, 2, 2)),     # 5x5: other tap count
+    (1, 5, 11, 14, 5, (2, 2), (1, 1), (2, 1, 2, 3)),
+    (1, 7, 10, 9, 3, (1, 1), (1, 1), (0, 0, 0, 0)),      # unpadded: plane read in place
+    (1, 7, 10, 9, 1, (1, 1), (1, 1), (0, 0, 0, 0)),      # 1x1 depthwise (a per-channel scale)
+    (1, 4, 9, 10, (1, 3), (1, 1), (1, 1), (0, 1, 0, 1)),  # 1x3
+])
+def test_depthwise_shapes(n, c, h, w, k, s, d, pads):
+    mdl, feeds = conv_model(n, c, h, w, c, k, s, d, pads, g=c)
+    check(mdl, feeds)
+
+
+@pytest.mark.parametrize("act", ACTS)
+@pytest.mark.parametrize("residual", [False, True])
+@pytest.mark.parametrize("s", [1, 2])
+def test_depthwise_epilogues(act, residual, s):
+    mdl, feeds = conv_model(2, 6, 13, 18, 6, 3, s=(s, s), pads=(1, 1, 1, 1), g=6, act=act, residual=residual)
+    check(mdl, feeds)
+
+
+@pytest.mark.parametrize("mult", [2, 3])
+def test_depthwise_multiplier_uses_grouped_direct(mult):
+    mdl, feeds = conv_model(1, 5, 11, 13, 5 * mult, 3, pads=(1, 1, 1, 1), g=5, act="Relu")
+    check(mdl, feeds)
+
+
+def test_depthwise_large_stride_falls_back():
+    mdl, feeds = conv_model(1, 4, 27, 27, 4, 3, s=(9, 9), pads=(1, 1, 1, 1), g=4, act="Clip")
+    check(mdl, feeds)
