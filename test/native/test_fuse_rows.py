@@ -177,3 +177,16 @@ def test_row_iv_loops_fuse_and_shrink():
     assert len(_top_level(mod, "loop.for")) == 1
     assert not _top_level(mod, "loop.alloc")
     np.testing.assert_array_equal(run_loop_module(mod, [x])[0], 2 * x * x)
+
+
+def test_library_call_nests_stay_whole(tmp_path):
+    """MatMul's nest becomes one gemm.c call: a Softmax on its rows must not
+    be merged into it (that would drop the Softmax or the kernel call)."""
+    k, n = 64, 96
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    nodes = [H("MatMul", ["x", "w"], ["m"]), H("Softmax", ["m"], ["y"], axis=-1)]
+    model = _model(nodes, [50, k], ["y"], [("w", w)])
+    mod = _lowered(model)
+    calls = [o for o in mod.lookup_function("main_graph").walk() if "tcc.library_call" in o.attributes]
+    assert len(calls) == 1 and calls[0].parent.parent_op.name == "func.func"
+    _compare(model, tmp_path, rng.standard_normal((50, k)).astype(np.float32))

@@ -15,7 +15,8 @@ row `iv` in both: the first index of each access, through views that keep
 the leading dimension, is the loop's own induction variable. Then no
 iteration of the merged loop reads what another one writes. Loops with
 external calls or whole-buffer copies are left alone (their accesses are not
-visible here). Ops between A and B that touch no memory (constants, views,
+visible here), and so are nests marked as library calls (graph_to_loop's
+kernels.py: they must stay whole to become one call). Ops between A and B that touch no memory (constants, views,
 allocs, globals) move above A first; deallocs move below B.
 
 Contraction: a function-level static buffer whose every use (through such
@@ -74,9 +75,11 @@ def _accesses(loop):
     iv = loop.regions[0].blocks[0].args[0]
     out = {}
     for o in loop.walk():
+        if "tcc.library_call" in o.attributes:
+            return None  # a nest that becomes one kernel call must stay whole
         if o is loop:
             continue
-        if o.name in ("loop.call", "loop.copy", "loop.dim"):
+        if o.name in ("loop.call", "loop.copy", "loop.dim", "loop.store_block"):
             return None
         if o.name == "loop.load":
             mem, idx, write = o.operands[0], o.operands[1:], False

@@ -190,6 +190,8 @@ def stream_outputs(func, min_bytes):
         loop = loops.pop()
         if loop is None or loop.name != "loop.for" or "parallel" not in loop.attributes:
             continue
+        if any("tcc.library_call" in o.attributes for o in loop.walk()):
+            continue  # becomes one kernel call: its stores are not code we emit
         if _row_form(loop, stores, out) or _flat_form(loop, stores, out, block):
             done += 1
     return done
