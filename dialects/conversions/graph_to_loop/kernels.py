@@ -33,6 +33,7 @@ GEMM_FIELDS = ["M", "N", "K", "rsa", "csa", "rsb", "csb", "ldc", "bias_rs", "bia
 CONV_FIELDS = ["N", "C", "H", "W", "M", "KH", "KW", "OH", "OW", "SH", "SW", "PH", "PW", "DH", "DW", "G", "relu",
                "apacked"]
 MR = 12  # gemm.c's micro-tile rows
+NR = 32  # and columns
 PACKED = -2  # a `buffers` entry: the call's pre-packed constant (`packed`)
 
 
@@ -57,6 +58,18 @@ def pack_a_panels(w, groups):
     a = np.zeros((groups, panels * MR, K), np.float32)
     a[:, :Mg] = np.asarray(w, np.float32).reshape(groups, Mg, K)
     return np.ascontiguousarray(a.reshape(groups, panels, MR, K).transpose(0, 1, 3, 2))
+
+
+def pack_b_panels(b):
+    """A constant (K, N) GEMM operand -> gemm.c's B panels [ceil(N/NR)][K][NR]
+    (columns past N zero), for tcc_gemm_bpacked_f32."""
+    import numpy as np
+    b = np.asarray(b, np.float32)
+    K, N = b.shape
+    panels = -(-N // NR)
+    out = np.zeros((K, panels * NR), np.float32)
+    out[:, :N] = b
+    return np.ascontiguousarray(out.reshape(K, panels, NR).transpose(1, 0, 2))
 
 
 def annotate(root, callee, params, buffers, packed=None):

@@ -19,7 +19,7 @@ from ...ir.attributes import DenseElementsAttr
 from ...ir.types import NONE, MemRefType, TensorType, f32
 from .builder import LOW_FLOATS, is_float
 from .elementwise import elementwise_nest
-from .kernels import MAXB, annotate, gemm_params, strides
+from .kernels import MAXB, annotate, gemm_params, pack_b_panels, strides
 from .registry import lowering
 
 JB, KB, IB = 256, 128, 64
@@ -139,7 +139,12 @@ def lower_matmul(cx, op):
                              sa=[0 if av.type.shape[d] == 1 else sa_[d] for d in range(nb)],
                              sb=[0 if bv.type.shape[d] == 1 else sb_[d] for d in range(nb)],
                              sc=sc_[:nb])
-        annotate(root[0], "tcc_gemm_f32", params, [cv, av, bv, None])
+        bval = cx.const(B) if len(sb) == 2 else None
+        if bval is not None:  # weights: packed once, here
+            annotate(root[0], "tcc_gemm_bpacked_f32", params, [cv, av, "packed", None],
+                     packed=pack_b_panels(np.asarray(bval)))
+        else:
+            annotate(root[0], "tcc_gemm_f32", params, [cv, av, bv, None])
     if low:
         _finish(cx, acc, out)
 
@@ -201,6 +206,11 @@ def lower_gemm(cx, op):
             brs = cbuf.type.shape[1] if cbuf.type.shape[0] != 1 else 0
             bcs = 1 if cbuf.type.shape[1] != 1 else 0
         params = gemm_params(M, N, K, rsa, csa, rsb, csb, N, brs, bcs, alpha=alpha, beta=beta)
-        annotate(root[0], "tcc_gemm_f32", params, [acc, abuf, bbuf, cbuf])
+        bval = cx.const(B)
+        if bval is not None:  # weights: packed once, here
+            bkn = np.asarray(bval).T if cx.attr(op, "transB") else np.asarray(bval)
+            annotate(root[0], "tcc_gemm_bpacked_f32", params, [acc, abuf, "packed", cbuf], packed=pack_b_panels(bkn))
+        else:
+            annotate(root[0], "tcc_gemm_f32", params, [acc, abuf, bbuf, cbuf])
     if low:
         _finish(cx, acc, out)

@@ -164,6 +164,7 @@ class _Lowering:
         self.weights, self._weight_index, self._embedded = [], {}, {}
         self.malloced = set()
         self.streams = False  # streaming stores emitted: the entry fences before returning
+        self.unused_globals = set()
         self.stats = Counter()
         self.n_funcs = 0
         self.loop_md = 0
@@ -207,8 +208,9 @@ class _Lowering:
         """Every loop.global, wherever it is: small ones become constants in
         the object code, the rest are loaded from the weights table once."""
         loaded = {}
+        self.unused_globals = unused = self._replaced_globals()
         for op in self.func.walk():
-            if op.name != "loop.global":
+            if op.name != "loop.global" or op in unused:
                 continue
             t = op.results[0].type
             shape = static_shape(t, "loop.global")
@@ -233,6 +235,39 @@ class _Lowering:
                 p.name = f"w{idx}"
                 loaded[idx] = p
             env.vmap[op.results[0]] = loaded[idx]
+
+    def _replaced_globals(self):
+        """loop.globals (and their views) read only inside library-call nests
+        that are given a pre-packed copy instead (constant conv and GEMM
+        weights): the artifact would otherwise carry every such weight twice."""
+        from tcc.dialects.conversions.graph_to_loop.kernels import memref_free_values
+        roots, passed = [], set()
+        for o in self.func.walk():
+            if o.name == "loop.for" and LIBRARY_CALL in o.attributes:
+                roots.append(o)
+                free = memref_free_values(o)
+                passed.update(free[k] for k in o.attributes[LIBRARY_CALL].value["buffers"].value if k >= 0)
+        out = set()
+        if not roots:
+            return out
+        for g in self.func.walk():
+            if g.name != "loop.global":
+                continue
+            values, users, views, ok = [g.results[0]], [], [], True
+            while values and ok:
+                v = values.pop()
+                if v in passed:
+                    ok = False
+                for u, _ in v.uses:
+                    if u.name == "loop.view":
+                        values.extend(u.results)
+                        views.append(u)
+                    else:
+                        users.append(u)
+            if ok and users and all(any(r.is_ancestor_of(u) for r in roots) for u in users):
+                out.add(g)
+                out.update(views)
+        return out
 
     def _embed(self, arr):
         key = hashlib.sha256(arr.tobytes()).hexdigest()
@@ -280,10 +315,14 @@ class _Lowering:
             self.emit_for(op, env)
 
     def _op_loop_global(self, op, env):
+        if op in self.unused_globals:
+            return
         if op.results[0] not in env.vmap:
             raise NativeCodegenError(f"loop.global ({op.loc.describe()}) was not preloaded")
 
     def _op_loop_view(self, op, env):
+        if op in self.unused_globals:
+            return
         env.vmap[op.results[0]] = env.vmap[op.operands[0]]
 
     def _op_loop_dim(self, op, env):
