@@ -9,3 +9,8 @@ from . import einsum  # noqa: F401,E402
 from . import gridsample  # noqa: F401,E402
 from . import rotary  # noqa: F401,E402
 from . import cumulative  # noqa: F401,E402
+from . import resize  # noqa: F401,E402
+from . import onehot  # noqa: F401,E402
+from . import center_crop_pad  # noqa: F401,E402
+from . import col2im  # noqa: F401,E402
+from . import affine_grid  # noqa: F401,E402
