@@ -1,13 +1,25 @@
 /* GEMM through OpenBLAS (scipy-openblas32's libscipy_openblas, single
  * threaded: the parallelism is ours, one block of C per thread, so the
- * epilogue runs on each block while it is still in cache), plus a direct
- * path for tiny products where a BLAS call costs more than the arithmetic. */
+ * epilogue runs on each block while it is still in cache), plus direct
+ * paths for tiny products where a BLAS call costs more than the arithmetic
+ * and for products of at most SM_MAX rows (a classifier's batch-1 Gemm):
+ * those are matrix-vector products bound by reading B once, which OpenBLAS
+ * would first copy (pack) whole. */
 #include <math.h>
 #include <string.h>
 
 #include "cblas.h"
+#include "conv_vec.h"
 #include "tcc_cpu.h"
 #include "mathfun.h"
+
+#define SM_MAX 4 /* rows of C the small-M paths take */
+#if defined(__AVX2__) || defined(__AVX512F__)
+/* the next 4 rows of B, a group ahead: the 4 row streams cross pages together */
+#define SM_PREFETCH(p) _mm_prefetch((const char *)(p), _MM_HINT_T1)
+#else
+#define SM_PREFETCH(p) ((void)0)
+#endif
 
 static inline float act1(float v, int act, float a0, float a1) {
     switch (act) {
@@ -71,11 +83,134 @@ static void small_gemm(int ta, int tb, long M, long N, long K, float alpha, cons
     }
 }
 
+CV_INLINE float hsum_v(vf v) {
+    float s = 0.f;
+    for (int i = 0; i < VL; i++) s += v[i];
+    return s;
+}
+
+/* C[i][j] = alpha * dot(a_i, B row j), B row-major N x K (transB): MB rows
+ * of C against 4 rows of B at a time, one vector accumulator each, so every
+ * B element is loaded once. a holds the MB rows of op(A), K floats each. */
+#define SM_TB(MB)                                                                                             \
+    static void sm_tb_##MB(long N, long K, float alpha, const float *a, long as, const float *B, long ldb,      \
+                           float *C, long ldc) {                                                                        \
+        long j = 0;                                                                                           \
+        for (; j + 4 <= N; j += 4) {                                                                          \
+            vf acc[MB][4];                                                                                    \
+            _Pragma("GCC unroll 4") for (int i = 0; i < MB; i++)                                              \
+            _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++) acc[i][r] = (vf){0};                           \
+            const float *b0 = B + j * ldb;                                                                    \
+            long k = 0;                                                                                       \
+            for (; k + VL <= K; k += VL) {                                                                    \
+                vf bv[4];                                                                                     \
+                _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++) {                                         \
+                    bv[r] = v_ld(b0 + r * ldb + k);                                                           \
+                    SM_PREFETCH(b0 + (r + 4) * ldb + k);                                                      \
+                }                                                                                             \
+                _Pragma("GCC unroll 4") for (int i = 0; i < MB; i++) {                                        \
+                    vf av = v_ld(a + i * as + k);                                                              \
+                    _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++) acc[i][r] += av * bv[r];             \
+                }                                                                                             \
+            }                                                                                                 \
+            if (k < K) {                                                                                      \
+                int n = (int)(K - k);                                                                         \
+                vf bv[4];                                                                                     \
+                for (int r = 0; r < 4; r++) bv[r] = v_ld_n(b0 + r * ldb + k, n);                             \
+                for (int i = 0; i < MB; i++) {                                                                \
+                    vf av = v_ld_n(a + i * as + k, n);                                                         \
+                    for (int r = 0; r < 4; r++) acc[i][r] += av * bv[r];                                     \
+                }                                                                                             \
+            }                                                                                                 \
+            for (int i = 0; i < MB; i++)                                                                      \
+                for (int r = 0; r < 4; r++) C[i * ldc + j + r] = alpha * hsum_v(acc[i][r]);                   \
+        }                                                                                                     \
+        for (; j < N; j++) {                                                                                  \
+            const float *b = B + j * ldb;                                                                     \
+            for (int i = 0; i < MB; i++) {                                                                    \
+                vf acc = (vf){0};                                                                             \
+                long k = 0;                                                                                   \
+                for (; k + VL <= K; k += VL) acc += v_ld(a + i * as + k) * v_ld(b + k);                        \
+                if (k < K) acc += v_ld_n(a + i * as + k, (int)(K - k)) * v_ld_n(b + k, (int)(K - k));         \
+                C[i * ldc + j] = alpha * hsum_v(acc);                                                         \
+            }                                                                                                 \
+        }                                                                                                     \
+    }
+SM_TB(1)
+SM_TB(2)
+SM_TB(3)
+SM_TB(4)
+
+/* C[i][:] = alpha * sum_k a_i[k] * B row k, B row-major K x N: columns in
+ * blocks of 4 vectors kept in registers while K streams by. */
+static void sm_nb(long M, long N, long K, float alpha, const float *a, long as, const float *B, long ldb,
+                  float *C, long ldc) {
+    for (long j = 0; j < N; j += 4 * VL) {
+        int n[4];
+        for (int v = 0; v < 4; v++) {
+            long r = N - j - v * VL;
+            n[v] = r <= 0 ? 0 : (r >= VL ? VL : (int)r);
+        }
+        const int full = n[3] == VL;
+        for (long i = 0; i < M; i++) {
+            vf acc[4] = {(vf){0}, (vf){0}, (vf){0}, (vf){0}};
+            const float *ai = a + i * as;
+            if (full) {
+                for (long k = 0; k < K; k++) {
+                    const float *b = B + k * ldb + j;
+                    const float av = ai[k];
+#pragma GCC unroll 4
+                    for (int v = 0; v < 4; v++) acc[v] += av * v_ld(b + v * VL);
+                }
+            } else {
+                for (long k = 0; k < K; k++) {
+                    const float *b = B + k * ldb + j;
+                    const float av = ai[k];
+                    for (int v = 0; v < 4; v++)
+                        if (n[v]) acc[v] += av * v_ld_n(b + v * VL, n[v]);
+                }
+            }
+            for (int v = 0; v < 4; v++)
+                if (n[v]) v_st_n(C + i * ldc + j + v * VL, acc[v] * alpha, n[v]);
+        }
+    }
+}
+
+/* M <= SM_MAX rows; a transposed A is copied into a contiguous M x K block
+ * first (per-thread buffer 1: buffer 0 may hold an im2col matrix that is
+ * this product's B, see conv.c). */
+static void small_m_gemm(int ta, int tb, long M, long N, long K, float alpha, const float *A, long lda,
+                         const float *B, long ldb, float *C, long ldc) {
+    const float *a = A;
+    long as = lda;
+    if (ta) {
+        float *t = cv_tls_buffer(1, (size_t)(M * K + VL));
+        for (long i = 0; i < M; i++)
+            for (long k = 0; k < K; k++) t[i * K + k] = A[k * lda + i];
+        a = t;
+        as = K;
+    }
+    if (!tb) {
+        sm_nb(M, N, K, alpha, a, as, B, ldb, C, ldc);
+        return;
+    }
+    switch (M) {
+    case 1: sm_tb_1(N, K, alpha, a, as, B, ldb, C, ldc); break;
+    case 2: sm_tb_2(N, K, alpha, a, as, B, ldb, C, ldc); break;
+    case 3: sm_tb_3(N, K, alpha, a, as, B, ldb, C, ldc); break;
+    default: sm_tb_4(N, K, alpha, a, as, B, ldb, C, ldc); break;
+    }
+}
+
 void tcc_cpu_blas(int ta, int tb, long M, long N, long K, float alpha, const float *A, long lda, const float *B,
                  long ldb, float *C, long ldc) {
     if (M <= 0 || N <= 0) return;
     if (K == 0) {
         for (long i = 0; i < M; i++) memset(C + i * ldc, 0, N * sizeof(float));
+        return;
+    }
+    if (M <= SM_MAX && N * K > 4096) {
+        small_m_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, C, ldc);
         return;
     }
     if (M * N * K <= 16 * 16 * 16 || (N <= 8 && M * K <= 4096)) {
@@ -119,7 +254,9 @@ void tcc_cpu_gemm(int ta, int tb, long M, long N, long K, float alpha, const flo
     int nt = tcc_cpu_num_threads();
     double flops = 2.0 * M * N * K;
     gemm_job j = {ta, tb, M, N, K, lda, ldb, ldc, 1, alpha, A, B, C, ep, 0};
-    if (nt <= 1 || flops < 2.0e6) {
+    /* small M: bound by reading B, worth splitting once B is about 1 MiB */
+    const int small_m = M <= SM_MAX && (double)N * K >= 256.0 * 1024;
+    if (nt <= 1 || (flops < 2.0e6 && !small_m)) {
         j.step = M;
         gemm_task(&j, 0, 1);
         return;
