@@ -14,3 +14,4 @@ from . import onehot  # noqa: F401,E402
 from . import center_crop_pad  # noqa: F401,E402
 from . import col2im  # noqa: F401,E402
 from . import affine_grid  # noqa: F401,E402
+from . import recurrent  # noqa: F401,E402
