@@ -30,22 +30,45 @@ SHAPE_OPERANDS = {"shape", "starts", "ends", "axes", "steps", "pads", "repeats",
 SHAPE_FIRST_INPUT = {"onnx.ConstantOfShape"}
 
 
-def shape_operand_args(module):
-    """Indices of @main_graph arguments whose values decide shapes."""
+def _decides_shape(user, idx):
     from tcc.dialects.onnx.dialect import schema_for, split_op_name
+    if user.name in SHAPE_FIRST_INPUT and idx == 0:
+        return True
+    dom, short = split_op_name(user.name)
+    if dom is None:
+        return False
+    s = schema_for(dom, short)
+    return s is not None and idx < len(s.inputs) and s.inputs[idx].name in SHAPE_OPERANDS
+
+
+def _shape_like(v):
+    """A small integer tensor: what shape arithmetic (Gather, Concat, Add,
+    Slice of a shape...) passes along."""
+    t = v.type
+    el = str(getattr(t, "element", ""))
+    shape = getattr(t, "shape", None)
+    return el in ("i64", "i32") and shape is not None and len(shape) <= 1 and \
+        all(d is not None and d <= 16 for d in shape)
+
+
+def shape_operand_args(module):
+    """Indices of @main_graph arguments whose values decide shapes: used as
+    a shape operand, directly or through shape arithmetic on small integer
+    tensors (an expanded function computing a Range limit from `size`)."""
     func = module.lookup_function("main_graph")
     out = set()
     for i, a in enumerate(func.regions[0].blocks[0].args):
-        for user, idx in a.uses:
-            if user.name in SHAPE_FIRST_INPUT and idx == 0:
-                out.add(i)
-                continue
-            dom, short = split_op_name(user.name)
-            if dom is None:
-                continue
-            s = schema_for(dom, short)
-            if s is not None and idx < len(s.inputs) and s.inputs[idx].name in SHAPE_OPERANDS:
-                out.add(i)
+        todo, seen = [a], set()
+        while todo and i not in out:
+            v = todo.pop()
+            for user, idx in v.uses:
+                if _decides_shape(user, idx):
+                    out.add(i)
+                    break
+                if user in seen or not user.results or not all(_shape_like(r) for r in user.results):
+                    continue
+                seen.add(user)
+                todo.extend(user.results)
     return sorted(out)
 
 

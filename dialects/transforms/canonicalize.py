@@ -63,7 +63,53 @@ class CastOfCast(RewritePattern):
         return True
 
 
-PATTERNS = [TransposeOfTranspose(), ReshapeOfReshape(), CastOfCast()]
+def _refines(t, u):
+    """Whether tensor type t is u with more known (rank, dims), never less."""
+    if not (isinstance(t, TensorType) and isinstance(u, TensorType)) or t.element != u.element:
+        return False
+    if u.shape is None:
+        return True
+    if t.shape is None or len(t.shape) != len(u.shape):
+        return False
+    return all(b is None or a == b for a, b in zip(t.shape, u.shape))
+
+
+class IfOfConstant(RewritePattern):
+    """If(constant cond) -> the taken branch's ops, inlined. Function bodies
+    (expanded ops) branch on facts shape inference already knows, such as a
+    rank; left in, their results' shapes stay unknown."""
+    op_name = "onnx.If"
+
+    def match_and_rewrite(self, op, rw):
+        from .constants import constant_value
+        cond = constant_value(op.operands[0])
+        if cond is None or cond.size != 1 or len(op.regions) != 2:
+            return False
+        # the importer orders subgraph regions by attribute name: else_branch, then_branch
+        region = op.regions[1 if bool(cond.reshape(-1)[0]) else 0]
+        if len(region.blocks) != 1 or region.blocks[0].args:
+            return False
+        block = region.blocks[0]
+        term = block.last
+        if term is None or term.name != "onnx.Yield" or len(term.operands) != len(op.results):
+            return False
+        results = list(term.operands)
+        for v, r in zip(results, op.results):
+            if v.type != r.type and not _refines(r.type, v.type) and not _refines(v.type, r.type):
+                return False
+        for v, r in zip(results, op.results):
+            if v.type != r.type and _refines(r.type, v.type):
+                v.type = r.type  # the If's inferred type holds for the branch it takes
+        for inner in list(block.ops):
+            if inner is term:
+                break
+            block.remove(inner)
+            rw.insert_before(op, inner)
+        rw.replace_op(op, results)
+        return True
+
+
+PATTERNS = [TransposeOfTranspose(), ReshapeOfReshape(), CastOfCast(), IfOfConstant()]
 
 
 def materialize(module):

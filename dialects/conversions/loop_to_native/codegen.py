@@ -508,6 +508,8 @@ class _Lowering:
         parameters: one noalias pointer per distinct buffer, scalars by value."""
         fixed, params, keys = {}, [], {}
         for v in free_values(op):
+            if getattr(v, "op", None) in self.unused_globals:
+                continue  # only read by library calls given a packed copy: never emitted
             lv = env.vmap[v]
             if isinstance(lv, (ir.Constant, ir.GlobalVariable)):
                 fixed[v] = lv
