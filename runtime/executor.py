@@ -50,6 +50,7 @@ class PlanSession(SignatureMixin):
                                    f"{step['function']} ({e})") from None
                 self.steps.append(("accel", step, (acc, device, stream, fn)))
         self._buffers = {}  # (value, device) -> DeviceBuffer, allocated once
+        self._sizes, self._views = {}, {}  # per value: bytes; per (buffer, value): its numpy view
         self._lock = threading.Lock()
 
     def _load_accelerators(self, accels):
@@ -73,8 +74,11 @@ class PlanSession(SignatureMixin):
 
     # -- buffers -------------------------------------------------------------------
     def _nbytes(self, name):
-        t = self.values[name]
-        return max(int(np.prod(t.shape, dtype=np.int64)) * t.dtype.itemsize, 1)
+        n = self._sizes.get(name)
+        if n is None:
+            t = self.values[name]
+            n = self._sizes[name] = max(int(np.prod(t.shape, dtype=np.int64)) * t.dtype.itemsize, 1)
+        return n
 
     def _buffer(self, name, device):
         key = (name, device)
@@ -86,9 +90,16 @@ class PlanSession(SignatureMixin):
         return b
 
     def _host_array(self, buf, name):
+        key = (id(buf), name)
+        hit = self._views.get(key)
+        if hit is not None and hit[0] is buf:
+            return hit[1]
         t = self.values[name]
         n = int(np.prod(t.shape, dtype=np.int64)) * t.dtype.itemsize
-        return buf.handle[:n].view(t.dtype).reshape(t.shape)
+        view = buf.handle[:n].view(t.dtype).reshape(t.shape)
+        if len(self._views) < 4096:  # session buffers: a fixed set
+            self._views[key] = (buf, view)
+        return view
 
     def _on(self, name, device, where, stream):
         """Value `name` on `device`, copying from where it lives now."""
