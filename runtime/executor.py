@@ -17,7 +17,7 @@ from tcc.dialects.ir.errors import TccError
 
 from .artifact import TensorSpec
 from .device import get_device
-from .session import ALIGN, InputError, SignatureMixin, _fmt, _jit_entry, _target_device, aligned_empty
+from .session import InputError, SignatureMixin, _fmt, _jit_entry, _target_device, aligned_empty
 
 HOST = "cpu"
 
@@ -166,7 +166,7 @@ class PlanSession(SignatureMixin):
             stream.sync()
             return out
         buf = self._on(spec.name, self.host, where, None)
-        out = aligned_empty(spec.shape, spec.dtype, ALIGN)
+        out, _ = self._output_buffer(spec.name, spec)
         out[...] = self._host_array(buf, spec.name)
         return out if device is None else Tensor.from_dlpack(out, device=device)
 

@@ -118,6 +118,21 @@ class SignatureMixin:
     def output_names(self):
         return [t.name for t in self._outputs]
 
+    def _output_buffer(self, i, spec):
+        """A fresh output array, or last call's one when nothing outside
+        this session references it or its memory any more: large outputs
+        then cost no page faults per call (as a runtime's arena would)."""
+        cache = self.__dict__.setdefault("_out_cache", {})
+        hit = cache.get(i)
+        if hit is not None and _refs(hit) == hit[2]:
+            return hit[0], hit[3]
+        arr = aligned_empty(spec.shape, spec.dtype)
+        entry = [arr, arr.base if arr.base is not None else arr, None, arr.ctypes.data]
+        del arr
+        entry[2] = _refs(entry)  # the counts when only the cache holds them
+        cache[i] = entry
+        return entry[0], entry[3]
+
     def _arrange(self, inputs):
         specs = self._inputs
         if isinstance(inputs, dict):
@@ -223,21 +238,6 @@ class Session(SignatureMixin):
             by_name = dict(zip(self.output_names, outs))
             outs = [by_name[n] for n in output_names]
         return self._deliver(outs, output_device)
-
-    def _output_buffer(self, i, spec):
-        """A fresh output array, or last call's one when nothing outside
-        this session references it or its memory any more: large outputs
-        then cost no page faults per call (as a runtime's arena would)."""
-        cache = self.__dict__.setdefault("_out_cache", {})
-        hit = cache.get(i)
-        if hit is not None and _refs(hit) == hit[2]:
-            return hit[0], hit[3]
-        arr = aligned_empty(spec.shape, spec.dtype)
-        entry = [arr, arr.base if arr.base is not None else arr, None, arr.ctypes.data]
-        del arr
-        entry[2] = _refs(entry)  # the counts when only the cache holds them
-        cache[i] = entry
-        return entry[0], entry[3]
 
     def __repr__(self):
         return f"<tcc.Session {self.path}: ({_fmt(self._inputs)}) -> ({_fmt(self._outputs)})>"

@@ -157,3 +157,16 @@ def test_host_session_output_device(tmp_path, rng):
     np.testing.assert_array_equal(sess.run({"x": x}, output_device="cpu")[0], a)
     with pytest.raises(DeviceError):
         sess.run({"x": x}, output_device="nosuchdevice")
+
+
+def test_placed_outputs_are_recycled_only_when_dropped(plugins, rng, tmp_path):
+    sess = tcc.load(tcc.compile(samples.cnn(seed=3), maccel=["sim"], output=str(tmp_path / "m.tcc")))
+    shape = sess.input_signature[0]["shape"]
+    xs = [rng.standard_normal(shape).astype(np.float32) for _ in range(3)]
+    first = sess.run({"x": xs[0]})[0]
+    keep = first.copy()
+    second = sess.run({"x": xs[1]})[0]
+    assert not np.shares_memory(first, second)
+    np.testing.assert_array_equal(first, keep)
+    addresses = {sess.run({"x": xs[2]})[0].ctypes.data for _ in range(3)}
+    assert len(addresses) == 1
