@@ -138,3 +138,19 @@ def test_unknown_pass_and_option(model_path, tmp_path):
 def test_debug_shows_traceback(tmp_path):
     r = run_tool("tcc", "--emit=onnx-ir", "--debug", tmp_path / "nope.onnx")
     assert r.returncode != 0 and "Traceback" in r.stderr
+
+
+def test_placed_model_with_shape_deciding_input_is_refused_cleanly(tmp_path):
+    """--maccel plans need static shapes: an input that decides a shape by its
+    value is named in one line, and no artifact is written. (Without
+    --maccel the same model is specialized per input at run time.)"""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])
+    s = helper.make_tensor_value_info("s", TensorProto.INT64, [2])
+    p = _save(tmp_path, "dyn.onnx", [helper.make_node("Relu", ["x"], ["r"]),
+                                     helper.make_node("Reshape", ["r", "s"], ["y"])], [x, s],
+              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["a", "b"])])
+    out = tmp_path / "dyn.tcc"
+    assert_one_line_error(run_tool("tcc", "--maccel=cpu", p, "-o", out), "input 's'", "static shapes")
+    assert not out.exists()
+    r = run_tool("tcc", p, "-o", out)
+    assert r.returncode == 0 and out.exists()
