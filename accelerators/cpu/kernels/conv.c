@@ -7,7 +7,13 @@
  * in place), then a register tile of MR output channels x NR vectors of
  * flat outputs accumulates over channels and taps, weights broadcast from
  * the OIHW rows as they are, and the epilogue runs on the tile before it is
- * stored. Strides beyond the phase table fall back to im2col + GEMM. */
+ * stored (AVX-512: straight into y even across the dropped columns of flat
+ * rows). Pointwise convolutions take their own tile instances (no tap
+ * table), go one q tile at a time with the input channels in L1-sized
+ * blocks when k is long (partial sums kept per thread between blocks) or m
+ * is small, and finish a plane's last few outputs as dot products along k
+ * when a masked vector would waste most of its lanes. Strides beyond the
+ * phase table fall back to im2col + GEMM. */
 #include "conv_vec.h"
 
 #if defined(__AVX512F__)
@@ -18,6 +24,7 @@
 #define NR 3
 #endif
 #define TW (NR * VL)
+#define KB_MAX (24 * 1024 / (TW * 4)) /* pointwise: channels of one q tile kept in L1 */
 #define L2_BUDGET (512 * 1024) /* bytes of packed input one q-chunk may touch */
 
 static int is_depthwise(const tcc_conv_params *p) { return p->group == p->c && p->m == p->c && p->group > 1; }
@@ -58,24 +65,61 @@ typedef struct {
     const cv_ep *e;
     long mg, cg, k, m_base; /* m_base: the group's first channel (bias index) */
     long nq, qchunk, nmb, mpb;
+    long kb; /* pointwise: q tiles one at a time, k in blocks of kb (0: m tiles sweep the chunk, all of k) */
+    long qmain; /* flat outputs the tiles cover; the rest (pointwise, < VL/2) are dot products */
 } dk_job;
 
+/* A tile's part of k: [k0, k1); partial sums of earlier blocks come from
+ * part (MR rows of TW) unless first, and go back to it unless last. */
+typedef struct {
+    long k0, k1;
+    float *part;
+    int first, last;
+} dk_kr;
+
 CV_INLINE void dk_accum(const dk_job *j, const float *const wr[MR], long q0, const int nr, const int masked,
-                        int rem, vf acc[MR][NR]) {
+                        int rem, vf acc[MR][NR], const dk_kr *kr, const int tm) {
 #pragma GCC unroll 8
     for (int i = 0; i < MR; i++)
 #pragma GCC unroll 8
-        for (int v = 0; v < NR; v++) acc[i][v] = (vf){0};
-    const long T = j->l->taps, cs = j->l->cs, *off = j->l->off, K = j->k;
-    const float *xc = j->x + q0;
-    long t = 0;
+        for (int v = 0; v < NR; v++) acc[i][v] = kr->first ? (vf){0} : v_ld(kr->part + i * TW + v * VL);
+    const long T = j->l->taps, cs = j->l->cs, *off = j->l->off, K = kr->k1;
+    const float *xc = j->x + q0 + kr->k0 / T * cs + (tm == 1 ? off[0] : 0);
+    if (tm == 9) {
+        /* 3x3, all of k: channels outer, the taps unrolled (no tap counter) */
+        for (long k = 0; k < K; k += 9, xc += cs) {
+#pragma GCC unroll 9
+            for (int tt = 0; tt < 9; tt++) {
+                const float *s = xc + off[tt];
+                vf xv[NR];
+#pragma GCC unroll 8
+                for (int v = 0; v < nr; v++)
+                    xv[v] = (masked && v == nr - 1) ? v_ld_n(s + v * VL, rem) : v_ld(s + v * VL);
+#pragma GCC unroll 8
+                for (int i = 0; i < MR; i++) {
+                    const float wv = wr[i][k + tt];
+#pragma GCC unroll 8
+                    for (int v = 0; v < nr; v++) acc[i][v] += xv[v] * wv;
+                }
+            }
+        }
+        return;
+    }
+    long t = kr->k0 % T;
     /* one flat loop over (channel, tap): a nested one makes GCC keep the
-     * accumulators in memory around the inner loop */
-    for (long k = 0; k < K; k++) {
-        const float *s = xc + off[t];
-        if (++t == T) {
-            t = 0;
+     * accumulators in memory around the inner loop; one tap (tm 1): no tap
+     * table lookups in the loop */
+    for (long k = kr->k0; k < K; k++) {
+        const float *s;
+        if (tm == 1) {
+            s = xc;
             xc += cs;
+        } else {
+            s = xc + off[t];
+            if (++t == T) {
+                t = 0;
+                xc += cs;
+            }
         }
         vf xv[NR];
 #pragma GCC unroll 8
@@ -114,6 +158,50 @@ CV_INLINE void dk_store_flat(const dk_job *j, long m0, int mv, long q0, const in
     }
 }
 
+#if defined(__AVX512F__)
+/* Flat rows with dropped columns (wq > ow), rows of at least one vector: a
+ * vector covers the end of one output row and the start of the next, so two
+ * masked stores (or loads) per vector put it in place, epilogue in registers. */
+CV_INLINE void dk_store_gap(const dk_job *j, long m0, int mv, long q0, const int nr, vf acc[MR][NR]) {
+    const long wq = j->l->wq, OW = j->p->ow, OH = j->p->oh, ohw = OH * OW;
+    const cv_ep *e = j->e;
+    __mmask16 k1[NR], k2[NR];
+    long o1[NR], o2[NR];
+#pragma GCC unroll 8
+    for (int v = 0; v < nr; v++) {
+        const long q = q0 + v * VL, oh = q / wq, c = q - oh * wq, st = wq - c; /* lane of the next row's start */
+        const long n1 = OW - c < 0 ? 0 : (OW - c < VL ? OW - c : VL);
+        k1[v] = (__mmask16)((1u << n1) - 1);
+        o1[v] = oh * OW + c;
+        k2[v] = 0;
+        o2[v] = o1[v];
+        if (st < VL && oh + 1 < OH) {
+            const long hi = st + OW < VL ? st + OW : VL;
+            k2[v] = (__mmask16)(((1u << hi) - 1) & ~((1u << st) - 1));
+            o2[v] = (oh + 1) * OW - st;
+        }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; i++) {
+        if (i >= mv) break;
+        const long m = m0 + i;
+        float *y = j->y + m * ohw;
+        const float *res = j->res ? j->res + m * ohw : NULL;
+        const float b = cv_bias(e, j->m_base + m);
+#pragma GCC unroll 8
+        for (int v = 0; v < nr; v++) {
+            __m512 a = (__m512)(acc[i][v] + b);
+            if (res)
+                a = _mm512_add_ps(a, _mm512_mask_loadu_ps(_mm512_maskz_loadu_ps(k1[v], res + o1[v]), k2[v],
+                                                          res + o2[v]));
+            a = (__m512)cv_act_v((vf)a, e->act, e->a0, e->a1);
+            _mm512_mask_storeu_ps(y + o1[v], k1[v], a);
+            _mm512_mask_storeu_ps(y + o2[v], k2[v], a);
+        }
+    }
+}
+#endif
+
 /* Tiles whose flat rows carry dropped columns go through tb, row by row. */
 static void dk_store_rows(const dk_job *j, long m0, int mv, long q0, long n, float tb[MR][TW], int done) {
     const long ohw = j->p->oh * j->p->ow;
@@ -128,7 +216,8 @@ static void dk_store_rows(const dk_job *j, long m0, int mv, long q0, long n, flo
     }
 }
 
-CV_INLINE void dk_tile(const dk_job *j, long m0, long q0, const int nr, const int masked, int rem) {
+CV_INLINE void dk_tile(const dk_job *j, long m0, long q0, const int nr, const int masked, int rem, const dk_kr *kr,
+                       const int tm) {
     const float *wr[MR];
     int mv = 0;
     for (int i = 0; i < MR; i++) {
@@ -137,9 +226,20 @@ CV_INLINE void dk_tile(const dk_job *j, long m0, long q0, const int nr, const in
         mv += m0 + i < j->mg;
     }
     vf acc[MR][NR];
-    dk_accum(j, wr, q0, nr, masked, rem, acc);
+    dk_accum(j, wr, q0, nr, masked, rem, acc, kr, tm);
+    if (!kr->last) {
+#pragma GCC unroll 8
+        for (int i = 0; i < MR; i++)
+#pragma GCC unroll 8
+            for (int v = 0; v < nr; v++) v_st(kr->part + i * TW + v * VL, acc[i][v]);
+        return;
+    }
     if (j->l->wq == j->p->ow && cv_vec_act(j->e->act)) {
         dk_store_flat(j, m0, mv, q0, nr, masked, rem, acc);
+#if defined(__AVX512F__)
+    } else if (j->l->wq >= VL && cv_vec_act(j->e->act)) {
+        dk_store_gap(j, m0, mv, q0, nr, acc);
+#endif
     } else {
         /* acc must not escape (GCC would then keep it in memory) */
         float tb[MR][TW] __attribute__((aligned(64)));
@@ -156,33 +256,114 @@ CV_INLINE void dk_tile(const dk_job *j, long m0, long q0, const int nr, const in
     }
 }
 
-__attribute__((noinline)) static void dk_tile_full(const dk_job *j, long m0, long q0) { dk_tile(j, m0, q0, NR, 0, VL); }
-
-#define DK_TAIL(n)                                                                                                  \
-    __attribute__((noinline)) static void dk_tile_tail##n(const dk_job *j, long m0, long q0, int rem) {            \
-        dk_tile(j, m0, q0, n, 1, rem);                                                                              \
+/* Instances per tile width (full, tails of 1..NR vectors) and tap mode tm:
+ * 0 any taps (tap table), 1 pointwise, 9 3x3 over all of k. */
+#define DK_TILES(sfx, tm)                                                                                           \
+    __attribute__((noinline)) static void dk_tile_full##sfx(const dk_job *j, long m0, long q0, const dk_kr *kr) {  \
+        dk_tile(j, m0, q0, NR, 0, VL, kr, tm);                                                                      \
+    }                                                                                                               \
+    DK_TAIL(1, sfx, tm)                                                                                             \
+    DK_TAIL(2, sfx, tm)                                                                                             \
+    DK_TAIL(3, sfx, tm)                                                                                             \
+    DK_TAIL4(sfx, tm)                                                                                               \
+    static void dk_tile_any##sfx(const dk_job *j, long m0, long q0, const dk_kr *kr) {                             \
+        const long n = j->qmain - q0 < TW ? j->qmain - q0 : TW;                                                     \
+        if (n <= 0) return;                                                                                         \
+        if (n == TW) {                                                                                              \
+            dk_tile_full##sfx(j, m0, q0, kr);                                                                       \
+            return;                                                                                                 \
+        }                                                                                                           \
+        const int nr = (int)((n + VL - 1) / VL), rem = (int)(n - (nr - 1) * VL);                                    \
+        switch (nr) {                                                                                               \
+        case 1: dk_tile_tail1##sfx(j, m0, q0, rem, kr); break;                                                      \
+        case 2: dk_tile_tail2##sfx(j, m0, q0, rem, kr); break;                                                      \
+        case 3: dk_tile_tail3##sfx(j, m0, q0, rem, kr); break;                                                      \
+        default: DK_CALL4(sfx); break;                                                                              \
+        }                                                                                                           \
     }
-DK_TAIL(1)
-DK_TAIL(2)
-DK_TAIL(3)
-#if NR > 3
-DK_TAIL(4)
-#endif
-
-static void dk_tile_any(const dk_job *j, long m0, long q0) {
-    const long n = j->l->q - q0 < TW ? j->l->q - q0 : TW;
-    if (n == TW) {
-        dk_tile_full(j, m0, q0);
-        return;
+#define DK_TAIL(n, sfx, tm)                                                                                         \
+    __attribute__((noinline)) static void dk_tile_tail##n##sfx(const dk_job *j, long m0, long q0, int rem,         \
+                                                               const dk_kr *kr) {                                   \
+        dk_tile(j, m0, q0, n, 1, rem, kr, tm);                                                                      \
     }
-    const int nr = (int)((n + VL - 1) / VL), rem = (int)(n - (nr - 1) * VL);
-    switch (nr) {
-    case 1: dk_tile_tail1(j, m0, q0, rem); break;
-    case 2: dk_tile_tail2(j, m0, q0, rem); break;
-    case 3: dk_tile_tail3(j, m0, q0, rem); break;
 #if NR > 3
-    default: dk_tile_tail4(j, m0, q0, rem); break;
+#define DK_TAIL4(sfx, tm) DK_TAIL(4, sfx, tm)
+#define DK_CALL4(sfx) dk_tile_tail4##sfx(j, m0, q0, rem, kr)
+#else
+#define DK_TAIL4(sfx, tm)
+#define DK_CALL4(sfx) dk_tile_tail3##sfx(j, m0, q0, rem, kr)
 #endif
+DK_TILES(_taps, 0)
+DK_TILES(_pw, 1)
+DK_TILES(_t9, 9)
+
+static void dk_tile_any(const dk_job *j, long m0, long q0, const dk_kr *kr) {
+    if (j->l->taps == 1) dk_tile_any_pw(j, m0, q0, kr);
+    else if (j->l->taps == 9 && !j->kb) dk_tile_any_t9(j, m0, q0, kr);
+    else dk_tile_any_taps(j, m0, q0, kr);
+}
+
+/* Pointwise, the last few (< VL/2) outputs of rows [m0, m1) of the plane:
+ * one masked vector each would waste most of its lanes over all of k, so
+ * they are dot products along k instead (weights rows read as they are,
+ * the input columns gathered once). */
+static void dk_pw_rest(const dk_job *j, long m0, long m1) {
+    const long q0 = j->qmain, nr = j->l->q - q0, K = j->k, cs = j->l->cs, ohw = j->p->oh * j->p->ow;
+    const long kp = (K + VL - 1) / VL * VL;
+    if (nr <= 0 || m1 <= m0) return;
+    float *xc = cv_tls_buffer(0, (size_t)(nr * kp));
+    for (long r = 0; r < nr; r++) {
+        for (long k = 0; k < K; k++) xc[r * kp + k] = j->x[k * cs + q0 + r];
+        for (long k = K; k < kp; k++) xc[r * kp + k] = 0.f;
+    }
+    const int kt = (int)(K - (kp - VL)); /* lanes of the last k vector */
+    for (long m = m0; m < m1; m += 4) {
+        const float *wr[4];
+        for (int i = 0; i < 4; i++) wr[i] = j->w + (m + i < m1 ? m + i : m1 - 1) * K;
+        for (long r = 0; r < nr; r++) {
+            const float *xr = xc + r * kp;
+            /* two chains per row (even and odd k vectors): eight in flight */
+            vf acc[4][2] = {{{0}, {0}}, {{0}, {0}}, {{0}, {0}}, {{0}, {0}}};
+            long k = 0;
+            for (; k + 2 * VL < K; k += 2 * VL) {
+                const vf x0 = v_ld(xr + k), x1 = v_ld(xr + k + VL);
+#pragma GCC unroll 4
+                for (int i = 0; i < 4; i++) {
+                    acc[i][0] += v_ld(wr[i] + k) * x0;
+                    acc[i][1] += v_ld(wr[i] + k + VL) * x1;
+                }
+            }
+            for (; k + VL < K; k += VL) {
+                const vf xv = v_ld(xr + k);
+#pragma GCC unroll 4
+                for (int i = 0; i < 4; i++) acc[i][0] += v_ld(wr[i] + k) * xv;
+            }
+            const vf xv = v_ld(xr + k);
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++) acc[i][1] += v_ld_n(wr[i] + k, kt) * xv;
+            float sums[4];
+#if defined(__AVX512F__)
+            __m256 h[4];
+            for (int i = 0; i < 4; i++) {
+                __m512 a = (__m512)(acc[i][0] + acc[i][1]);
+                h[i] = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
+            }
+            const __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(h[0], h[1]), _mm256_hadd_ps(h[2], h[3]));
+            _mm_storeu_ps(sums, _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1)));
+#else
+            for (int i = 0; i < 4; i++) {
+                const vf a = acc[i][0] + acc[i][1];
+                sums[i] = 0.f;
+                for (int l = 0; l < VL; l++) sums[i] += a[l];
+            }
+#endif
+            for (int i = 0; i < 4 && m + i < m1; i++) {
+                const long mi = m + i, o = mi * ohw + q0 + r;
+                float sum = sums[i] + cv_bias(j->e, j->m_base + mi) + (j->res ? j->res[o] : 0.f);
+                if (cv_vec_act(j->e->act)) j->y[o] = cv_act_v((vf){0} + sum, j->e->act, j->e->a0, j->e->a1)[0];
+                else cv_ep_run(j->y + o, &sum, 1, 0.f, NULL, j->e);
+            }
+        }
     }
 }
 
@@ -196,8 +377,25 @@ static void dk_task(void *arg, long b, long e) {
         long qc = it / j->nmb, mb = it % j->nmb;
         long qt0 = qc * j->qchunk, qt1 = qt0 + j->qchunk < j->nq ? qt0 + j->qchunk : j->nq;
         long mt0 = mb * j->mpb, mt1 = mt0 + j->mpb < nm ? mt0 + j->mpb : nm;
-        for (long mt = mt0; mt < mt1; mt++)
-            for (long qt = qt0; qt < qt1; qt++) dk_tile_any(j, mt * MR, qt * TW);
+        if (!j->kb) {
+            const dk_kr kr = {0, j->k, NULL, 1, 1};
+            for (long mt = mt0; mt < mt1; mt++)
+                for (long qt = qt0; qt < qt1; qt++) dk_tile_any(j, mt * MR, qt * TW, &kr);
+            if (qt1 == j->nq) dk_pw_rest(j, mt0 * MR, mt1 * MR < j->mg ? mt1 * MR : j->mg);
+            continue;
+        }
+        /* pointwise: one q tile at a time, its input one block of channels
+         * at a time (kept in L1 while every m tile of the block reads it) */
+        float *part = cv_tls_buffer(1, (size_t)(mt1 - mt0) * MR * TW);
+        for (long qt = qt0; qt < qt1; qt++)
+            for (long k0 = 0; k0 < j->k; k0 += j->kb) {
+                dk_kr kr = {k0, k0 + j->kb < j->k ? k0 + j->kb : j->k, NULL, k0 == 0, k0 + j->kb >= j->k};
+                for (long mt = mt0; mt < mt1; mt++) {
+                    kr.part = part + (mt - mt0) * MR * TW;
+                    dk_tile_any(j, mt * MR, qt * TW, &kr);
+                }
+            }
+        if (qt1 == j->nq) dk_pw_rest(j, mt0 * MR, mt1 * MR < j->mg ? mt1 * MR : j->mg);
     }
 }
 
@@ -249,8 +447,20 @@ static void conv_direct(const tcc_conv_params *p, const cv_layout *l, const floa
             }
             long yoff = (n * p->m + g * mg) * ohw;
             dk_job j = {p, l, l->direct ? xg : xp, w + g * mg * k, y + yoff, e->res ? e->res + yoff : NULL, e,
-                        mg, cg, k, g * mg, 0, 0, 0, 0};
+                        mg, cg, k, g * mg, 0, 0, 0, 0, 0, l->q};
             dk_schedule(&j, cg * l->cs * (long)sizeof(float));
+            if (l->taps == 1 && l->direct) {
+                /* dot products: about k/VL FMAs and a reduction per output, against
+                 * k FMAs for the whole masked vector */
+                const long rest = l->q % VL;
+                if (rest && rest * (k / VL + 32) < k) j.qmain = l->q - rest;
+                /* q tile by q tile when k does not fit in L1 or m is small (the
+                 * tile's input read once); else m tiles sweeping contiguous q
+                 * store better (rows written in long runs) */
+                long nkb = (k + KB_MAX - 1) / KB_MAX;
+                if (nkb > 1) j.kb = (k + nkb - 1) / nkb;
+                else if (mg <= 4 * MR) j.kb = k;
+            }
             tcc_cpu_parallel_for(((j.nq + j.qchunk - 1) / j.qchunk) * j.nmb, 1, dk_task, &j);
         }
     }

@@ -1,10 +1,15 @@
-/* Depthwise convolution (group == c == m), one channel plane per step: the
- * plane is packed into per-thread phase planes (conv_vec.h; stride-1
- * unpadded planes are read in place; the padding is zeroed once per task),
- * then each output row is swept in vectors, DG independent vectors at a time
- * (short rows would otherwise leave one FMA chain latency-bound), taps as
- * shifted loads times a broadcast weight, the epilogue applied in registers
- * before a (masked) store straight into y. */
+/* Depthwise convolution (group == c == m), one channel plane per step.
+ *
+ * AVX-512 builds read the input in place for the common shapes: stride 1
+ * with the output the input's size (dwf_*: the plane swept flat, taps
+ * outside it masked to zero) and column stride 2 with 3 taps per row
+ * (dws2_*: even/odd splits of the row in registers). Otherwise the plane is
+ * packed into per-thread phase planes (conv_vec.h; stride-1 unpadded planes
+ * are read in place; the padding is zeroed once per task), then each output
+ * row is swept in vectors. Either way DG independent vectors are in flight
+ * (short rows would otherwise leave one FMA chain latency-bound), taps are
+ * shifted loads times a broadcast weight, and the epilogue is applied in
+ * registers before a (masked) store straight into y. */
 #include "conv_vec.h"
 
 #define DG 4 /* output vectors in flight: independent FMA chains */
@@ -127,8 +132,249 @@ static void dw_task(void *arg, long b, long e) {
     }
 }
 
+#if defined(__AVX512F__)
+/* ---- in place: stride 1, output plane the size of the input -----------------
+ * The plane is swept flat as it lies in memory (output q reads input
+ * q + off[t] for tap t); lanes whose tap falls outside the plane (padding,
+ * or the neighbouring row at a row end) load as zero through per-(vector,
+ * tap) masks computed once per call, so nothing is packed and every lane but
+ * the plane's last vector's tail is a real output. Masked-off lanes never
+ * fault, so reads past the tensor's ends are safe. */
+static int dwf_fits(const tcc_conv_params *p) {
+    return p->sh == 1 && p->sw == 1 && p->oh == p->h && p->ow == p->w && p->kh * p->kw <= 64 &&
+           p->h * p->w < (1L << 22);
+}
+
+typedef struct {
+    const tcc_conv_params *p;
+    const float *x, *w;
+    float *y;
+    const cv_ep *e;
+    long taps, nv;
+    long off[64];
+} dwf_job;
+
+/* mk[v * taps + t]: lanes of output vector v whose tap t lies in the plane. */
+static void dwf_masks(const tcc_conv_params *p, long taps, long nv, __mmask16 *mk) {
+    const long H = p->h, W = p->w, HW = H * W;
+    const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512 wf = _mm512_set1_ps((float)W);
+    const __m512i vH = _mm512_set1_epi32((int)H), vW = _mm512_set1_epi32((int)W);
+    for (long v = 0; v < nv; v++) {
+        __m512i q = _mm512_add_epi32(_mm512_set1_epi32((int)(v * VL)), iota);
+        __mmask16 in = _mm512_cmplt_epi32_mask(q, _mm512_set1_epi32((int)HW));
+        /* q + 0.5 and the quotient are far enough from integers for float division */
+        __m512 qf = _mm512_add_ps(_mm512_cvtepi32_ps(q), _mm512_set1_ps(0.5f));
+        __m512i r = _mm512_cvttps_epi32(_mm512_div_ps(qf, wf));
+        __m512i c = _mm512_sub_epi32(q, _mm512_mullo_epi32(r, vW));
+        for (long ki = 0; ki < p->kh; ki++) {
+            const __m512i ri = _mm512_add_epi32(r, _mm512_set1_epi32((int)(ki * p->dh - p->pt)));
+            const __mmask16 mr = _mm512_mask_cmplt_epu32_mask(in, ri, vH);
+            for (long kj = 0; kj < p->kw; kj++) {
+                const __m512i ci = _mm512_add_epi32(c, _mm512_set1_epi32((int)(kj * p->dw - p->pl)));
+                mk[v * taps + ki * p->kw + kj] = _mm512_mask_cmplt_epu32_mask(mr, ci, vW);
+            }
+        }
+    }
+}
+
+CV_INLINE void dwf_plane(const dwf_job *j, const float *x, const float *w, float *y, const float *res, float bias,
+                         const __mmask16 *mk, const long T) {
+    const long nv = j->nv, HW = j->p->h * j->p->w, *off = j->off;
+    const cv_ep *e = j->e;
+    const int act = cv_vec_act(e->act) ? e->act : TCC_ACT_NONE;
+    long v = 0;
+    for (; v + DG <= nv; v += DG) {
+        __m512 acc[DG];
+#pragma GCC unroll 8
+        for (int g = 0; g < DG; g++) acc[g] = _mm512_set1_ps(bias);
+#pragma GCC unroll 9
+        for (long t = 0; t < T; t++) {
+            const float *s = x + v * VL + off[t];
+            const __m512 wv = _mm512_set1_ps(w[t]);
+#pragma GCC unroll 8
+            for (int g = 0; g < DG; g++)
+                acc[g] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk[(v + g) * T + t], s + g * VL), wv, acc[g]);
+        }
+#pragma GCC unroll 8
+        for (int g = 0; g < DG; g++) {
+            const long q = (v + g) * VL;
+            const int n = HW - q < VL ? (int)(HW - q) : VL;
+            vf a = (vf)acc[g];
+            if (res) a += v_ld_n(res + q, n);
+            v_st_n(y + q, cv_act_v(a, act, e->a0, e->a1), n);
+        }
+    }
+    for (; v < nv; v++) {
+        __m512 acc = _mm512_set1_ps(bias);
+#pragma GCC unroll 9
+        for (long t = 0; t < T; t++)
+            acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk[v * T + t], x + v * VL + off[t]), _mm512_set1_ps(w[t]), acc);
+        const long q = v * VL;
+        const int n = HW - q < VL ? (int)(HW - q) : VL;
+        vf a = (vf)acc;
+        if (res) a += v_ld_n(res + q, n);
+        v_st_n(y + q, cv_act_v(a, act, e->a0, e->a1), n);
+    }
+}
+
+static void dwf_plane_3x3(const dwf_job *j, const float *x, const float *w, float *y, const float *res, float bias,
+                          const __mmask16 *mk) {
+    dwf_plane(j, x, w, y, res, bias, mk, 9);
+}
+static void dwf_plane_any(const dwf_job *j, const float *x, const float *w, float *y, const float *res, float bias,
+                          const __mmask16 *mk) {
+    dwf_plane(j, x, w, y, res, bias, mk, j->taps);
+}
+
+static void dwf_task(void *arg, long b, long e) {
+    const dwf_job *j = arg;
+    const tcc_conv_params *p = j->p;
+    const long hw = p->h * p->w, T = j->taps;
+    __mmask16 *mk = (__mmask16 *)cv_tls_buffer(1, (size_t)(j->nv * T + 1) / 2);
+    dwf_masks(p, T, j->nv, mk);
+    for (long pc = b; pc < e; pc++) {
+        const long c = pc % p->c;
+        float *y = j->y + pc * hw;
+        const float *res = j->e->res ? j->e->res + pc * hw : NULL;
+        if (T == 9) dwf_plane_3x3(j, j->x + pc * hw, j->w + c * T, y, res, cv_bias(j->e, c), mk);
+        else dwf_plane_any(j, j->x + pc * hw, j->w + c * T, y, res, cv_bias(j->e, c), mk);
+        if (!cv_vec_act(j->e->act)) cv_ep_run(y, y, hw, 0.f, NULL, j->e);
+    }
+}
+
+/* ---- in place: stride 2 along rows, 3 taps per row --------------------------
+ * Output row vectors of VL columns; each tap row loads the 2*VL input
+ * columns the vector spans (twice: from the first tap's column and two
+ * further) and splits them into even and odd columns (taps 0, 1 and 2).
+ * Column masks (per vector position along the row, shared by every row and
+ * channel) zero what falls outside the row; a tap row outside the plane
+ * gets an empty mask. DG output rows are in flight at a time. */
+static int dws2_fits(const tcc_conv_params *p) { return p->sw == 2 && p->kw == 3 && p->dw == 1; }
+
+typedef struct {
+    const tcc_conv_params *p;
+    const float *x, *w;
+    float *y;
+    const cv_ep *e;
+    long ncv; /* vectors per output row */
+} dws2_job;
+
+/* cm[cv * 4 + i]: lanes of the loads at column 2*cv*VL - pl + {0, VL, 2, VL + 2} inside [0, w). */
+static void dws2_masks(const tcc_conv_params *p, long ncv, __mmask16 *cm) {
+    static const long adds[4] = {0, VL, 2, VL + 2};
+    for (long cv = 0; cv < ncv; cv++)
+        for (int i = 0; i < 4; i++) {
+            unsigned m = 0;
+            for (int l = 0; l < VL; l++) {
+                long col = 2 * cv * VL - p->pl + adds[i] + l;
+                if (col >= 0 && col < p->w) m |= 1u << l;
+            }
+            cm[cv * 4 + i] = (__mmask16)m;
+        }
+}
+
+/* DG output rows from oh0, every vector along them. edge: rows past the
+ * plane's end or tap rows outside the input (masked off) may occur. */
+CV_INLINE void dws2_rows(const dws2_job *j, const float *x, const float *w, float *y, const float *res, float bias,
+                         const __mmask16 *cm, const long KH, const long oh0, const int edge) {
+    const tcc_conv_params *p = j->p;
+    const long H = p->h, W = p->w, OH = p->oh, OW = p->ow, sh = p->sh, dh = p->dh, pt = p->pt;
+    const cv_ep *e = j->e;
+    const int act = cv_vec_act(e->act) ? e->act : TCC_ACT_NONE;
+    const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i io = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    for (long cv = 0; cv < j->ncv; cv++) {
+        const long ow0 = cv * VL;
+        const int nout = OW - ow0 < VL ? (int)(OW - ow0) : VL;
+        const __mmask16 mA = cm[cv * 4], mB = cm[cv * 4 + 1], mC = cm[cv * 4 + 2], mD = cm[cv * 4 + 3];
+        const float *xc = x + 2 * ow0 - p->pl;
+        __m512 acc[DG];
+#pragma GCC unroll 8
+        for (int g = 0; g < DG; g++) acc[g] = _mm512_set1_ps(bias);
+#pragma GCC unroll 3
+        for (long ki = 0; ki < KH; ki++) {
+            const __m512 w0 = _mm512_set1_ps(w[ki * 3]), w1 = _mm512_set1_ps(w[ki * 3 + 1]),
+                         w2 = _mm512_set1_ps(w[ki * 3 + 2]);
+#pragma GCC unroll 8
+            for (int g = 0; g < DG; g++) {
+                /* rows past the end repeat the last one (not stored) */
+                const long oh = edge && oh0 + g >= OH ? OH - 1 : oh0 + g;
+                const long ri = oh * sh - pt + ki * dh;
+                const __mmask16 in = !edge || (unsigned long)ri < (unsigned long)H ? 0xffff : 0;
+                const float *r = xc + ri * W;
+                __m512 a = _mm512_maskz_loadu_ps(mA & in, r), b = _mm512_maskz_loadu_ps(mB & in, r + VL);
+                __m512 c = _mm512_maskz_loadu_ps(mC & in, r + 2), d = _mm512_maskz_loadu_ps(mD & in, r + VL + 2);
+                acc[g] = _mm512_fmadd_ps(_mm512_permutex2var_ps(a, ie, b), w0, acc[g]);
+                acc[g] = _mm512_fmadd_ps(_mm512_permutex2var_ps(a, io, b), w1, acc[g]);
+                acc[g] = _mm512_fmadd_ps(_mm512_permutex2var_ps(c, ie, d), w2, acc[g]);
+            }
+        }
+#pragma GCC unroll 8
+        for (int g = 0; g < DG; g++) {
+            if (edge && oh0 + g >= OH) break;
+            const long o = (oh0 + g) * OW + ow0;
+            vf a = (vf)acc[g];
+            if (res) a += v_ld_n(res + o, nout);
+            v_st_n(y + o, cv_act_v(a, act, e->a0, e->a1), nout);
+        }
+    }
+}
+
+CV_INLINE void dws2_plane(const dws2_job *j, const float *x, const float *w, float *y, const float *res, float bias,
+                          const __mmask16 *cm, const long KH) {
+    const tcc_conv_params *p = j->p;
+    /* the DG rows' input rows stay in L1 while every vector along them is done */
+    for (long oh0 = 0; oh0 < p->oh; oh0 += DG) {
+        const long r0 = oh0 * p->sh - p->pt, r1 = (oh0 + DG - 1) * p->sh - p->pt + (KH - 1) * p->dh;
+        if (oh0 + DG <= p->oh && r0 >= 0 && r1 < p->h) dws2_rows(j, x, w, y, res, bias, cm, KH, oh0, 0);
+        else dws2_rows(j, x, w, y, res, bias, cm, KH, oh0, 1);
+    }
+}
+
+static void dws2_plane_3x3(const dws2_job *j, const float *x, const float *w, float *y, const float *res,
+                           float bias, const __mmask16 *cm) {
+    dws2_plane(j, x, w, y, res, bias, cm, 3);
+}
+static void dws2_plane_any(const dws2_job *j, const float *x, const float *w, float *y, const float *res,
+                           float bias, const __mmask16 *cm) {
+    dws2_plane(j, x, w, y, res, bias, cm, j->p->kh);
+}
+
+static void dws2_task(void *arg, long b, long e) {
+    const dws2_job *j = arg;
+    const tcc_conv_params *p = j->p;
+    const long hw = p->h * p->w, ohw = p->oh * p->ow, T = p->kh * 3;
+    __mmask16 *cm = (__mmask16 *)cv_tls_buffer(1, (size_t)(j->ncv * 4 + 1) / 2);
+    dws2_masks(p, j->ncv, cm);
+    for (long pc = b; pc < e; pc++) {
+        const long c = pc % p->c;
+        float *y = j->y + pc * ohw;
+        const float *res = j->e->res ? j->e->res + pc * ohw : NULL;
+        if (p->kh == 3) dws2_plane_3x3(j, j->x + pc * hw, j->w + c * T, y, res, cv_bias(j->e, c), cm);
+        else dws2_plane_any(j, j->x + pc * hw, j->w + c * T, y, res, cv_bias(j->e, c), cm);
+        if (!cv_vec_act(j->e->act)) cv_ep_run(y, y, ohw, 0.f, NULL, j->e);
+    }
+}
+#endif
+
 void cv_depthwise(const tcc_conv_params *p, const cv_layout *l, const float *x, const float *w, float *y,
                   const cv_ep *e) {
+#if defined(__AVX512F__)
+    if (dwf_fits(p)) {
+        dwf_job j = {p, x, w, y, e, p->kh * p->kw, (p->h * p->w + VL - 1) / VL, {0}};
+        for (long ki = 0; ki < p->kh; ki++)
+            for (long kj = 0; kj < p->kw; kj++)
+                j.off[ki * p->kw + kj] = (ki * p->dh - p->pt) * p->w + kj * p->dw - p->pl;
+        tcc_cpu_parallel_for(p->n * p->c, 1, dwf_task, &j);
+        return;
+    }
+    if (dws2_fits(p)) {
+        dws2_job j = {p, x, w, y, e, (p->ow + VL - 1) / VL};
+        tcc_cpu_parallel_for(p->n * p->c, 1, dws2_task, &j);
+        return;
+    }
+#endif
     dw_job j = {p, l, x, w, y, e};
     tcc_cpu_parallel_for(p->n * p->c, 1, dw_task, &j);
 }

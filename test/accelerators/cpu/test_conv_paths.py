@@ -152,3 +152,82 @@ def test_depthwise_multiplier_uses_grouped_direct(mult):
 def test_depthwise_large_stride_falls_back():
     mdl, feeds = conv_model(1, 4, 27, 27, 4, 3, s=(9, 9), pads=(1, 1, 1, 1), g=4, act="Clip")
     check(mdl, feeds)
+
+
+# ---- depthwise read in place (AVX-512 build) ----------------------------------------------
+# Stride 1 with the output plane the input's size: the plane is swept flat, taps outside it
+# masked per (vector, tap); tiny planes, planes of whole vectors, other tap counts, dilations.
+@pytest.mark.parametrize("n,c,h,w,k,d,pads", [
+    (1, 3, 1, 1, 3, (1, 1), (1, 1, 1, 1)),        # one pixel: every tap but the centre masked
+    (1, 4, 2, 3, 3, (1, 1), (1, 1, 1, 1)),
+    (2, 5, 4, 4, 3, (1, 1), (1, 1, 1, 1)),        # plane of exactly one vector, batch 2
+    (1, 6, 8, 16, 3, (1, 1), (1, 1, 1, 1)),       # whole vectors, one per row
+    (1, 37, 7, 7, 3, (1, 1), (1, 1, 1, 1)),       # many small planes, last vector's tail
+    (1, 3, 14, 14, 3, (1, 1), (2, 0, 0, 2)),      # asymmetric pads, same size
+    (1, 3, 13, 19, 5, (1, 1), (2, 2, 2, 2)),      # 5x5
+    (1, 3, 12, 11, 3, (3, 2), (3, 2, 3, 2)),      # dilations
+    (1, 4, 9, 23, (3, 1), (1, 1), (1, 0, 1, 0)),  # 3x1
+])
+def test_depthwise_in_place(n, c, h, w, k, d, pads):
+    mdl, feeds = conv_model(n, c, h, w, c, k, d=d, pads=pads, g=c)
+    check(mdl, feeds)
+
+
+# Column stride 2 with 3 taps per row: even/odd splits of two loads per tap row, column masks.
+@pytest.mark.parametrize("n,c,h,w,k,s,pads", [
+    (1, 5, 14, 14, 3, (2, 2), (1, 1, 1, 1)),          # 7x7 output: one partial vector per row
+    (1, 3, 64, 64, 3, (2, 2), (1, 1, 1, 1)),          # 32 outputs per row: two whole vectors
+    (1, 3, 9, 67, 3, (2, 2), (0, 0, 0, 0)),           # 33 per row: a one-lane tail, no pads
+    (1, 4, 11, 40, 3, (2, 2), (1, 2, 1, 2)),          # left pad 2
+    (2, 3, 9, 21, 3, (1, 2), (1, 1, 1, 1)),           # stride 1 rows, batch 2
+    (1, 3, 19, 30, 3, (3, 2), (1, 1, 1, 0)),          # stride 3 rows
+    (1, 3, 13, 30, (5, 3), (2, 2), (2, 1, 2, 1)),     # 5 tap rows
+    (1, 3, 13, 30, (1, 3), (2, 2), (0, 1, 0, 1)),     # one tap row
+])
+def test_depthwise_stride2_in_place(n, c, h, w, k, s, pads):
+    mdl, feeds = conv_model(n, c, h, w, c, k, s=s, pads=pads, g=c)
+    check(mdl, feeds)
+
+
+@pytest.mark.parametrize("act", ACTS)
+@pytest.mark.parametrize("s", [1, 2])
+def test_depthwise_in_place_epilogues(act, s):
+    mdl, feeds = conv_model(2, 5, 7, 37, 5, 3, s=(s, s), pads=(1, 1, 1, 1), g=5, act=act, residual=True)
+    check(mdl, feeds)
+
+
+# ---- pointwise: channel blocks and dot-product tails ---------------------------------------
+# k > one block's worth: partial sums carried between channel blocks; planes whose last few
+# outputs (fewer than half a vector, long k) are dot products along k instead of a masked vector.
+@pytest.mark.parametrize("n,c,h,w,m,g", [
+    (1, 200, 7, 7, 13, 1),      # 3 channel blocks, 1 dot-product output per row, m tail
+    (1, 200, 14, 14, 20, 1),    # 4 dot-product outputs
+    (1, 200, 5, 5, 9, 1),       # 9 left over: masked vector instead
+    (1, 200, 1, 1, 7, 1),       # one pixel: only dot products
+    (2, 300, 3, 6, 10, 2),      # groups of 150 channels, batch 2
+    (1, 130, 16, 16, 17, 1),    # whole vectors, 2 channel blocks
+])
+def test_pointwise_channel_blocks(n, c, h, w, m, g):
+    mdl, feeds = conv_model(n, c, h, w, m, 1, g=g, act="Relu", residual=True)
+    check(mdl, feeds, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("act", ACTS)
+def test_pointwise_channel_blocks_epilogues(act):
+    mdl, feeds = conv_model(1, 160, 7, 7, 11, 1, act=act, residual=act is None)
+    check(mdl, feeds, rtol=1e-4, atol=1e-4)
+
+
+# ---- direct kernel: tiles stored in place across dropped columns (AVX-512 build) ----------
+# Flat rows at least one vector wide with dropped columns: each vector ends one output row and
+# starts the next, stored with two masked stores; residuals loaded the same way.
+@pytest.mark.parametrize("n,c,h,w,m,k,s,d,pads", [
+    (1, 3, 20, 16, 7, 3, (1, 1), (1, 1), (1, 1, 1, 1)),   # rows of exactly one vector
+    (1, 3, 17, 23, 8, 7, (1, 1), (1, 1), (3, 3, 3, 3)),   # 6 dropped columns per row
+    (1, 4, 30, 41, 13, 3, (2, 2), (1, 1), (1, 1, 1, 1)),  # stride 2 planes, m tail
+    (2, 3, 21, 19, 5, 3, (1, 1), (2, 2), (2, 2, 2, 2)),   # dilation, batch 2
+])
+@pytest.mark.parametrize("act,residual", [("Clip", True), ("LeakyRelu", False), ("Sigmoid", True)])
+def test_direct_gap_stores(n, c, h, w, m, k, s, d, pads, act, residual):
+    mdl, feeds = conv_model(n, c, h, w, m, k, s, d, pads, act=act, residual=residual)
+    check(mdl, feeds)
