@@ -190,3 +190,78 @@ def test_library_call_nests_stay_whole(tmp_path):
     calls = [o for o in mod.lookup_function("main_graph").walk() if "tcc.library_call" in o.attributes]
     assert len(calls) == 1 and calls[0].parent.parent_op.name == "func.func"
     _compare(model, tmp_path, rng.standard_normal((50, k)).astype(np.float32))
+
+
+def _siblings(second_load_index, second_store="acc"):
+    """Inside one parallel row loop: loop 1 writes t[j] = 2 x[i, j]; loop 2
+    reads t[<index>] and sums into s[0] (or reads s[0] loop 1 summed)."""
+    n = 6
+    body = f'''    %c0 = "arith.constant"() {{value = 0 : index}} : () -> index
+    %c1 = "arith.constant"() {{value = 1 : index}} : () -> index
+    %c7 = "arith.constant"() {{value = 7 : index}} : () -> index
+    %c8 = "arith.constant"() {{value = 8 : index}} : () -> index
+    %cn = "arith.constant"() {{value = {n} : index}} : () -> index
+    %z = "arith.constant"() {{value = 0.0 : f32}} : () -> f32
+    "loop.for"(%c0, %cn) ({{
+    ^bb1(%i: index):
+      %t = "loop.alloc"() : () -> memref<8xf32>
+      %u = "loop.alloc"() : () -> memref<1xf32>
+      "loop.store"(%z, %u, %c0) : (f32, memref<1xf32>, index) -> ()
+      "loop.for"(%c0, %c8) ({{
+      ^bb2(%j: index):
+        %v = "loop.load"(%a0, %i, %j) : (memref<{n}x8xf32>, index, index) -> f32
+        %w = "arith.addf"(%v, %v) : (f32, f32) -> f32
+        "loop.store"(%w, %t, %j) : (f32, memref<8xf32>, index) -> ()
+        %q = "loop.load"(%u, %c0) : (memref<1xf32>, index) -> f32
+        %q2 = "arith.addf"(%q, %w) : (f32, f32) -> f32
+        "loop.store"(%q2, %u, %c0) : (f32, memref<1xf32>, index) -> ()
+        "loop.yield"() : () -> ()
+      }}) : (index, index) -> ()
+      %s = "loop.alloc"() : () -> memref<1xf32>
+      "loop.store"(%z, %s, %c0) : (f32, memref<1xf32>, index) -> ()
+      "loop.for"(%c0, %c8) ({{
+      ^bb3(%k: index):
+        %k2 = {second_load_index}
+        %r = "loop.load"(%{'u' if second_store == 'total' else 't'}, %{'c0' if second_store == 'total' else 'k2'}) : (memref<{'1' if second_store == 'total' else '8'}xf32>, index) -> f32
+        %a = "loop.load"(%s, %c0) : (memref<1xf32>, index) -> f32
+        %b = "arith.addf"(%a, %r) : (f32, f32) -> f32
+        "loop.store"(%b, %s, %c0) : (f32, memref<1xf32>, index) -> ()
+        "loop.yield"() : () -> ()
+      }}) : (index, index) -> ()
+      %fin = "loop.load"(%s, %c0) : (memref<1xf32>, index) -> f32
+      "loop.store"(%fin, %a1, %i) : (f32, memref<{n}xf32>, index) -> ()
+      "loop.yield"() : () -> ()
+    }}) {{parallel}} : (index, index) -> ()'''
+    return module_from_text(func_text([f"memref<{n}x8xf32>", f"memref<{n}xf32>"], body))
+
+
+@pytest.mark.parametrize("index,store,fused", [
+    ('"arith.addi"(%k, %c0) : (index, index) -> index', "acc", False),   # computed index: not provably k
+    ('"arith.subi"(%c7, %k) : (index, index) -> index', "acc", False),   # reversed: must wait for loop 1
+    ('"arith.addi"(%k, %c0) : (index, index) -> index', "total", False),  # loop 1's finished sum
+])
+def test_sibling_loops_that_must_stay_apart(index, store, fused):
+    from tcc.dialects.loop.transforms.fuse_siblings import fuse_siblings
+    x = rng.standard_normal((6, 8)).astype(np.float32)
+    want = run_loop_module(_siblings(index, store), [x])[0]
+    mod = _siblings(index, store)
+    row = _top_level(mod, "loop.for")[0].regions[0].blocks[0]
+    assert bool(fuse_siblings(row)) == fused
+    np.testing.assert_allclose(run_loop_module(mod, [x])[0], want, rtol=1e-6)
+
+
+def test_sibling_loops_over_the_same_elements_merge():
+    """Loop 2 reads t[k] that loop 1 wrote at t[j]: one loop; the zero-init
+    of loop 2's accumulator moves above loop 1, numbers unchanged."""
+    from tcc.dialects.loop.transforms.fuse_siblings import fuse_siblings
+    mod = _siblings('"arith.addi"(%k, %c0) : (index, index) -> index')
+    for o in mod.lookup_function("main_graph").walk():  # loop 2 indexes by its own iv
+        if o.name == "arith.addi":
+            o.results[0].replace_all_uses_with(o.operands[0])
+    x = rng.standard_normal((6, 8)).astype(np.float32)
+    want = run_loop_module(mod, [x])[0]
+    row = _top_level(mod, "loop.for")[0].regions[0].blocks[0]
+    assert fuse_siblings(row) == 1
+    assert len([o for o in row.ops if o.name == "loop.for"]) == 1
+    np.testing.assert_allclose(run_loop_module(mod, [x])[0], want, rtol=1e-6)
+    np.testing.assert_allclose(want, 2 * x.sum(axis=1), rtol=1e-5)

@@ -247,9 +247,11 @@ def _views_in_order(uses):
 
 class FuseRowsPass(Pass):
     name = "fuse-rows"
-    summary = "merge consecutive parallel row loops and shrink the buffers between them to one row"
+    summary = ("merge consecutive parallel row loops, shrink the buffers between them to one row, "
+               "and merge the inner loops of a merged row body that walk the row alike")
 
     def run(self, module, context):
+        from .fuse_siblings import fuse_siblings
         for func in module.functions():
             for region in func.regions:
                 for block in region.blocks:
@@ -257,6 +259,9 @@ class FuseRowsPass(Pass):
                         for o in list(block.ops):
                             if o.name == "loop.alloc":
                                 contract(o)
+                        for o in block.ops:
+                            if _is_parallel_for(o):
+                                fuse_siblings(o.regions[0].blocks[0])
 
 
 PASSES = [FuseRowsPass]
