@@ -1,6 +1,6 @@
 """Host code generation for the `tcc` driver and `tcc.compile`: graph-to-loop
 (`fuse` first at -O1 and above, when registered), loop passes
-(`fuse-rows` and `stream-outputs` at -O1 and above, `plan-memory`), then loop-to-native, stopping at the requested emission:
+(`fuse-rows`, `stream-outputs`, `prefetch-rows` at -O1 and above, `plan-memory`), then loop-to-native, stopping at the requested emission:
 loop-ir, native-ir (optimized LLVM IR), obj, lib (a shared library with the
 thread pool linked in, its weights and a JSON index beside it) or tcc (the
 artifact)."""
@@ -28,6 +28,7 @@ _PASS_MODULES = {
     "convert-onnx-to-loop": "tcc.dialects.conversions.graph_to_loop",
     "fuse-rows": "tcc.dialects.loop.transforms",
     "stream-outputs": "tcc.dialects.loop.transforms",
+    "prefetch-rows": "tcc.dialects.loop.transforms",
     "plan-memory": "tcc.dialects.conversions.loop_to_native",
 }
 
@@ -96,6 +97,7 @@ def lower(module, ctx, options):
         if options.opt_level >= 1 and _ensure_pass(ctx, "fuse-rows", required=False):
             pipeline.append(ctx.passes["fuse-rows"]())
             pipeline.append(ctx.passes["stream-outputs"]())
+            pipeline.append(ctx.passes["prefetch-rows"]())
     _ensure_pass(ctx, "plan-memory")
     pipeline.append(ctx.passes["plan-memory"]())
     pm = PassManager(ctx, pipeline, verify_each=True,

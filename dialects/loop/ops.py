@@ -18,6 +18,7 @@ an empty `func.return`.
     loop.dim(memref) -> index                         {axis}
     loop.view(memref, dyn dims...) -> memref          same bytes, another shape (Reshape)
     loop.copy(src: memref, dst: memref)               whole-buffer copy
+    loop.prefetch(buf, offset: index, count: index)   hint: flat elements [offset, offset+count) read soon
     loop.store_block(src, dst, offset: index, count: index)   src[0:count] -> dst[offset:offset+count]
                                                      (flat elements) {nontemporal?}
     loop.call(args...) -> results?                    {callee = "c_symbol"}: external kernel
@@ -96,6 +97,9 @@ LOOP_OPS = [
           summary="the same bytes seen with another shape"),
     OpDef("loop.copy", [OperandDef("src", constraint=_mem), OperandDef("dst", constraint=_mem)],
           summary="copies a whole buffer"),
+    OpDef("loop.prefetch", [OperandDef("buffer", constraint=_mem), OperandDef("offset", constraint=_idx),
+                            OperandDef("count", constraint=_idx)],
+          summary="a hint: elements [offset, offset+count) (flat) are read soon; no effect on results"),
     OpDef("loop.store_block", [OperandDef("src", constraint=_mem), OperandDef("dst", constraint=_mem),
                                OperandDef("offset", constraint=_idx), OperandDef("count", constraint=_idx)], [],
           {"nontemporal": AttrDef("nontemporal", "unit")}, verifier=_verify_store_block,

@@ -113,3 +113,28 @@ def test_large_models_through_the_compiler(tmp_path):
     sess = tcc.load(tcc.compile(path, output=str(tmp_path / "m.tcc")))
     x = rng.standard_normal(n).astype(np.float32)
     np.testing.assert_allclose(sess.run({"x": x})[0], _ort(model, {"x": x})[0], rtol=1e-5, atol=1e-6)
+
+
+def test_row_loops_prefetch_the_next_row_of_large_inputs(tmp_path):
+    """prefetch-rows: one loop.prefetch per large row-read input; none for
+    small ones; numbers unchanged (prefetching is a hint), natively too."""
+    from tcc.dialects.loop.transforms import PrefetchRowsPass
+    rows, cols = 1030, 1100  # 4.5 MB: above the default threshold
+    s = rng.uniform(0.5, 1.5, cols).astype(np.float32)
+    b = rng.standard_normal(cols).astype(np.float32)
+    model = _model([H("Softmax", ["x"], ["p"], axis=-1), H("LayerNormalization", ["p", "s", "b"], ["y"], axis=-1)],
+                   [("x", [rows, cols])], ["y"], [("s", s), ("b", b)])
+    mod = _lowered(model)
+    PassManager(new_context(), [PrefetchRowsPass()], verify_each=True).run(mod)
+    (pf,) = [o for o in mod.lookup_function("main_graph").walk() if o.name == "loop.prefetch"]
+    assert pf.operands[0] is mod.lookup_function("main_graph").regions[0].blocks[0].args[0]
+    small = _lowered(_model([H("Softmax", ["x"], ["y"], axis=-1)], [("x", [8, 512])], ["y"]))
+    PassManager(new_context(), [PrefetchRowsPass()], verify_each=True).run(small)
+    assert not [o for o in small.lookup_function("main_graph").walk() if o.name == "loop.prefetch"]
+    x = rng.standard_normal((rows, cols)).astype(np.float32)
+    want = _ort(model, {"x": x})[0]
+    np.testing.assert_allclose(run_native(mod, [x])[0], want, rtol=2e-5, atol=2e-6)
+    path = str(tmp_path / "m.onnx")
+    onnx.save(model, path)
+    got = tcc.load(tcc.compile(path, output=str(tmp_path / "m.tcc"))).run({"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)

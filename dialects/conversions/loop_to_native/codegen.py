@@ -390,6 +390,23 @@ class _Lowering:
             fn = self._declare("llvm.memcpy.p0.p0.i64", VOID, [PTR, PTR, I64, I1])
             b.call(fn, [to, env.vmap[src], nbytes, ir.Constant(I1, 0)])
 
+    def _op_loop_prefetch(self, op, env):
+        """One prefetch per cache line of a statically sized block (at most
+        256 lines); prefetches never fault, so the block may run past the
+        buffer's end (the last row's next row)."""
+        buf, off, cnt = op.operands
+        es = elem_bytes(buf.type.element)
+        count = cnt.op.get_attr("value") if getattr(cnt, "op", None) is not None and \
+            cnt.op.name == "arith.constant" else None
+        if count is None:
+            return
+        b = env.b
+        fn = self._declare("llvm.prefetch.p0", VOID, [PTR, I32, I32, I32])
+        base = b.gep(env.vmap[buf], [b.mul(env.vmap[off], ir.Constant(I64, es))], source_etype=I8)
+        for k in range(0, min(int(count) * es, 256 * 64), 64):
+            p = b.gep(base, [ir.Constant(I64, k)], source_etype=I8)
+            b.call(fn, [p, ir.Constant(I32, 0), ir.Constant(I32, 3), ir.Constant(I32, 1)])
+
     def _op_loop_call(self, op, env):
         if len(op.results) > 1:
             raise NativeCodegenError(f"loop.call ({op.loc.describe()}): at most one result is supported")

@@ -74,11 +74,13 @@ def exp_f32(b: ir.IRBuilder, module, x):
     xc = b.select(isnan, _c(0.0), xc)  # keeps NaN away from the float->int conversion
     rint = intrinsic(module, "llvm.rint", F32)
     n = b.call(rint, [b.fmul(xc, _c(1.44269504088896341))])
-    r = b.fsub(xc, b.fmul(n, _c(0.693359375)))
-    r = b.fsub(r, b.fmul(n, _c(-2.12194440e-4)))
+    # contract: the Cody-Waite steps and the tail as FMAs (one rounding each, so no less exact)
+    fc = ["contract"]
+    r = b.fsub(xc, b.fmul(n, _c(0.693359375), flags=fc), flags=fc)
+    r = b.fsub(r, b.fmul(n, _c(-2.12194440e-4), flags=fc), flags=fc)
     p = _poly(b, r, [1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
                      1.6666665459e-1, 5.0000001201e-1])
-    y = b.fadd(b.fmul(b.fmul(r, r), p), b.fadd(r, _c(1.0)))
+    y = b.fadd(b.fmul(b.fmul(r, r, flags=fc), p, flags=fc), b.fadd(r, _c(1.0), flags=fc), flags=fc)
     ni = b.fptosi(n, I32)
     if _has_scalef():
         # AVX-512's vscalefps scales by 2^n in one instruction, denormal
