@@ -217,7 +217,8 @@ static void kernel_avx512(int64_t kc, const float *a, const float *b, float *C, 
 #pragma GCC unroll 12
     for (int i = 0; i < MR; i++) c0[i] = c1[i] = _mm512_setzero_ps();
     for (int64_t k = 0; k < kc; k++) {
-        __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
+        /* unaligned loads: B may be a pre-packed weight wherever its caller put it */
+        __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
 #pragma GCC unroll 12
         for (int i = 0; i < MR; i++) {
             __m512 ai = _mm512_set1_ps(a[i]);

@@ -64,3 +64,36 @@ def test_weights_are_stored_once(tmp_path):
     with zipfile.ZipFile(art) as z:
         size = sum(i.file_size for i in z.infolist())
     assert size < 1.5 * w.nbytes
+
+
+def test_packed_weights_need_no_alignment():
+    """The packed operand is read with unaligned loads: weights may sit at any
+    float address (a `--emit=lib` caller's buffer, numpy arrays in tests)."""
+    import ctypes
+
+    from tcc.dialects.conversions.graph_to_loop import ConvertOnnxToLoopPass
+    from tcc.dialects.conversions.loop_to_native.jit import NativeFunction
+    from tcc.dialects.ir import PassManager, new_context
+    from tcc.dialects.onnx.importer import import_model
+    m, k, n = 7, 300, 50
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    g = helper.make_graph([helper.make_node("Gemm", ["x", "w"], ["y"], transB=1)], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [m, n])],
+                          [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    mod = import_model(model)
+    PassManager(new_context(), [ConvertOnnxToLoopPass()]).run(mod)
+    fn = NativeFunction(mod)
+    shifted = []
+    for a in fn._weights:  # every weight 4 bytes past a 64-byte boundary
+        raw = np.empty(a.size + 32, np.float32)
+        start = (-(raw.ctypes.data % 64) // 4 + 1) % 16
+        s = raw[start:start + a.size].reshape(a.shape)
+        s[...] = a
+        assert s.ctypes.data % 64 == 4
+        shifted.append(s)
+    fn._weights = shifted
+    fn._wptrs = (ctypes.c_void_p * max(len(shifted), 1))(*[a.ctypes.data for a in shifted])
+    np.testing.assert_allclose(fn(x)[0], x @ w.T, rtol=1e-4, atol=1e-4)
