@@ -54,12 +54,26 @@ class Weights:
         self.arrays, self._index = [], {}
 
     def add(self, value) -> int:
-        key = id(value)
+        return self.add_array(id(value), lambda: const_value(value))
+
+    def add_array(self, key, make) -> int:
         if key not in self._index:
-            arr = np.ascontiguousarray(const_value(value))
             self._index[key] = len(self.arrays)
-            self.arrays.append(arr)
+            self.arrays.append(np.ascontiguousarray(make()))
         return self._index[key]
+
+
+PANEL = 32  # kernels/gemm_packed.c's panel width
+
+
+def pack_b(b):
+    """A constant (K, N) operand -> gemm_packed.c's panels [ceil(N/32)][K][32]."""
+    b = np.asarray(b, np.float32)
+    k, n = b.shape
+    panels = -(-n // PANEL)
+    out = np.zeros((k, panels * PANEL), np.float32)
+    out[:, :n] = b
+    return out.reshape(k, panels, PANEL).transpose(1, 0, 2)
 
 
 class FunctionCodegen:
@@ -177,8 +191,23 @@ class FunctionCodegen:
         bias = self.ptr(rest.pop(0)) if mode else None
         res = self.ptr(rest.pop(0)) if op.get_attr("has_residual") else None
         self.emit("{ " + self.epilogue(op, bias, mode, op.get_attr("beta"), res))
+        bp = self.packed(b, tb)
+        if bp is not None:
+            rsa, csa = (1, m) if ta else (k, 1)
+            self.emit(f"  tcc_cpu_gemm_packed({m}, {n}, {k}, {flit(op.get_attr('alpha'))}, {self.ptr(a)}, {rsa}, "
+                      f"{csa}, {bp}, {self.ptr(y)}, {n}, &ep); }}")
+            return
         self.emit(f"  tcc_cpu_gemm({ta}, {tb}, {m}, {n}, {k}, {flit(op.get_attr('alpha'))}, {self.ptr(a)}, "
                   f"{a.type.shape[1]}, {self.ptr(b)}, {b.type.shape[1]}, {self.ptr(y)}, {n}, &ep); }}")
+
+    def packed(self, b, transposed=False):
+        """A constant 2-D B as packed panels (a C expression), else None."""
+        p = getattr(b, "op", None)
+        if p is None or p.name != "onnx.Constant" or len(b.type.shape) != 2:
+            return None
+        idx = self.weights.add_array(("packed", id(b), transposed),
+                                     lambda: pack_b(np.asarray(const_value(b)).T if transposed else const_value(b)))
+        return f"((float *)W[{idx}])"
 
     def op_matmul(self, op):
         a, b = op.operands[0], op.operands[1]
@@ -197,6 +226,11 @@ class FunctionCodegen:
         if nb == 1 or (all(d == 1 for d in b2[:-2]) and tuple(a2[:-2]) == tuple(batch)):
             # one GEMM: A's batch folds into its rows (B is shared)
             self.emit("{ " + ep)
+            bp = self.packed(b) if len(bsh) == 2 else None
+            if bp is not None:
+                self.emit(f"  tcc_cpu_gemm_packed({nb * m}, {n}, {k}, 1.0f, {self.ptr(a)}, {k}, 1, {bp}, "
+                          f"{self.ptr(y)}, {n}, &ep); }}")
+                return
             self.emit(f"  tcc_cpu_gemm(0, 0, {nb * m}, {n}, {k}, 1.0f, {self.ptr(a)}, {k}, {self.ptr(b)}, {n}, "
                       f"{self.ptr(y)}, {n}, &ep); }}")
             return

@@ -45,6 +45,10 @@ typedef struct {
  * transA), op(B) is K x N (B is N x K when transB). */
 void tcc_cpu_gemm(int transA, int transB, long M, long N, long K, float alpha, const float *A, long lda,
                   const float *B, long ldb, float *C, long ldc, const tcc_epilogue *ep);
+/* C[M,N] = epilogue(alpha * A @ B) with A[i,k] at A[i*rsa + k*csa] and B a
+ * constant packed at compile time as [ceil(N/32)][K][32] panels (zero past N). */
+void tcc_cpu_gemm_packed(long M, long N, long K, float alpha, const float *A, long rsa, long csa,
+                         const float *Bp, float *C, long ldc, const tcc_epilogue *ep);
 /* `batch` GEMMs with per-batch element offsets (broadcast MatMul). */
 void tcc_cpu_gemm_batch(long batch, const long *offA, const long *offB, const long *offC, int transA,
                         int transB, long M, long N, long K, float alpha, const float *A, long lda,

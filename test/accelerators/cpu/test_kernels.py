@@ -246,3 +246,29 @@ def test_reshape_of_input_is_an_output():
     nodes = [H("Reshape", ["x", "shape"], ["y"]), H("Relu", ["x"], ["z"])]
     m = model(nodes, [("x", x.shape)], [("y", (24,)), ("z", (4, 6))], [("shape", np.array([24], np.int64))])
     check(m, {"x": x})
+
+
+# ---- constant weights packed at compile time (gemm_packed.c) ----------------------
+@pytest.mark.parametrize("m,k,n", [(1, 1, 1), (11, 7, 31), (13, 300, 33), (64, 65, 70), (25, 40, 64)])
+@pytest.mark.parametrize("tb", [0, 1])
+def test_gemm_packed_constant_weights(m, k, n, tb):
+    a = rand(m, k)
+    b = rand(n, k) if tb else rand(k, n)
+    c = rand(n)
+    mdl = model([H("Gemm", ["a", "b", "c"], ["g"], transB=tb, alpha=0.75, beta=1.25), H("Relu", ["g"], ["y"])],
+                [("a", a.shape)], [("y", (m, n))], [("b", b), ("c", c)])
+    check(mdl, {"a": a})
+
+
+def test_gemm_packed_transposed_a():
+    a = rand(23, 9)  # A is K x M
+    b = rand(23, 40)
+    mdl = model([H("Gemm", ["a", "b"], ["y"], transA=1)], [("a", a.shape)], [("y", (9, 40))], [("b", b)])
+    check(mdl, {"a": a})
+
+
+def test_matmul_packed_batched_rows():
+    a = rand(2, 3, 17, 40)
+    b = rand(40, 45)
+    mdl = model([H("MatMul", ["a", "b"], ["y"])], [("a", a.shape)], [("y", (2, 3, 17, 45))], [("b", b)])
+    check(mdl, {"a": a})
