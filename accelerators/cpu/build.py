@@ -153,7 +153,18 @@ def load_kernels(isa=None):
     import ctypes
     isa = isa or best_isa()
     if isa not in _loaded:
-        lib = ctypes.CDLL(library_path(isa), mode=ctypes.RTLD_GLOBAL | getattr(os, "RTLD_NODELETE", 0x1000))
+        # OpenBLAS runs single-threaded inside our pool's tasks; started with
+        # its default thread count, its idle threads spun on our cores
+        # (8 % of a batch-64 MLP's samples). It reads this once, when loaded.
+        saved = os.environ.get("OPENBLAS_NUM_THREADS")
+        os.environ["OPENBLAS_NUM_THREADS"] = "1"
+        try:
+            lib = ctypes.CDLL(library_path(isa), mode=ctypes.RTLD_GLOBAL | getattr(os, "RTLD_NODELETE", 0x1000))
+        finally:
+            if saved is None:
+                del os.environ["OPENBLAS_NUM_THREADS"]
+            else:
+                os.environ["OPENBLAS_NUM_THREADS"] = saved
         lib.tcc_cpu_isa.restype = ctypes.c_char_p
         _loaded[isa] = lib
     return _loaded[isa]
