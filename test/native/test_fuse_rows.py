@@ -102,51 +102,15 @@ def test_softmax_over_columns_then_rows_is_not_fused(tmp_path):
     _compare(model, tmp_path, rng.standard_normal((n, n)).astype(np.float32))
 
 
-def _two_loops(second_index):
-    """out = f(tmp) where loop 1 writes tmp[i, :] and loop 2 reads tmp[idx, :]."""
+def _two_loops(second_index=None):
+    """Loop 1 writes t[i, :] = x[i, :]^2; loop 2 writes out[i2, :] = 2 t[r, :]
+    with r = `second_index` (IR text), or i2 itself when None."""
     n = 8
-    body = f'''    %c0 = "arith.constant"() {{value = 0 : index}} : () -> index
-    %c1 = "arith.constant"() {{value = 1 : index}} : () -> index
-    %c7 = "arith.constant"() {{value = 7 : index}} : () -> index
-    %cn = "arith.constant"() {{value = {n} : index}} : () -> index
-    %t = "loop.alloc"() : () -> memref<{n}x4xf32>
-    "loop.for"(%c0, %cn) ({{
-    ^bb1(%i: index):
-      "loop.for"(%c0, %c1) ({{
-      ^bb2(%j: index):
-        %v = "loop.load"(%a0, %i, %j) : (memref<{n}x4xf32>, index, index) -> f32
-        "loop.store"(%v, %t, %i, %j) : (f32, memref<{n}x4xf32>, index, index) -> ()
-        "loop.yield"() : () -> ()
-      }}) : (index, index) -> ()
-      "loop.yield"() : () -> ()
-    }}) {{parallel}} : (index, index) -> ()
-    "loop.for"(%c0, %cn) ({{
-    ^bb3(%i2: index):
-      %r = {second_index}
-      %w = "loop.load"(%t, %r, %c0) : (memref<{n}x4xf32>, index, index) -> f32
-      "loop.store"(%w, %a1, %i2, %c0) : (f32, memref<{n}x4xf32>, index, index) -> ()
-      "loop.yield"() : () -> ()
-    }}) {{parallel}} : (index, index) -> ()'''
-    return module_from_text(func_text([f"memref<{n}x4xf32>", f"memref<{n}x4xf32>"], body))
-
-
-@pytest.mark.parametrize("index,fused", [
-    ('"arith.addi"(%i2, %c0) : (index, index) -> index', False),   # not the iv itself: refused
-    ('"arith.subi"(%c7, %i2) : (index, index) -> index', False),   # reversed rows: must stay apart
-])
-def test_rows_other_than_iv_are_not_fused(index, fused):
-    mod = _two_loops(index)
-    x = rng.standard_normal((8, 4)).astype(np.float32)
-    want = run_loop_module(_two_loops(index), [x])[0]
-    PassManager(new_context(), [FuseRowsPass()], verify_each=True).run(mod)
-    assert (len(_top_level(mod, "loop.for")) == 1) == fused
-    np.testing.assert_array_equal(run_loop_module(mod, [x])[0], want)
-
-
-def test_row_iv_loops_fuse_and_shrink():
-    n = 8
+    row = "%i2" if second_index is None else "%r"
+    computed = "" if second_index is None else f"\n      %r = {second_index}"
     body = f'''    %c0 = "arith.constant"() {{value = 0 : index}} : () -> index
     %c4 = "arith.constant"() {{value = 4 : index}} : () -> index
+    %c7 = "arith.constant"() {{value = 7 : index}} : () -> index
     %cn = "arith.constant"() {{value = {n} : index}} : () -> index
     %t = "loop.alloc"() : () -> memref<{n}x4xf32>
     "loop.for"(%c0, %cn) ({{
@@ -161,18 +125,35 @@ def test_row_iv_loops_fuse_and_shrink():
       "loop.yield"() : () -> ()
     }}) {{parallel}} : (index, index) -> ()
     "loop.for"(%c0, %cn) ({{
-    ^bb3(%i2: index):
+    ^bb3(%i2: index):{computed}
       "loop.for"(%c0, %c4) ({{
       ^bb4(%j2: index):
-        %w = "loop.load"(%t, %i2, %j2) : (memref<{n}x4xf32>, index, index) -> f32
+        %w = "loop.load"(%t, {row}, %j2) : (memref<{n}x4xf32>, index, index) -> f32
         %u = "arith.addf"(%w, %w) : (f32, f32) -> f32
         "loop.store"(%u, %a1, %i2, %j2) : (f32, memref<{n}x4xf32>, index, index) -> ()
         "loop.yield"() : () -> ()
       }}) : (index, index) -> ()
       "loop.yield"() : () -> ()
     }}) {{parallel}} : (index, index) -> ()'''
-    mod = module_from_text(func_text([f"memref<{n}x4xf32>", f"memref<{n}x4xf32>"], body))
-    x = rng.standard_normal((n, 4)).astype(np.float32)
+    return module_from_text(func_text([f"memref<{n}x4xf32>", f"memref<{n}x4xf32>"], body))
+
+
+@pytest.mark.parametrize("index", [
+    '"arith.addi"(%i2, %c0) : (index, index) -> index',   # not the iv itself: refused
+    '"arith.subi"(%c7, %i2) : (index, index) -> index',   # reversed rows: must stay apart
+])
+def test_rows_other_than_iv_are_not_fused(index):
+    mod = _two_loops(index)
+    x = rng.standard_normal((8, 4)).astype(np.float32)
+    want = run_loop_module(_two_loops(index), [x])[0]
+    PassManager(new_context(), [FuseRowsPass()], verify_each=True).run(mod)
+    assert len(_top_level(mod, "loop.for")) == 2
+    np.testing.assert_array_equal(run_loop_module(mod, [x])[0], want)
+
+
+def test_row_iv_loops_fuse_and_shrink():
+    mod = _two_loops()
+    x = rng.standard_normal((8, 4)).astype(np.float32)
     PassManager(new_context(), [FuseRowsPass()], verify_each=True).run(mod)
     assert len(_top_level(mod, "loop.for")) == 1
     assert not _top_level(mod, "loop.alloc")

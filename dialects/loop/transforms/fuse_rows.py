@@ -30,6 +30,8 @@ from tcc.dialects.ir.core import Operation
 from tcc.dialects.ir.passes import Pass
 from tcc.dialects.ir.types import INDEX, MemRefType
 
+from .access import LIBRARY_CALL, is_static, merge_bodies, same_bounds
+
 _MOVABLE = {"arith.constant", "loop.view", "loop.alloc", "loop.global"}
 
 
@@ -37,32 +39,12 @@ def _is_parallel_for(op):
     return op is not None and op.name == "loop.for" and "parallel" in op.attributes
 
 
-def _const(v):
-    o = getattr(v, "op", None)
-    if o is not None and o.name == "arith.constant":
-        return o.get_attr("value")
-    return None
-
-
-def _same_bounds(a, b):
-    if a.get_attr("step", 1) != b.get_attr("step", 1):
-        return False
-    for x, y in zip(a.operands, b.operands):
-        if x is not y and (_const(x) is None or _const(x) != _const(y)):
-            return False
-    return True
-
-
-def _static(t):
-    return isinstance(t, MemRefType) and t.shape is not None and all(d is not None for d in t.shape)
-
-
-def _root(mem):
+def _root_keeping_rows(mem):
     """(root buffer, whether every view on the way keeps the leading dim)."""
     keeps = True
     while getattr(mem, "op", None) is not None and mem.op.name == "loop.view":
         src = mem.op.operands[0]
-        if not (_static(mem.type) and _static(src.type) and mem.type.rank and src.type.rank
+        if not (is_static(mem.type) and is_static(src.type) and mem.type.rank and src.type.rank
                 and mem.type.shape[0] == src.type.shape[0]):
             keeps = False
         mem = src
@@ -75,7 +57,7 @@ def _accesses(loop):
     iv = loop.regions[0].blocks[0].args[0]
     out = {}
     for o in loop.walk():
-        if "tcc.library_call" in o.attributes:
+        if LIBRARY_CALL in o.attributes:
             return None  # a nest that becomes one kernel call must stay whole
         if o is loop:
             continue
@@ -87,7 +69,7 @@ def _accesses(loop):
             mem, idx, write = o.operands[1], o.operands[2:], True
         else:
             continue
-        root, keeps = _root(mem)
+        root, keeps = _root_keeping_rows(mem)
         if _defined_inside(root, loop):
             continue
         rowwise = keeps and bool(idx) and idx[0] is iv
@@ -114,20 +96,6 @@ def _can_fuse(a, b):
     return True
 
 
-def _merge(a, b):
-    """Moves b's body (minus its yield) to the end of a's body; erases b."""
-    body_a, body_b = a.regions[0].blocks[0], b.regions[0].blocks[0]
-    iv_b = body_b.args[0]
-    iv_b.replace_all_uses_with(body_a.args[0])
-    yield_a = body_a.last
-    for o in list(body_b.ops):
-        if o is body_b.last:
-            break
-        body_b.remove(o)
-        body_a.insert_before(yield_a, o)
-    b.erase()
-
-
 def fuse_block(block):
     """Fuses runs of parallel row loops in `block`; returns how many merges."""
     merged = 0
@@ -140,14 +108,14 @@ def fuse_block(block):
         while nxt is not None and (nxt.name in _MOVABLE or nxt.name == "loop.dealloc"):
             between.append(nxt)
             nxt = nxt.next
-        if _is_parallel_for(nxt) and _same_bounds(op, nxt) and _can_fuse(op, nxt):
+        if _is_parallel_for(nxt) and same_bounds(op, nxt) and _can_fuse(op, nxt):
             for o in between:
                 block.remove(o)
                 if o.name == "loop.dealloc":  # a later free is always safe
                     block.insert_after(nxt, o)
                 else:
                     block.insert_before(op, o)
-            _merge(op, nxt)
+            merge_bodies(op, nxt)
             merged += 1
             continue  # try the next loop against the merged one
         op = op.next
@@ -163,7 +131,7 @@ def _row_uses(alloc):
         for u, i in v.uses:
             if u.name == "loop.view":
                 t, s = u.results[0].type, u.operands[0].type
-                if not (_static(t) and t.rank and t.shape[0] == s.shape[0]):
+                if not (is_static(t) and t.rank and t.shape[0] == s.shape[0]):
                     return None
                 uses.append(u)
                 todo.extend(u.results)
@@ -194,7 +162,7 @@ def contract(alloc):
     """Replaces a whole-tensor buffer used one row per iteration by a row
     buffer allocated inside the loop. Returns whether it did."""
     t = alloc.results[0].type
-    if not _static(t) or t.rank < 2 or alloc.operands:
+    if not is_static(t) or t.rank < 2 or alloc.operands:
         return False
     found = _row_uses(alloc)
     if found is None:

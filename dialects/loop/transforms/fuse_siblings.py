@@ -19,7 +19,7 @@ and stores of values defined before the first loop into buffers it does not
 touch, above it."""
 from __future__ import annotations
 
-from tcc.dialects.ir.types import MemRefType
+from .access import LIBRARY_CALL, const, is_static, merge_bodies, root, same_bounds
 
 _SIDE_EFFECTS = ("loop.call", "loop.copy", "loop.store_block", "loop.dim")
 
@@ -29,31 +29,10 @@ def _is_inner_loop(op):
             and not any(o is not op and o.name == "loop.for" for o in op.walk()))
 
 
-def _const(v):
-    o = getattr(v, "op", None)
-    return o.get_attr("value") if o is not None and o.name == "arith.constant" else None
-
-
-def _same_bounds(a, b):
-    if a.get_attr("step", 1) != b.get_attr("step", 1):
-        return False
-    return all(x is y or (_const(x) is not None and _const(x) == _const(y)) for x, y in zip(a.operands, b.operands))
-
-
-def _root(mem):
-    while getattr(mem, "op", None) is not None and mem.op.name == "loop.view":
-        mem = mem.op.operands[0]
-    return mem
-
-
-def _static(t):
-    return isinstance(t, MemRefType) and t.shape is not None and all(d is not None for d in t.shape)
-
-
 def _flat(mem, idx, iv, inside):
     """{term: coefficient} of the flat offset (term "iv", a Value defined
     outside, or 1 for the constant part); None when not affine in those."""
-    if not _static(mem.type):
+    if not is_static(mem.type):
         return None
     strides, acc = [], 1
     for d in reversed(mem.type.shape):
@@ -64,8 +43,8 @@ def _flat(mem, idx, iv, inside):
     for v, s in zip(idx, strides):
         if v is iv:
             key, k = "iv", s
-        elif _const(v) is not None:
-            key, k = 1, s * int(_const(v))
+        elif const(v) is not None:
+            key, k = 1, s * int(const(v))
         elif v in inside:
             return None
         else:
@@ -83,12 +62,12 @@ def _accesses(loop):
     for o in loop.walk():
         if o is loop:
             continue
-        if o.name in _SIDE_EFFECTS or "tcc.library_call" in o.attributes:
+        if o.name in _SIDE_EFFECTS or LIBRARY_CALL in o.attributes:
             return None
         if o.name == "loop.load":
-            out.append((_root(o.operands[0]), False, _flat(o.operands[0], o.operands[1:], iv, inside)))
+            out.append((root(o.operands[0]), False, _flat(o.operands[0], o.operands[1:], iv, inside)))
         elif o.name == "loop.store":
-            out.append((_root(o.operands[1]), True, _flat(o.operands[1], o.operands[2:], iv, inside)))
+            out.append((root(o.operands[1]), True, _flat(o.operands[1], o.operands[2:], iv, inside)))
         inside.update(o.results)
     return out
 
@@ -99,9 +78,9 @@ def _fusable(a, b):
         return False
     roots_a = {r for r, _, _ in acc_a}
     roots_b = {r for r, _, _ in acc_b}
-    for root in roots_a & roots_b:
-        forms = [f for r, _, f in acc_a + acc_b if r is root]
-        written = any(w for r, w, _ in acc_a + acc_b if r is root)
+    for buf in roots_a & roots_b:
+        forms = [f for r, _, f in acc_a + acc_b if r is buf]
+        written = any(w for r, w, _ in acc_a + acc_b if r is buf)
         if not written:
             continue
         if any(f is None for f in forms) or any(f != forms[0] for f in forms) or not forms[0].get("iv"):
@@ -110,7 +89,7 @@ def _fusable(a, b):
 
 
 def _touches(loop, buf):
-    return any(o.name in ("loop.load", "loop.store") and _root(o.operands[0 if o.name == "loop.load" else 1]) is buf
+    return any(o.name in ("loop.load", "loop.store") and root(o.operands[0 if o.name == "loop.load" else 1]) is buf
                for o in loop.walk())
 
 
@@ -120,7 +99,7 @@ def _movable_up(op, a, up):
     if op.name in ("arith.constant", "loop.alloc"):
         return True
     if op.name == "loop.store":
-        return not _touches(a, _root(op.operands[1])) and all(
+        return not _touches(a, root(op.operands[1])) and all(
             getattr(v, "op", None) is None or v.op.parent is not a.parent or v.op in up or _precedes(v.op, a)
             for v in op.operands)
     return False
@@ -133,20 +112,6 @@ def _precedes(x, y):
             return True
         x = x.next
     return False
-
-
-def _merge(a, b):
-    body_a, body_b = a.regions[0].blocks[0], b.regions[0].blocks[0]
-    body_b.args[0].replace_all_uses_with(body_a.args[0])
-    end = body_a.last
-    for o in list(body_b.ops):
-        if o is body_b.last:
-            break
-        body_b.remove(o)
-        body_a.insert_before(end, o)
-    for k, v in b.attributes.items():
-        a.attributes.setdefault(k, v)
-    b.erase()
 
 
 def fuse_siblings(block):
@@ -166,15 +131,15 @@ def fuse_siblings(block):
             else:
                 break
             nxt = nxt.next
-        if (_is_inner_loop(nxt) and _same_bounds(op, nxt) and _fusable(op, nxt)
-                and not any(_touches(nxt, _root(d.operands[0])) for d in down)):
+        if (_is_inner_loop(nxt) and same_bounds(op, nxt) and _fusable(op, nxt)
+                and not any(_touches(nxt, root(d.operands[0])) for d in down)):
             for o in up:
                 block.remove(o)
                 block.insert_before(op, o)
             for o in down:
                 block.remove(o)
                 block.insert_after(nxt, o)
-            _merge(op, nxt)
+            merge_bodies(op, nxt, attributes=True)
             merged += 1
             continue
         op = op.next

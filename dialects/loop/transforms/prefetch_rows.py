@@ -17,42 +17,11 @@ from __future__ import annotations
 from tcc.dialects.ir.attributes import IntegerAttr
 from tcc.dialects.ir.core import Operation
 from tcc.dialects.ir.passes import Pass
-from tcc.dialects.ir.types import INDEX, MemRefType
+from tcc.dialects.ir.types import INDEX
+
+from .access import elem_bytes, has_library_call, is_static, nbytes, root, slab
 
 SLAB_MIN, SLAB_MAX = 1024, 64 << 10
-
-
-def _static(t):
-    return isinstance(t, MemRefType) and t.shape is not None and all(d is not None for d in t.shape)
-
-
-def _root(mem):
-    while getattr(mem, "op", None) is not None and mem.op.name == "loop.view":
-        mem = mem.op.operands[0]
-    return mem
-
-
-def _nbytes(t):
-    from tcc.dialects.conversions.loop_to_native.types import elem_bytes
-    n = 1
-    for d in t.shape:
-        n *= d
-    return n * elem_bytes(t.element)
-
-
-def _slab(load, iv):
-    mem, idx = load.operands[0], load.operands[1:]
-    if not _static(mem.type):
-        return None
-    for d, v in enumerate(idx):
-        if v is iv:
-            if any(s != 1 for s in mem.type.shape[:d]):
-                return None
-            n = 1
-            for s in mem.type.shape[d + 1:]:
-                n *= s
-            return n
-    return None
 
 
 def prefetch_rows(loop, min_bytes):
@@ -62,21 +31,21 @@ def prefetch_rows(loop, min_bytes):
     for o in loop.walk():
         if o.name != "loop.load":
             continue
-        root = _root(o.operands[0])
-        if not _static(root.type) or _nbytes(root.type) < min_bytes or root in slabs:
+        buf = root(o.operands[0])
+        if not is_static(buf.type) or nbytes(buf.type) < min_bytes or buf in slabs:
             continue
-        n = _slab(o, iv)
-        if n is not None and SLAB_MIN <= n * _nbytes(MemRefType((1,), root.type.element)) <= SLAB_MAX:
-            slabs[root] = n
+        found = slab(o.operands[0], o.operands[1:], iv)
+        if found is not None and SLAB_MIN <= found[1] * elem_bytes(buf.type) <= SLAB_MAX:
+            slabs[buf] = found[1]
     if not slabs:
         return 0
     one = Operation("arith.constant", [], [INDEX], {"value": IntegerAttr(1, INDEX)})
     nxt = Operation("arith.addi", [iv, one.results[0]], [INDEX])
     ops = [one, nxt]
-    for root, n in slabs.items():
+    for buf, n in slabs.items():
         size = Operation("arith.constant", [], [INDEX], {"value": IntegerAttr(n, INDEX)})
         off = Operation("arith.muli", [nxt.results[0], size.results[0]], [INDEX])
-        ops += [size, off, Operation("loop.prefetch", [root, off.results[0], size.results[0]])]
+        ops += [size, off, Operation("loop.prefetch", [buf, off.results[0], size.results[0]])]
     first = body.first
     for o in ops:
         body.insert_before(first, o)
@@ -93,8 +62,7 @@ class PrefetchRowsPass(Pass):
             for region in func.regions:
                 for block in region.blocks:
                     for op in block.ops:
-                        if op.name == "loop.for" and "parallel" in op.attributes and \
-                                not any("tcc.library_call" in o.attributes for o in op.walk()):
+                        if op.name == "loop.for" and "parallel" in op.attributes and not has_library_call(op):
                             prefetch_rows(op, self.min_bytes)
 
 

@@ -26,25 +26,11 @@ from tcc.dialects.ir.core import Block, Operation, Region
 from tcc.dialects.ir.passes import Pass
 from tcc.dialects.ir.types import INDEX, MemRefType
 
+from .access import const, elem_bytes, has_library_call, is_static, nbytes, slab
+
 ROW_MIN_BYTES = 1024
 ROW_MAX_BYTES = 128 << 10   # larger slabs would not stay in the cache: leave them
 TILE_BYTES = 16 << 10
-
-
-def _static(t):
-    return isinstance(t, MemRefType) and t.shape is not None and all(d is not None for d in t.shape)
-
-
-def _elem_bytes(t):
-    from tcc.dialects.conversions.loop_to_native.types import elem_bytes
-    return elem_bytes(t.element)
-
-
-def _nbytes(t):
-    n = 1
-    for d in t.shape:
-        n *= d
-    return n * _elem_bytes(t)
 
 
 def _stores(arg):
@@ -53,7 +39,7 @@ def _stores(arg):
     while todo:
         v = todo.pop()
         for u, i in v.uses:
-            if u.name == "loop.view" and _static(u.results[0].type):
+            if u.name == "loop.view" and is_static(u.results[0].type):
                 todo.extend(u.results)
             elif u.name == "loop.store" and i == 1:
                 out.append(u)
@@ -68,39 +54,19 @@ def _top_level(op, block):
     return op
 
 
-def _const(v):
-    o = getattr(v, "op", None)
-    return o.get_attr("value") if o is not None and o.name == "arith.constant" else None
-
-
 def _index_const(block, anchor, value, before=True):
     c = Operation("arith.constant", [], [INDEX], {"value": IntegerAttr(value, INDEX)})
     (block.insert_before if before else block.insert_after)(anchor, c)
     return c.results[0]
 
 
-def _slab(store, iv):
-    """(dim of iv, slab elements) for a row-form store, else None."""
-    mem, idx = store.operands[1], store.operands[2:]
-    shape = mem.type.shape
-    for d, v in enumerate(idx):
-        if v is iv:
-            if any(s != 1 for s in shape[:d]):
-                return None
-            n = 1
-            for s in shape[d + 1:]:
-                n *= s
-            return d, n
-    return None
-
-
 def _row_form(loop, stores, out):
     iv = loop.regions[0].blocks[0].args[0]
-    slabs = [_slab(s, iv) for s in stores]
+    slabs = [slab(s.operands[1], s.operands[2:], iv) for s in stores]
     if any(s is None for s in slabs) or len({n for _, n in slabs}) != 1:
         return False
     n = slabs[0][1]
-    if not ROW_MIN_BYTES <= n * _elem_bytes(out.type) <= ROW_MAX_BYTES:
+    if not ROW_MIN_BYTES <= n * elem_bytes(out.type) <= ROW_MAX_BYTES:
         return False
     body = loop.regions[0].blocks[0]
     row = Operation("loop.alloc", [], [MemRefType((n,), out.type.element)])
@@ -126,14 +92,14 @@ def _row_form(loop, stores, out):
 def _flat_form(loop, stores, out, block):
     body = loop.regions[0].blocks[0]
     iv = body.args[0]
-    lb, ub = (_const(v) for v in loop.operands)
+    lb, ub = (const(v) for v in loop.operands)
     if lb != 0 or ub is None or loop.get_attr("step", 1) != 1:
         return False
     if any(o is not loop and o.name == "loop.for" for o in loop.walk()):
         return False
     if any(s.operands[1].type.shape != (ub,) or s.operands[2] is not iv for s in stores):
         return False
-    tile = max(1, TILE_BYTES // _elem_bytes(out.type))
+    tile = max(1, TILE_BYTES // elem_bytes(out.type))
     if ub <= tile:
         return False
     # outer: for t in [0, ceil(N / tile)) parallel
@@ -179,7 +145,7 @@ def stream_outputs(func, min_bytes):
     nout = func.get_attr("tcc.num_outputs") or 0
     done = 0
     for out in block.args[len(block.args) - nout:]:
-        if not _static(out.type) or _nbytes(out.type) < min_bytes:
+        if not is_static(out.type) or nbytes(out.type) < min_bytes:
             continue
         stores = _stores(out)
         if not stores:
@@ -190,7 +156,7 @@ def stream_outputs(func, min_bytes):
         loop = loops.pop()
         if loop is None or loop.name != "loop.for" or "parallel" not in loop.attributes:
             continue
-        if any("tcc.library_call" in o.attributes for o in loop.walk()):
+        if has_library_call(loop):
             continue  # becomes one kernel call: its stores are not code we emit
         if _row_form(loop, stores, out) or _flat_form(loop, stores, out, block):
             done += 1
