@@ -82,6 +82,12 @@ def device_tensor(value):
     return Tensor.from_dlpack(value)
 
 
+def host_array(value):
+    """`value` itself, or a host copy of it when it lives on a device."""
+    t = device_tensor(value)
+    return value if t is None else np.ascontiguousarray(t.numpy())
+
+
 def _target_device(output_device):
     """The Device outputs go to, or None for plain numpy on the host."""
     if output_device is None:
@@ -179,18 +185,10 @@ class SignatureMixin:
         if type(value) is np.ndarray and value.dtype == spec.dtype and value.shape == spec.shape \
                 and value.flags.c_contiguous and value.flags.aligned:
             return value  # the common case, first: it is on every call's path
-        t = device_tensor(value)
-        if t is not None:  # device memory: a host session computes on a host copy
-            self._check_meta(spec, t.dtype, t.shape)
-            return np.ascontiguousarray(t.numpy())
+        value = host_array(value)  # device memory: a host session computes on a host copy
         if not isinstance(value, np.ndarray):
             value = np.asarray(value, dtype=spec.dtype)
-        if value.dtype != spec.dtype:
-            raise InputError(f"input '{spec.name}' has dtype {value.dtype}, expected {spec.dtype} "
-                             f"(signature: {_fmt(self._inputs)})")
-        if tuple(value.shape) != tuple(spec.shape):
-            raise InputError(f"input '{spec.name}' has shape {list(value.shape)}, expected {list(spec.shape)} "
-                             f"(signature: {_fmt(self._inputs)})")
+        self._check_meta(spec, value.dtype, value.shape)
         # Generated code assumes only element alignment (what numpy
         # guarantees), so a contiguous array is used in place: copying a
         # large input cost more than the whole fused kernel.

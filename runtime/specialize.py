@@ -17,7 +17,7 @@ import numpy as np
 from tcc.dialects.ir.errors import TccError
 
 from .artifact import TensorSpec
-from .session import InputError, SignatureMixin, _fmt, device_tensor
+from .session import InputError, SignatureMixin, _fmt, host_array
 
 IR_MEMBER, RES_MEMBER = "model.mlir", "model.mlir.resources"
 
@@ -127,11 +127,6 @@ def _cache_dir():
     return os.path.join(d, "specialized")
 
 
-def _host(value):
-    t = device_tensor(value)
-    return np.asarray(value) if t is None else np.ascontiguousarray(t.numpy())
-
-
 class SpecializingSession(SignatureMixin):
     def __init__(self, artifact):
         self.artifact = art = artifact
@@ -157,7 +152,7 @@ class SpecializingSession(SignatureMixin):
 
     def _check(self, inputs):
         specs = self._inputs
-        inputs = [_host(v) for v in self._arrange(inputs)]
+        inputs = [np.asarray(host_array(v)) for v in self._arrange(inputs)]
         for v, t in zip(inputs, specs):
             if v.dtype != t.dtype:
                 raise InputError(f"input '{t.name}' has dtype {v.dtype}, expected {t.dtype} "
