@@ -177,3 +177,15 @@ def _yield(loc):
 def compute_type(el):
     """Low-precision floats compute in f32."""
     return f32 if is_float(el) and el.name in LOW_FLOATS else el
+
+
+def load_as(L, buf, idx, t):
+    """buf[idx], widened to the compute type t (f16/bf16 -> f32)."""
+    v = L.load(buf, idx)
+    return L.op("arith.extf", [v], t) if v.type != t else v
+
+
+def store_as(L, v, buf, idx):
+    """v into buf[idx], narrowed to the buffer's element type."""
+    el = buf.type.element
+    L.store(L.op("arith.truncf", [v], el) if v.type != el else v, buf, idx)

@@ -12,22 +12,12 @@ from contextlib import contextmanager
 import numpy as np
 
 from ...ir.types import NONE, f32
-from .builder import LOW_FLOATS, is_float
+from .builder import LOW_FLOATS, is_float, load_as, store_as
 from .registry import lowering
 
 
 def _ct(el):
     return f32 if el.name in LOW_FLOATS else el
-
-
-def _ld(L, buf, idx, t):
-    v = L.load(buf, idx)
-    return L.op("arith.extf", [v], t) if v.type != t else v
-
-
-def _st(L, v, buf, idx):
-    el = buf.type.element
-    L.store(L.op("arith.truncf", [v], el) if v.type != el else v, buf, idx)
 
 
 @contextmanager
@@ -63,12 +53,12 @@ def lower_softmax(cx, op):
         with L.loop(0, A) as a:
             with _range(L, I, True) as i:
                 # maxnum, not maximum: a NaN still reaches every output through exp and the sum
-                L.store(L.op("arith.maxnumf", [L.load(mx, [i]), _ld(L, xv, [o, a, i], t)], t), mx, [i])
+                L.store(L.op("arith.maxnumf", [L.load(mx, [i]), load_as(L, xv, [o, a, i], t)], t), mx, [i])
         with L.loop(0, A) as a:
             with _range(L, I, True) as i:
-                e = L.op("math.exp", [L.op("arith.subf", [_ld(L, xv, [o, a, i], t), L.load(mx, [i])], t)], t)
+                e = L.op("math.exp", [L.op("arith.subf", [load_as(L, xv, [o, a, i], t), L.load(mx, [i])], t)], t)
                 if not log:
-                    _st(L, e, yv, [o, a, i])
+                    store_as(L, e, yv, [o, a, i])
                 L.store(L.op("arith.addf", [L.load(sm, [i]), e], t), sm, [i])
         if not log:  # one division per row, then products (within 1.5 ulp of dividing each)
             with _range(L, I, True) as i:
@@ -77,10 +67,10 @@ def lower_softmax(cx, op):
             with _range(L, I, True) as i:
                 if log:
                     sub = L.op("arith.addf", [L.load(mx, [i]), L.op("math.log", [L.load(sm, [i])], t)], t)
-                    v = L.op("arith.subf", [_ld(L, xv, [o, a, i], t), sub], t)
+                    v = L.op("arith.subf", [load_as(L, xv, [o, a, i], t), sub], t)
                 else:
-                    v = L.op("arith.mulf", [_ld(L, yv, [o, a, i], t), L.load(sm, [i])], t)
-                _st(L, v, yv, [o, a, i])
+                    v = L.op("arith.mulf", [load_as(L, yv, [o, a, i], t), L.load(sm, [i])], t)
+                store_as(L, v, yv, [o, a, i])
         L.op("loop.dealloc", [mx])
         L.op("loop.dealloc", [sm])
 
@@ -91,10 +81,10 @@ def _row_stats(L, xv, o, n, t, eps):
     L.store(L.c(0.0, t), s, [0])
     L.store(L.c(0.0, t), s, [1])
     with L.loop(0, n, vectorize=True) as j:
-        L.store(L.op("arith.addf", [L.load(s, [0]), _ld(L, xv, [o, j], t)], t), s, [0])
+        L.store(L.op("arith.addf", [L.load(s, [0]), load_as(L, xv, [o, j], t)], t), s, [0])
     mean = L.op("arith.divf", [L.load(s, [0]), L.c(float(n), t)], t)
     with L.loop(0, n, vectorize=True) as j:
-        d = L.op("arith.subf", [_ld(L, xv, [o, j], t), mean], t)
+        d = L.op("arith.subf", [load_as(L, xv, [o, j], t), mean], t)
         L.store(L.op("arith.addf", [L.load(s, [1]), L.op("arith.mulf", [d, d], t)], t), s, [1])
     var = L.op("arith.divf", [L.load(s, [1]), L.c(float(n), t)], t)
     inv = L.op("arith.divf", [L.c(1.0, t), L.op("math.sqrt", [L.op("arith.addf", [var, L.c(eps, t)], t)], t)], t)
@@ -132,14 +122,14 @@ def lower_layernorm(cx, op):
         mean, inv = _row_stats(L, xv, o, N, t, eps)
         for buf, val in zip(extra, (mean, inv)):
             if buf is not None:
-                _st(L, val, buf, [o])
+                store_as(L, val, buf, [o])
         with L.loop(0, N, vectorize=True) as j:
-            v = L.op("arith.mulf", [L.op("arith.subf", [_ld(L, xv, [o, j], t), mean], t), inv], t)
+            v = L.op("arith.mulf", [L.op("arith.subf", [load_as(L, xv, [o, j], t), mean], t), inv], t)
             if sc is not None:
-                v = L.op("arith.mulf", [v, _ld(L, sc, [j if sc.type.shape[0] > 1 else 0], t)], t)
+                v = L.op("arith.mulf", [v, load_as(L, sc, [j if sc.type.shape[0] > 1 else 0], t)], t)
             if bi is not None:
-                v = L.op("arith.addf", [v, _ld(L, bi, [j if bi.type.shape[0] > 1 else 0], t)], t)
-            _st(L, v, yv, [o, j])
+                v = L.op("arith.addf", [v, load_as(L, bi, [j if bi.type.shape[0] > 1 else 0], t)], t)
+            store_as(L, v, yv, [o, j])
 
 
 @lowering("InstanceNormalization")
@@ -156,11 +146,11 @@ def lower_instancenorm(cx, op):
     with L.loop(0, N * C, parallel=True) as o:
         c = L.op("arith.remui", [o, L.c(C)], o.type)
         mean, inv = _row_stats(L, xv, o, P, t, eps)
-        a = L.op("arith.mulf", [inv, _ld(L, scb, [c], t)], t)
-        b = _ld(L, bib, [c], t)
+        a = L.op("arith.mulf", [inv, load_as(L, scb, [c], t)], t)
+        b = load_as(L, bib, [c], t)
         with L.loop(0, P, vectorize=True) as j:
-            v = L.op("arith.subf", [_ld(L, xv, [o, j], t), mean], t)
-            _st(L, L.op("arith.addf", [L.op("arith.mulf", [v, a], t), b], t), yv, [o, j])
+            v = L.op("arith.subf", [load_as(L, xv, [o, j], t), mean], t)
+            store_as(L, L.op("arith.addf", [L.op("arith.mulf", [v, a], t), b], t), yv, [o, j])
 
 
 @lowering("BatchNormalization")
@@ -178,7 +168,7 @@ def lower_batchnorm(cx, op):
     bufs = [cx.buf(v) for v in (sc, bi, mean, var)]
     # y = x * a[c] + b[c] with a = scale / sqrt(var + eps), b = bias - mean * a
     with L.loop(0, C, vectorize=True) as c:
-        s, bb, m, v = (_ld(L, q, [c], t) for q in bufs)
+        s, bb, m, v = (load_as(L, q, [c], t) for q in bufs)
         av = L.op("arith.divf", [s, L.op("math.sqrt", [L.op("arith.addf", [v, L.c(eps, t)], t)], t)], t)
         L.store(av, a, [c])
         L.store(L.op("arith.subf", [bb, L.op("arith.mulf", [m, av], t)], t), b, [c])
@@ -188,7 +178,7 @@ def lower_batchnorm(cx, op):
         with L.loop(0, C, parallel=N == 1) as c:
             av, bv = L.load(a, [c]), L.load(b, [c])
             with L.loop(0, P, vectorize=True) as p:
-                v = L.op("arith.addf", [L.op("arith.mulf", [_ld(L, xv, [n, c, p], t), av], t), bv], t)
-                _st(L, v, yv, [n, c, p])
+                v = L.op("arith.addf", [L.op("arith.mulf", [load_as(L, xv, [n, c, p], t), av], t), bv], t)
+                store_as(L, v, yv, [n, c, p])
     L.op("loop.dealloc", [a])
     L.op("loop.dealloc", [b])

@@ -22,7 +22,7 @@ import numpy as np
 
 from ...ir.attributes import DenseElementsAttr
 from ...ir.types import INDEX, NONE, MemRefType, TensorType, i1
-from .builder import compute_type
+from .builder import compute_type, load_as, store_as
 from .kernels import NR, annotate, gemm_params, pack_b_panels
 from .matmul import gemm_core, library_root
 from .registry import lowering
@@ -109,16 +109,6 @@ def _act(L, act, x, t):
     return op("math.log", op("arith.addf", op("math.exp", x), c(1.0)))
 
 
-def _ld(L, buf, idx, t):
-    v = L.load(buf, idx)
-    return L.op("arith.extf", [v], t) if v.type != t else v
-
-
-def _st(L, v, buf, idx):
-    el = buf.type.element
-    L.store(L.op("arith.truncf", [v], el) if v.type != el else v, buf, idx)
-
-
 def _global(L, arr, el):
     arr = np.ascontiguousarray(arr)
     return L.at_top("loop.global", MemRefType(arr.shape, el), value=DenseElementsAttr(arr, TensorType(arr.shape, el)))
@@ -148,7 +138,7 @@ class _Weights:
         """(load(k, j), the packed global or None)."""
         L = self.cx.L
         if self.const is None:
-            return (lambda k, j: _ld(L, self.raw, [d, L.add(j, j0), k], self.t)), None
+            return (lambda k, j: load_as(L, self.raw, [d, L.add(j, j0), k], self.t)), None
         key = (d, j0, j1)
         packed = str(self.t) == "f32" and str(self.el) == "f32"
         if key not in self.blocks:
@@ -156,7 +146,7 @@ class _Weights:
             self.blocks[key] = _global(L, pack_b_panels(arr) if packed else arr, self.el)
         g = self.blocks[key]
         if not packed:
-            return (lambda k, j: _ld(L, g, [k, j], self.t)), None
+            return (lambda k, j: load_as(L, g, [k, j], self.t)), None
 
         def load(k, j):
             nr = L.c(NR)
@@ -268,22 +258,22 @@ def lower_recurrent(cx, op):
             else:
                 bias = L.alloc((GH,), t)
                 with L.loop(0, GH) as j:
-                    v = _ld(L, bbuf, [d, j], t)
-                    r_ = _ld(L, bbuf, [d, L.add(j, GH)], t)
+                    v = load_as(L, bbuf, [d, j], t)
+                    r_ = load_as(L, bbuf, [d, L.add(j, GH)], t)
                     if lbr:
                         keep = L.op("arith.cmpi", [j, L.c(2 * Hd)], i1, predicate="slt")
                         r_ = L.op("arith.select", [keep, r_, zero], t)
                     L.store(L.op("arith.addf", [v, r_], t), bias, [j])
-        _gemm(cx, T * NB, GH, I, lambda i, k: _ld(L, xv, [i, k], t), wts, d, 0, xw, xv, bias)
+        _gemm(cx, T * NB, GH, I, lambda i, k: load_as(L, xv, [i, k], t), wts, d, 0, xw, xv, bias)
         if bias is not None and bconst is None:
             L.op("loop.dealloc", [bias])
 
         # -- initial state --
         with L.loop(0, NB, parallel=True) as b:
             with L.loop(0, Hd, vectorize=True) as j:
-                L.store(_ld(L, h0buf, sidx(d, b, j), t) if h0buf is not None else zero, hs, [b, j])
+                L.store(load_as(L, h0buf, sidx(d, b, j), t) if h0buf is not None else zero, hs, [b, j])
                 if cs is not None:
-                    L.store(_ld(L, c0buf, sidx(d, b, j), t) if c0buf is not None else zero, cs, [b, j])
+                    L.store(load_as(L, c0buf, sidx(d, b, j), t) if c0buf is not None else zero, cs, [b, j])
 
         with L.loop(0, T) as s:
             def step_time(b):
@@ -338,7 +328,7 @@ def lower_recurrent(cx, op):
                             r = _act(L, f_act[0], pre(gate(1)), t)
                             hr = L.load(rg, [b, L.add(j, 2 * Hd)])
                             if bbuf is not None:
-                                hr = L.op("arith.addf", [hr, _ld(L, bbuf, [d, L.add(j, 5 * Hd)], t)], t)
+                                hr = L.op("arith.addf", [hr, load_as(L, bbuf, [d, L.add(j, 5 * Hd)], t)], t)
                             hx = L.op("arith.addf", [L.load(xw, [rw, L.add(j, 2 * Hd)]), mul(r, hr)], t)
                         else:
                             hx = L.op("arith.addf", [L.load(xw, [rw, L.add(j, 2 * Hd)]), L.load(gh, [b, j])], t)
@@ -349,7 +339,7 @@ def lower_recurrent(cx, op):
                         cp = L.load(cs, [b, j])
 
                         def peep(k, c):
-                            return None if pbuf is None else mul(_ld(L, pbuf, [d, L.add(j, k * Hd)], t), c)
+                            return None if pbuf is None else mul(load_as(L, pbuf, [d, L.add(j, k * Hd)], t), c)
 
                         ig = _act(L, f_act[0], pre(gate(0, peep(0, cp))), t)
                         if input_forget:
@@ -364,7 +354,7 @@ def lower_recurrent(cx, op):
                             c = L.op("arith.select", [live, c, cp], t)
                         L.store(c, cs, [b, j])
                     if ybuf is not None:
-                        _st(L, h if live is None else L.op("arith.select", [live, h, zero], t), ybuf,
+                        store_as(L, h if live is None else L.op("arith.select", [live, h, zero], t), ybuf,
                             yidx(ti, d, b, j))
                     L.store(h if live is None else L.op("arith.select", [live, h, hp], t), hs, [b, j])
 
@@ -379,7 +369,7 @@ def lower_recurrent(cx, op):
                     for src, dst in ((hs, yhbuf), (cs, ycbuf)):
                         if dst is not None:
                             v = L.load(src, [b, j])
-                            _st(L, v if empty is None else L.op("arith.select", [empty, zero, v], t), dst,
+                            store_as(L, v if empty is None else L.op("arith.select", [empty, zero, v], t), dst,
                                 sidx(d, b, j))
 
     for buf in (xw, rg, rh, gh, hs, cs):
