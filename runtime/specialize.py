@@ -25,7 +25,8 @@ IR_MEMBER, RES_MEMBER = "model.mlir", "model.mlir.resources"
 # input feeding one is specialized on its value, not only its shape.
 SHAPE_OPERANDS = {"shape", "starts", "ends", "axes", "steps", "pads", "repeats", "k", "K", "split", "scales",
                   "sizes", "roi", "depth", "limit", "start", "delta", "num_outputs", "output_shape",
-                  "axis", "reduction_axes", "image_shape", "block_shape", "size"}
+                  "axis", "reduction_axes", "image_shape", "block_shape", "size", "dft_length",
+                  "frame_step", "frame_length"}
 # ConstantOfShape / EyeLike-style ops whose first input is a shape.
 SHAPE_FIRST_INPUT = {"onnx.ConstantOfShape"}
 
