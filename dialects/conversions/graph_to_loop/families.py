@@ -17,3 +17,4 @@ from . import affine_grid  # noqa: F401,E402
 from . import recurrent  # noqa: F401,E402
 from . import conv_transpose  # noqa: F401,E402
 from . import dft  # noqa: F401,E402
+from . import quantized_linear  # noqa: F401,E402

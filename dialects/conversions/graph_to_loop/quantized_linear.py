@@ -1,0 +1,153 @@
+"""MatMulInteger, ConvInteger, QLinearMatMul and QLinearConv, as
+onnx.reference computes them: inputs widened to int32 less their zero
+points (per tensor, per row of A / column of B, per output channel of W),
+accumulated in int32 (the Conv nest and the blocked GEMM nest, in int32),
+then for the QLinear ops requantized in float64: acc * (scale_a * scale_b /
+scale_y, in the scales' own type) + y_zero_point, rounded half to even and
+saturated to the output type."""
+from __future__ import annotations
+
+import numpy as np
+
+from ...ir.types import NONE, f32, f64, i32
+from .builder import LOW_FLOATS, is_float
+from .cast import emit_cast
+from .conv import ConvGeometry, direct_conv
+from .matmul import gemm_core
+from .registry import lowering
+
+QRANGE = {"i8": (-128, 127), "ui8": (0, 255), "i16": (-32768, 32767), "ui16": (0, 65535)}
+
+
+def _given(op, i):
+    return op.operands[i] if len(op.operands) > i and op.operands[i].type is not NONE else None
+
+
+def _i32(L, v, t):
+    return emit_cast(L, v, t, i32)
+
+
+def per_index(cx, op, v, size, what):
+    """A loader for scale / zero point `v`: one value, or one per index of a
+    dim of `size` (1-D). None when v is absent."""
+    if v is None:
+        return None
+    L, buf, n = cx.L, cx.buf(v), v.type.num_elements
+    if n == 1:
+        flat = L.view(buf, (1,))
+        return lambda i: L.load(flat, [0])
+    if v.type.rank == 1 and n == size:
+        return lambda i: L.load(buf, [i])
+    cx.fail(op, f"{op.name[5:]}'s {what} has shape {list(v.type.shape)}: expected one value or {size}")
+
+
+def _centered(L, load, t, zp, i):
+    """load() widened to int32 less the zero point at index i."""
+    v = _i32(L, load(), t)
+    return v if zp is None else L.op("arith.subi", [v, _i32(L, zp[0](i), zp[1])], i32)
+
+
+def _zp(loader, v):
+    return None if loader is None else (loader, v.type.element)
+
+
+def _matmul_i32(cx, op, A, B, azp, bzp, acc):
+    """acc (int32, the result shape) = (A - azp) @ (B - bzp), batched and
+    broadcast like MatMul; azp per row of A, bzp per column of B."""
+    L = cx.L
+    sa, sb = A.type.shape, B.type.shape
+    a2 = sa if len(sa) >= 2 else (1,) + sa
+    b2 = sb if len(sb) >= 2 else sb + (1,)
+    M, K, N = a2[-2], a2[-1], b2[-1]
+    batch = tuple(np.broadcast_shapes(a2[:-2], b2[:-2]))
+    nb = len(batch)
+    av = L.view(cx.buf(A), (1,) * (nb + 2 - len(a2)) + a2)
+    bv = L.view(cx.buf(B), (1,) * (nb + 2 - len(b2)) + b2)
+    cv = L.view(acc, batch + (M, N))
+    za = _zp(per_index(cx, op, azp, M, "A zero point"), azp)
+    zb = _zp(per_index(cx, op, bzp, N, "B zero point"), bzp)
+    with L.loops(batch, vectorize_inner=False) as bivs:
+        ai = [i if av.type.shape[d] != 1 else 0 for d, i in enumerate(bivs)]
+        bi = [i if bv.type.shape[d] != 1 else 0 for d, i in enumerate(bivs)]
+        gemm_core(cx, M, N, K,
+                  lambda i, k: _centered(L, lambda: L.load(av, ai + [i, k]), A.type.element, za, i),
+                  lambda k, j: _centered(L, lambda: L.load(bv, bi + [k, j]), B.type.element, zb, j),
+                  cv, lambda i, j: list(bivs) + [i, j], parallel=not batch)
+    return (lambda ivs: ivs[-1]), N  # what a per-column B scale follows
+
+
+def _conv_i32(cx, op, X, W, xzp, wzp, acc, bias=None):
+    L = cx.L
+    g = ConvGeometry(cx, op, X, W, op.results[0])
+    zx = _zp(per_index(cx, op, xzp, 1, "x zero point"), xzp)
+    zw = _zp(per_index(cx, op, wzp, g.M, "w zero point"), wzp)
+    xb, wb = cx.buf(X), cx.buf(W)
+    bb = cx.buf(bias) if bias is not None else None
+    direct_conv(cx, g, acc, i32, lambda m: L.load(bb, [m]) if bb is not None else L.c(0, i32),
+                lambda m, c, kp: _centered(L, lambda: L.load(wb, [m, c] + kp), W.type.element, zw, m),
+                lambda nn, ic, ii: _centered(L, lambda: L.load(xb, [nn, ic] + ii), X.type.element, zx, 0))
+    return (lambda ivs: ivs[1]), g.M  # output channel
+
+
+def _scale_op(L, name, a, b, t):
+    """a (op) b in scale type t, rounded to t as numpy does (f16 through f32)."""
+    if t.name in LOW_FLOATS:
+        r = L.op(name, [L.op("arith.extf", [a], f32), L.op("arith.extf", [b], f32)], f32)
+        return L.op("arith.truncf", [r], t)
+    return L.op(name, [a, b], t)
+
+
+def _requantize(cx, op, acc, out, sa, sb, sy, yzp, per):
+    """out = saturate(roundeven(f64(acc) * f64(sa * sb / sy) + yzp))."""
+    L = cx.L
+    r = op.results[0]
+    q = QRANGE.get(str(r.type.element))
+    if q is None:
+        cx.fail(op, f"{op.name[5:]} output type {r.type.element} is not an 8- or 16-bit integer")
+    st = sa.type.element
+    if not is_float(st) or sb.type.element != st or sy.type.element != st:
+        cx.fail(op, f"{op.name[5:]}'s scales must share one float type")
+    channel, n = per  # the index a per-channel (per-column) second scale follows, and its size
+    la = per_index(cx, op, sa, 1, "first scale")
+    lb = per_index(cx, op, sb, n, "second scale")
+    ly = per_index(cx, op, sy, 1, "y scale")
+    lz = per_index(cx, op, yzp, 1, "y zero point")
+    with L.loops(r.type.shape) as ivs:
+        j = channel(ivs)
+        mult = _scale_op(L, "arith.divf", _scale_op(L, "arith.mulf", la(0), lb(j), st), ly(0), st)
+        v = L.op("arith.mulf", [L.op("arith.sitofp", [L.load(acc, ivs)], f64), L.op("arith.extf", [mult], f64)], f64)
+        if lz is not None:
+            v = L.op("arith.addf", [v, emit_cast(L, lz(0), yzp.type.element, f64)], f64)
+        v = L.op("math.roundeven", [v], f64)
+        v = L.op("arith.minimumf", [L.op("arith.maximumf", [v, L.c(float(q[0]), f64)], f64), L.c(float(q[1]), f64)],
+                 f64)
+        L.store(emit_cast(L, L.op("arith.fptosi", [v], i32), i32, r.type.element), out, ivs)
+    L.op("loop.dealloc", [acc])
+
+
+@lowering("MatMulInteger")
+def lower_matmul_integer(cx, op):
+    A, B = op.operands[:2]
+    _matmul_i32(cx, op, A, B, _given(op, 2), _given(op, 3), cx.out(op.results[0]))
+
+
+@lowering("ConvInteger")
+def lower_conv_integer(cx, op):
+    X, W = op.operands[:2]
+    _conv_i32(cx, op, X, W, _given(op, 2), _given(op, 3), cx.out(op.results[0]))
+
+
+@lowering("QLinearMatMul")
+def lower_qlinear_matmul(cx, op):
+    a, sa, azp, b, sb, bzp, sy, yzp = (_given(op, i) for i in range(8))
+    acc = cx.L.alloc(op.results[0].type.shape, i32)
+    per = _matmul_i32(cx, op, a, b, azp, bzp, acc)
+    _requantize(cx, op, acc, cx.out(op.results[0]), sa, sb, sy, yzp, per)
+
+
+@lowering("QLinearConv")
+def lower_qlinear_conv(cx, op):
+    x, sx, xzp, w, sw, wzp, sy, yzp, bias = (_given(op, i) for i in range(9))
+    acc = cx.L.alloc(op.results[0].type.shape, i32)
+    per = _conv_i32(cx, op, x, w, xzp, wzp, acc, bias)
+    _requantize(cx, op, acc, cx.out(op.results[0]), sx, sw, sy, yzp, per)

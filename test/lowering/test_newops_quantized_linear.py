@@ -1,0 +1,81 @@
+"""MatMulInteger, ConvInteger, QLinearMatMul, QLinearConv on fresh random
+8-bit data: the integer ops against onnxruntime (exact), the requantizing
+ones against onnx.reference (numpy; onnxruntime requantizes in float32 and
+may round a near-tie the other way)."""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(__file__))
+import numpy as np
+import pytest
+from onnx import helper as h
+
+from newops_helpers import RNG, check, lowered, model
+from tcc.dialects.conversions.loop_to_native.jit import run_native
+from tcc.dialects.loop.interpreter import run_loop_module
+
+
+def q(shape, dt):
+    info = np.iinfo(dt)
+    return RNG.integers(info.min, info.max + 1, shape).astype(dt)
+
+
+def scale(*shape, dt=np.float32):
+    return (RNG.uniform(0.002, 0.05, shape)).astype(dt)
+
+
+@pytest.mark.parametrize("ashape,bshape", [((5, 7), (7, 9)), ((2, 4, 6), (6, 3)), ((3, 1, 4, 5), (2, 5, 6)),
+                                           ((6,), (6, 4))])
+@pytest.mark.parametrize("adt,bdt", [(np.uint8, np.uint8), (np.int8, np.int8), (np.uint8, np.int8)])
+def test_matmul_integer(ashape, bshape, adt, bdt):
+    inits = {"az": q((), adt), "bz": q((), bdt)}
+    check([h.make_node("MatMulInteger", ["a", "b", "az", "bz"], ["y"])], {"a": q(ashape, adt), "b": q(bshape, bdt)},
+          {"y": np.int32}, opset=10, initializers=inits, ref="ort" if adt == np.uint8 else "onnx")
+
+
+def test_matmul_integer_per_row_and_column_zero_points():
+    # onnx.reference cannot broadcast a per-row zero point: numpy is the reference here
+    a, b, az, bz = q((4, 6), np.uint8), q((6, 5), np.uint8), q((4,), np.uint8), q((5,), np.uint8)
+    m = model([h.make_node("MatMulInteger", ["a", "b", "az", "bz"], ["y"])], {"a": a, "b": b}, {"y": np.int32},
+              opset=10, initializers={"az": az, "bz": bz})
+    want = (a.astype(np.int32) - az[:, None]) @ (b.astype(np.int32) - bz[None, :])
+    mod = lowered(m)
+    for got in (run_loop_module(mod, [a, b])[0], run_native(mod, [a, b])[0]):
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("attrs", [{}, {"pads": [1, 1, 1, 1], "strides": [2, 2]}, {"group": 2, "dilations": [2, 1]}])
+def test_conv_integer(attrs):
+    g = attrs.get("group", 1)
+    check([h.make_node("ConvInteger", ["x", "w", "xz", "wz"], ["y"], **attrs)],
+          {"x": q((2, 4, 7, 6), np.uint8)}, {"y": np.int32}, opset=10, ref="ort",
+          initializers={"w": q((6, 4 // g, 3, 3), np.uint8), "xz": q((), np.uint8), "wz": q((), np.uint8)})
+
+
+@pytest.mark.parametrize("ashape,bshape,per_col", [((5, 7), (7, 9), False), ((2, 4, 6), (6, 3), True),
+                                                   ((3, 4, 5), (3, 5, 6), False)])
+@pytest.mark.parametrize("dt", [np.uint8, np.int8])
+@pytest.mark.parametrize("sdt", [np.float32, np.float16])
+def test_qlinear_matmul(ashape, bshape, per_col, dt, sdt):
+    n = bshape[-1]
+    inits = {"sa": scale(dt=sdt), "za": q((), dt), "sb": scale(n, dt=sdt) if per_col else scale(dt=sdt),
+             "zb": q((n,), dt) if per_col else q((), dt), "sy": scale(dt=sdt) * 20, "zy": q((), dt)}
+    check([h.make_node("QLinearMatMul", ["a", "sa", "za", "b", "sb", "zb", "sy", "zy"], ["y"])],
+          {"a": q(ashape, dt), "b": q(bshape, dt)}, {"y": dt}, opset=21, ref="onnx", initializers=inits)
+
+
+@pytest.mark.parametrize("attrs,per_channel,bias", [({}, False, False),
+                                                    ({"pads": [1, 1, 1, 1], "strides": [2, 1]}, True, True),
+                                                    ({"group": 2}, True, False)])
+@pytest.mark.parametrize("dt", [np.uint8, np.int8])
+def test_qlinear_conv(attrs, per_channel, bias, dt):
+    g, m = attrs.get("group", 1), 4
+    inits = {"sx": scale(), "zx": q((), dt), "w": q((m, 4 // g, 3, 3), dt),
+             "sw": scale(m) if per_channel else scale(), "zw": np.zeros(m if per_channel else (), dt),
+             "sy": scale() * 50, "zy": q((), dt)}
+    ins = ["x", "sx", "zx", "w", "sw", "zw", "sy", "zy"]
+    if bias:
+        inits["b"] = RNG.integers(-5000, 5000, m).astype(np.int32)
+        ins.append("b")
+    check([h.make_node("QLinearConv", ins, ["y"], **attrs)], {"x": q((1, 4, 6, 5), dt)}, {"y": dt}, opset=10,
+          ref="onnx", initializers=inits)
