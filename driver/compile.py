@@ -180,21 +180,12 @@ def emit(module, ctx, options):
     `options.emit` asks for; returns the output path (None for stdout)."""
     from .compile_plan import compile_plan, has_partitions
     if has_partitions(module):
-        from tcc.runtime.specialize import needs_specialization, shape_operand_args
-        if needs_specialization(module):
-            func = module.lookup_function("main_graph")
-            block = func.regions[0].blocks[0]
-            dyn = [i for i, a in enumerate(block.args) if not getattr(a.type, "has_static_shape", True)]
-            names = _names(func, "arg_attrs", len(block.args), "input_")
-            which = f"input '{names[(dyn or shape_operand_args(module))[0]]}'"
-            why = "has a dynamic shape" if dyn else "decides output shapes by its value"
-            raise CLIError(f"{which} {why}: models placed on accelerators need static shapes "
-                           "(compile without --maccel to specialize per input at run time)")
         return compile_plan(module, ctx, options, lambda sub: compile_host(sub, ctx, options))
     if options.emit == "tcc":
         from tcc.runtime.specialize import needs_specialization, write_specializing_artifact
         if needs_specialization(module):
-            # Dynamic dims or shape-deciding inputs: compiled per input shape at run time.
+            # Dynamic dims or shape-deciding inputs: placed (with --maccel) and
+            # compiled per input shape at run time.
             return write_specializing_artifact(options.output or "model.tcc", module, options)
     if options.emit == "loop-ir":
         write_ir(compile_host(module, ctx, options, "loop-ir"), options.output)

@@ -43,7 +43,10 @@ def _run(ctx, module, options, pipeline, timings):
 
 def import_and_optimize(model, options: CompileOptions, ctx=None):
     """ONNX model (path or ModelProto) -> module after graph passes and, when
-    accelerators are selected, placement (BYOC partitioning)."""
+    accelerators are selected, placement (BYOC partitioning). Placement needs
+    static shapes: a model with dynamic dims or shape-deciding inputs is left
+    unplaced, and its specializing artifact places each input shape at run
+    time (runtime/specialize.py)."""
     ctx = ctx or new_context()
     accels = list(getattr(ctx, "accelerators", []))
     stages = stages_for(options, accels)
@@ -52,17 +55,26 @@ def import_and_optimize(model, options: CompileOptions, ctx=None):
     _run(ctx, module, options, ",".join(stages.at("after-import")), timings)
     _run(ctx, module, options, graph_pipeline(options.opt_level), timings)
     if accels:
-        _run(ctx, module, options, ",".join(stages.at("before-placement")), timings)
-        _run(ctx, module, options, PLACEMENT_PIPELINE + ",dce", timings)
-        _run(ctx, module, options, ",".join(stages.at("after-placement")), timings)
-        if options.strict:
-            from .placement_report import host_fallbacks
-            left = host_fallbacks(module)
-            if left:
-                node, op, _, why = left[0]
-                more = f" (and {len(left) - 1} more)" if len(left) > 1 else ""
-                raise CLIError(f"--strict: node '{node}' ({op}) would fall back to the host: {why}{more}")
+        from tcc.runtime.specialize import needs_specialization
+        if not needs_specialization(module):
+            place(module, ctx, options, timings)
     if options.timing:
         for pm in timings:
             pm.timing_report(sys.stderr)
     return module, ctx
+
+
+def place(module, ctx, options: CompileOptions, timings=None):
+    """Stage 3: the accelerators' before-placement passes, placement, theirs after."""
+    timings = [] if timings is None else timings
+    stages = stages_for(options, ctx.accelerators)
+    _run(ctx, module, options, ",".join(stages.at("before-placement")), timings)
+    _run(ctx, module, options, PLACEMENT_PIPELINE + ",dce", timings)
+    _run(ctx, module, options, ",".join(stages.at("after-placement")), timings)
+    if options.strict:
+        from .placement_report import host_fallbacks
+        left = host_fallbacks(module)
+        if left:
+            node, op, _, why = left[0]
+            more = f" (and {len(left) - 1} more)" if len(left) > 1 else ""
+            raise CLIError(f"--strict: node '{node}' ({op}) would fall back to the host: {why}{more}")

@@ -57,8 +57,11 @@ def build(argv):
         options.accel_options = accel.configure(accels, plugin_opts)
         module, ctx = import_and_optimize(model, options, ctx)
         if accels and (placement_report or verbose):
+            from tcc.runtime.specialize import needs_specialization
             from .placement_report import text_report
-            sys.stderr.write(text_report(module))
+            sys.stderr.write("placement report: deferred to run time (dynamic shapes or shape-deciding inputs: "
+                             "each input shape is placed when first run)\n" if needs_specialization(module)
+                             else text_report(module))
         if emit == "onnx-ir":
             write_ir(module, output)
             return

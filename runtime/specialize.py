@@ -137,6 +137,7 @@ class SpecializingSession(SignatureMixin):
         self._res = art.members.get(RES_MEMBER)
         self._shape_args = set(self.manifest["specialize"]["shape_operand_inputs"])
         self._opt_level = int(self.manifest["specialize"].get("opt_level", 2))
+        self._maccel = list(self.manifest.get("compile", {}).get("options", {}).get("maccel", []))
         self._digest = hashlib.sha256(art.members[IR_MEMBER] + (self._res or b"")).hexdigest()
         self._cache = {}
         self._lock = threading.Lock()
@@ -166,7 +167,7 @@ class SpecializingSession(SignatureMixin):
 
     def _key(self, inputs):
         import tcc
-        h = hashlib.sha256(f"{self._digest} {tcc.__version__} {self._opt_level}".encode())
+        h = hashlib.sha256(f"{self._digest} {tcc.__version__} {self._opt_level} {self._maccel}".encode())
         for i, v in enumerate(inputs):
             h.update(repr(v.shape).encode())
             if i in self._shape_args:
@@ -178,17 +179,17 @@ class SpecializingSession(SignatureMixin):
         sess = self._cache.get(key)
         if sess is not None:
             return sess
-        from .session import Session
+        from .session import load  # a host Session, or a PlanSession when placed
         path = os.path.join(_cache_dir(), key[:2], key + ".tcc")
         if os.path.exists(path):
             try:
-                sess = Session(path)
+                sess = load(path)
             except TccError:
                 sess = None  # stale or corrupt: compile again
         if sess is None:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             self._compile(inputs, path)
-            sess = Session(path)
+            sess = load(path)
         self._cache[key] = sess
         return sess
 
@@ -200,8 +201,12 @@ class SpecializingSession(SignatureMixin):
         from tcc.driver.compile import emit
         from tcc.driver.options import CompileOptions
         from tcc.dialects.ir import PassManager, parse_pipeline
-        from tcc.driver.pipeline import graph_pipeline
+        from tcc.driver.pipeline import graph_pipeline, place
         ctx = new_context()
+        if self._maccel:  # placed per shape: placement needs static shapes
+            from tcc.accelerators.manager import load_accelerators
+            from tcc.driver.accelerators import setup_context
+            ctx = setup_context(ctx, load_accelerators(self._maccel), self._opt_level)
         with tempfile.TemporaryDirectory(prefix="tcc-spec-") as d:
             ir_path = os.path.join(d, IR_MEMBER)
             with open(ir_path, "w") as f:
@@ -222,8 +227,10 @@ class SpecializingSession(SignatureMixin):
                 block.insert_before(block.first, const)
                 for user, idx in list(a.uses):
                     user.set_operand(idx, const.results[0])
-        options = CompileOptions(opt_level=self._opt_level, emit="tcc", output=path)
+        options = CompileOptions(maccel=self._maccel, opt_level=self._opt_level, emit="tcc", output=path)
         PassManager(ctx, parse_pipeline(graph_pipeline(max(self._opt_level, 1)), ctx)).run(module)
+        if self._maccel:
+            place(module, ctx, options)
         emit(module, ctx, options)
 
     def run(self, inputs, output_names=None, output_device=None):

@@ -118,3 +118,22 @@ def test_composite_with_unsupported_member_is_not_claimed(tmp_path):
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
     sess = tcc.load(tcc.compile(m, maccel=["cpu"], output=str(tmp_path / "m.tcc")))
     assert not cpu_steps(sess)
+
+
+def test_dynamic_batch_is_placed_per_input_shape(tmp_path):
+    """A dynamic batch dim cannot be placed ahead of time; the artifact
+    places and compiles each batch size on the cpu accelerator when it
+    first sees it, and every size matches onnxruntime."""
+    import onnxruntime as ort
+    from tcc.runtime.executor import PlanSession
+    w, b = rand(8, 3, 3, 3), rand(8)
+    m = model([helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+               helper.make_node("Relu", ["c"], ["y"])],
+              [("x", ["N", 3, 10, 9])], [("y", ["N", 8, 10, 9])], inits=[("w", w), ("b", b)])
+    sess = tcc.load(tcc.compile(m, maccel=["cpu"], output=str(tmp_path / "m.tcc")))
+    ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    for n in (2, 1, 2):
+        x = rand(n, 3, 10, 9)
+        np.testing.assert_allclose(sess.run({"x": x})[0], ref.run(None, {"x": x})[0], rtol=1e-4, atol=1e-5)
+        placed = sess._compiled([x])
+        assert isinstance(placed, PlanSession) and cpu_steps(placed) and not host_steps(placed)
