@@ -6,6 +6,7 @@ import sys
 
 from tcc.accelerators import PipelineStages
 from tcc.dialects.ir import PassManager, new_context, parse_pipeline
+from tcc.dialects.conversions.graph_to_loop.registry import host_lowers
 from tcc.dialects.onnx.importer import import_model
 from tcc.dialects.transforms.placement import PIPELINE as PLACEMENT_PIPELINE
 
@@ -50,7 +51,7 @@ def import_and_optimize(model, options: CompileOptions, ctx=None):
     ctx = ctx or new_context()
     accels = list(getattr(ctx, "accelerators", []))
     stages = stages_for(options, accels)
-    module = import_model(model)
+    module = import_model(model, lowered=host_lowers)
     timings = []
     _run(ctx, module, options, ",".join(stages.at("after-import")), timings)
     _run(ctx, module, options, graph_pipeline(options.opt_level), timings)

@@ -113,14 +113,20 @@ def _check_domains(model, where):
     walk(model.graph)
 
 
-def import_model(model, where=None, check=True) -> Module:
-    """A path or ModelProto -> Module."""
+def import_model(model, where=None, check=True, lowered=None) -> Module:
+    """A path or ModelProto -> Module. With `lowered` (op type -> bool), ops
+    it refuses that ONNX defines as functions are expanded (expand_functions)."""
     if isinstance(model, (str, os.PathLike)):
         where = where or str(model)
         model = load_model(str(model))
     where = where or "model"
     if check:
         model = check_and_infer(model, where)
+        if lowered is not None:
+            from .expand_functions import expand_functions
+            expanded = expand_functions(model, lowered)
+            if expanded is not None:
+                model = check_and_infer(expanded, where)
     return _Importer(model, where).run()
 
 

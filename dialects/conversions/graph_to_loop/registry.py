@@ -12,3 +12,9 @@ def lowering(*names):
             LOWERINGS[n if "." in n else "onnx." + n] = fn
         return fn
     return deco
+
+
+def host_lowers(op_type: str) -> bool:
+    """Whether the host lowers default-domain op `op_type`."""
+    from . import families  # noqa: F401  (registers the lowerings)
+    return "onnx." + op_type in LOWERINGS
