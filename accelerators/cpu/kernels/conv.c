@@ -13,7 +13,9 @@
  * blocks when k is long (partial sums kept per thread between blocks) or m
  * is small, and finish a plane's last few outputs as dot products along k
  * when a masked vector would waste most of its lanes. Strides beyond the
- * phase table fall back to im2col + GEMM. */
+ * phase table fall back to im2col + GEMM. Constant weights on AVX-512 are
+ * packed at compile time for conv_ocv.c instead (output channels in the
+ * lanes), except pointwise and depthwise convolutions. */
 #include "conv_vec.h"
 
 #if defined(__AVX512F__)

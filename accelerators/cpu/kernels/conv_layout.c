@@ -134,9 +134,35 @@ static void pack_channel(const cv_layout *l, const tcc_conv_params *p, const flo
     }
 }
 
+/* ceil(a / b) for any sign of a, b > 0, clamped to [0, n] */
+static long cdiv_clamp(long a, long b, long n) { return clampl(a >= 0 ? (a + b - 1) / b : -(-a / b), 0, n); }
+
+/* Zeroes what pack_channel leaves alone, and only that: per phase plane,
+ * the rows and the column margins no input element lands on. */
+static void zero_padding(const cv_layout *l, const tcc_conv_params *p, float *dst) {
+    const long hq = l->hq, wq = l->wq;
+    for (long pr = 0; pr < p->sh; pr++)
+        for (long pc = 0; pc < p->sw; pc++) {
+            float *d = plane_row(l, p, dst, pr, pc, 0);
+            if (!d) continue;
+            const long i0 = cdiv_clamp(p->pt - pr, p->sh, hq), i1 = cdiv_clamp(p->pt + p->h - pr, p->sh, hq);
+            const long j0 = cdiv_clamp(p->pl - pc, p->sw, wq), j1 = cdiv_clamp(p->pl + p->w - pc, p->sw, wq);
+            if (j0 >= j1 || i0 >= i1) {
+                memset(d, 0, hq * wq * sizeof(float));
+                continue;
+            }
+            memset(d, 0, i0 * wq * sizeof(float));
+            memset(d + i1 * wq, 0, (hq - i1) * wq * sizeof(float));
+            for (long i = i0; i < i1; i++) {
+                for (long j = 0; j < j0; j++) d[i * wq + j] = 0.f;
+                for (long j = j1; j < wq; j++) d[i * wq + j] = 0.f;
+            }
+        }
+}
+
 void cv_pack(const cv_layout *l, const tcc_conv_params *p, const float *x, float *dst, long c0, long c1, int zero) {
     for (long c = c0; c < c1; c++) {
-        if (zero) memset(dst + c * l->cs, 0, l->cs * sizeof(float));
+        if (zero) zero_padding(l, p, dst + c * l->cs);
         pack_channel(l, p, x + c * p->h * p->w, dst + c * l->cs);
     }
 }

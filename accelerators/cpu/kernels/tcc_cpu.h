@@ -68,6 +68,11 @@ typedef struct {
 size_t tcc_cpu_conv2d_scratch(const tcc_conv_params *p);
 void tcc_cpu_conv2d(const tcc_conv_params *p, const float *x, const float *w, float *y, float *scratch,
                     const tcc_epilogue *ep);
+/* The same (not depthwise, strides the phase table covers) with the weights
+ * packed at compile time (codegen.pack_conv): per group, [ceil(M/G/32)][K][32]
+ * panels of the OIHW rows transposed, K = C/G*KH*KW, zero past M/G. */
+void tcc_cpu_conv2d_packed(const tcc_conv_params *p, const float *x, const float *wp, float *y, float *scratch,
+                           const tcc_epilogue *ep);
 
 /* ---- pooling ------------------------------------------------------------- */
 typedef struct {

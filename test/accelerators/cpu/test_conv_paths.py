@@ -1,14 +1,22 @@
 """Every path of the cpu kernel library's convolution (kernels/conv*.c)
 against onnxruntime on fresh random data: the direct kernel (input used in
 place or packed into phase planes, full and tail register tiles, flat and
-row-wise stores, q chunks and m blocks split over threads), the depthwise
-kernel (3x3 and other tap counts, strides, dilations, pads), the im2col
-fallback for strides beyond the phase table, and every fused epilogue."""
+row-wise stores, q chunks and m blocks split over threads), the kernel on
+weights packed at compile time (conv_ocv.c: pixel tiles of one or two rows,
+panel tails, channel blocks, groups; also called directly in the other ISA
+builds), the depthwise kernel (3x3 and other tap counts, strides,
+dilations, pads), the im2col fallback for strides beyond the phase table,
+and every fused epilogue. On AVX-512 a conv with constant weights takes the
+packed kernel; the direct kernel's tests pass the weights as an input."""
+import ctypes
+import zipfile
+
 import numpy as np
+import onnxruntime as ort
 import pytest
 from onnx import helper
 
-from .helpers import check, model, rand
+from .helpers import check, model, rand, run_both
 
 H = helper.make_node
 
@@ -18,15 +26,18 @@ def out_size(n, k, s, d, pb, pe):
 
 
 def conv_model(n, c, h, w, m, k, s=(1, 1), d=(1, 1), pads=(0, 0, 0, 0), g=1, bias=True, act=None,
-               residual=False, alpha=0.1):
+               residual=False, alpha=0.1, w_input=False):
     kh, kw = (k, k) if isinstance(k, int) else k
     oh, ow = out_size(h, kh, s[0], d[0], pads[0], pads[2]), out_size(w, kw, s[1], d[1], pads[1], pads[3])
     x, wt, b = rand(n, c, h, w), rand(m, c // g, kh, kw), rand(m)
     ins = ["x", "w"] + (["b"] if bias else [])
     nodes = [H("Conv", ins, ["c"], kernel_shape=[kh, kw], strides=list(s), dilations=list(d), pads=list(pads),
                group=g)]
-    inits = [("w", wt)] + ([("b", b)] if bias else [])
+    inits = ([] if w_input else [("w", wt)]) + ([("b", b)] if bias else [])
     inputs, feeds, cur = [("x", x.shape)], {"x": x}, "c"
+    if w_input:  # not a constant: the direct kernel, weights read as they are
+        inputs.append(("w", wt.shape))
+        feeds["w"] = wt
     if residual:
         r = rand(n, m, oh, ow)
         nodes.append(H("Add", [cur, "r"], ["s"]))
@@ -64,8 +75,9 @@ ACTS = [None, "Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh"]
     (1, 12, 9, 10, 15, 3, (1, 1), (1, 1), (1, 1, 1, 1), 3),   # groups
     (2, 8, 11, 7, 6, 1, (1, 1), (1, 1), (0, 0, 0, 0), 2),     # grouped pointwise
 ])
-def test_direct_shapes(n, c, h, w, m, k, s, d, pads, g):
-    mdl, feeds = conv_model(n, c, h, w, m, k, s, d, pads, g, bias=True)
+@pytest.mark.parametrize("w_input", [True, False])
+def test_direct_shapes(n, c, h, w, m, k, s, d, pads, g, w_input):
+    mdl, feeds = conv_model(n, c, h, w, m, k, s, d, pads, g, bias=True, w_input=w_input)
     check(mdl, feeds)
 
 
@@ -78,8 +90,9 @@ def test_pointwise_tails(hw):
 
 
 @pytest.mark.parametrize("s,pads", [((2, 2), (0, 0, 0, 0)), ((2, 2), (1, 0, 0, 1)), ((3, 3), (0, 0, 0, 0))])
-def test_pointwise_strided(s, pads):
-    mdl, feeds = conv_model(2, 9, 13, 15, 10, 1, s=s, pads=pads)
+@pytest.mark.parametrize("w_input", [True, False])
+def test_pointwise_strided(s, pads, w_input):
+    mdl, feeds = conv_model(2, 9, 13, 15, 10, 1, s=s, pads=pads, w_input=w_input)
     check(mdl, feeds)
 
 
@@ -88,24 +101,25 @@ def test_pointwise_strided(s, pads):
 @pytest.mark.parametrize("residual", [False, True])
 def test_direct_epilogues(k, act, residual):
     pads = (k // 2,) * 4
-    mdl, feeds = conv_model(2, 5, 9, 19, 11, k, pads=pads, act=act, residual=residual)
+    mdl, feeds = conv_model(2, 5, 9, 19, 11, k, pads=pads, act=act, residual=residual, w_input=True)
     check(mdl, feeds)
 
 
 def test_direct_no_bias_leaky_negative_alpha():
-    mdl, feeds = conv_model(1, 3, 8, 8, 5, 3, pads=(1, 1, 1, 1), bias=False, act="LeakyRelu", alpha=-0.7)
+    mdl, feeds = conv_model(1, 3, 8, 8, 5, 3, pads=(1, 1, 1, 1), bias=False, act="LeakyRelu", alpha=-0.7,
+                            w_input=True)
     check(mdl, feeds)
 
 
 def test_direct_large_plane_chunks():
     # input larger than one q chunk's L2 budget: several chunks, split over the threads
-    mdl, feeds = conv_model(1, 48, 50, 53, 20, 3, pads=(1, 1, 1, 1), act="Relu", residual=True)
+    mdl, feeds = conv_model(1, 48, 50, 53, 20, 3, pads=(1, 1, 1, 1), act="Relu", residual=True, w_input=True)
     check(mdl, feeds, rtol=1e-4, atol=1e-4)
 
 
 def test_direct_small_plane_many_channels():
     # one q tile, m split into blocks across threads; long reduction
-    mdl, feeds = conv_model(1, 160, 5, 5, 70, 3, pads=(1, 1, 1, 1), act="Clip")
+    mdl, feeds = conv_model(1, 160, 5, 5, 70, 3, pads=(1, 1, 1, 1), act="Clip", w_input=True)
     check(mdl, feeds, rtol=1e-4, atol=1e-4)
 
 
@@ -144,8 +158,9 @@ def test_depthwise_epilogues(act, residual, s):
 
 
 @pytest.mark.parametrize("mult", [2, 3])
-def test_depthwise_multiplier_uses_grouped_direct(mult):
-    mdl, feeds = conv_model(1, 5, 11, 13, 5 * mult, 3, pads=(1, 1, 1, 1), g=5, act="Relu")
+@pytest.mark.parametrize("w_input", [True, False])
+def test_depthwise_multiplier_uses_grouped_direct(mult, w_input):
+    mdl, feeds = conv_model(1, 5, 11, 13, 5 * mult, 3, pads=(1, 1, 1, 1), g=5, act="Relu", w_input=w_input)
     check(mdl, feeds)
 
 
@@ -229,5 +244,99 @@ def test_pointwise_channel_blocks_epilogues(act):
 ])
 @pytest.mark.parametrize("act,residual", [("Clip", True), ("LeakyRelu", False), ("Sigmoid", True)])
 def test_direct_gap_stores(n, c, h, w, m, k, s, d, pads, act, residual):
-    mdl, feeds = conv_model(n, c, h, w, m, k, s, d, pads, act=act, residual=residual)
+    mdl, feeds = conv_model(n, c, h, w, m, k, s, d, pads, act=act, residual=residual, w_input=True)
     check(mdl, feeds)
+
+
+# ---- weights packed at compile time: output channels in the lanes (conv_ocv.c) --------------
+# Tiles are runs of up to 14 pixels of one output row (two rows when a row holds at most 7),
+# times 32 output channels; input channels go in blocks when a panel's weights exceed L1.
+PACKED = [
+    (1, 5, 7, 7, 32, 3, (1, 1), (1, 1), (1, 1, 1, 1), 1),      # 7x7: two-row tiles, the last one row
+    (1, 6, 14, 14, 45, 3, (1, 1), (1, 1), (1, 1, 1, 1), 1),    # one 14-pixel tile per row, panel tail
+    (1, 4, 9, 29, 13, 3, (1, 1), (1, 1), (1, 1, 1, 1), 1),     # 29 = 10 + 10 + 9 per row, m < 32
+    (2, 3, 6, 15, 70, 3, (1, 1), (1, 1), (1, 1, 1, 1), 1),     # 8 + 7 per row, three panels, batch 2
+    (1, 40, 12, 12, 33, 3, (1, 1), (1, 1), (1, 1, 1, 1), 1),   # 40 channels: three channel blocks
+    (1, 70, 5, 3, 40, 3, (1, 1), (1, 1), (1, 1, 1, 1), 1),     # two-row tiles of 3, channel blocks
+    (1, 24, 20, 17, 16, 3, (2, 2), (1, 1), (1, 1, 1, 1), 1),   # stride 2 phase planes
+    (1, 8, 15, 16, 24, 3, (2, 2), (1, 1), (0, 1, 1, 0), 1),    # asymmetric pads
+    (1, 3, 30, 29, 20, 7, (2, 2), (1, 1), (3, 3, 3, 3), 1),    # stem-like 7x7: tap table
+    (1, 6, 13, 14, 18, 3, (1, 1), (2, 2), (2, 2, 2, 2), 1),    # dilations
+    (1, 6, 13, 14, 18, 5, (1, 1), (1, 1), (2, 1, 2, 1), 1),    # 5x5
+    (2, 36, 9, 9, 40, 1, (2, 2), (1, 1), (0, 0, 0, 0), 1),     # 1x1 stride 2
+    (1, 6, 10, 9, 9, 3, (1, 1), (1, 1), (0, 0, 0, 0), 1),      # unpadded: input read in place
+    (1, 12, 9, 10, 40, 3, (1, 1), (1, 1), (1, 1, 1, 1), 2),    # groups: panels per group
+    (1, 1, 1, 1, 3, 3, (1, 1), (1, 1), (1, 1, 1, 1), 1),       # one pixel
+]
+
+
+@pytest.mark.parametrize("n,c,h,w,m,k,s,d,pads,g", PACKED)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_packed_shapes(n, c, h, w, m, k, s, d, pads, g, threads):
+    from tcc.accelerators.cpu import build
+    lib = build.load_kernels()
+    saved = lib.tcc_cpu_num_threads()
+    lib.tcc_cpu_set_num_threads(threads)
+    try:
+        mdl, feeds = conv_model(n, c, h, w, m, k, s, d, pads, g, act="Relu", residual=True)
+        check(mdl, feeds, rtol=1e-4, atol=1e-4)
+    finally:
+        lib.tcc_cpu_set_num_threads(saved)
+
+
+@pytest.mark.parametrize("shape", [(5, 7, 40, 3), (4, 30, 13, 3), (3, 17, 35, 7)])
+@pytest.mark.parametrize("act", ACTS)
+@pytest.mark.parametrize("residual", [False, True])
+def test_packed_epilogues(shape, act, residual):
+    c, hw, m, k = shape
+    mdl, feeds = conv_model(2, c, hw, hw, m, k, s=(1 if k == 3 else 2,) * 2, pads=(k // 2,) * 4, act=act,
+                            residual=residual)
+    check(mdl, feeds)
+
+
+def test_packed_chosen_on_avx512(tmp_path):
+    from tcc.accelerators.cpu import build
+    from tcc.accelerators.cpu.runtime import c_source
+    if build.best_isa() != "avx512":
+        pytest.skip("the packed kernel is chosen for the AVX-512 build")
+    mdl, feeds = conv_model(1, 8, 9, 9, 16, 3, pads=(1, 1, 1, 1))
+    _, _, sess = run_both(mdl, feeds, tmp_path)
+    with zipfile.ZipFile(tmp_path / "m.tcc") as z:
+        src = c_source(z.read(sess.manifest["accelerators"]["cpu"]["member"]))
+    assert "tcc_cpu_conv2d_packed(" in src
+
+
+class ConvParams(ctypes.Structure):
+    _fields_ = [(f, ctypes.c_long) for f in "n c h w m kh kw oh ow sh sw dh dw pt pl pb pr group".split()]
+
+
+class Epilogue(ctypes.Structure):
+    _fields_ = [("bias", ctypes.c_void_p), ("bias_mode", ctypes.c_int), ("bias_scale", ctypes.c_float),
+                ("residual", ctypes.c_void_p), ("act", ctypes.c_int), ("a0", ctypes.c_float), ("a1", ctypes.c_float)]
+
+
+@pytest.mark.parametrize("isa", ["avx512", "avx2", "generic"])
+def test_packed_other_isa_builds(isa):
+    # an artifact compiled for AVX-512 runs on whichever kernel library the loading machine picks
+    from tcc.accelerators.cpu import build
+    from tcc.accelerators.cpu.codegen import pack_conv
+    if not build.ISA_NEEDS[isa] <= build.cpu_flags():
+        pytest.skip(f"this CPU does not run the {isa} build")
+    lib = ctypes.CDLL(build.library_path(isa), mode=ctypes.RTLD_LOCAL)
+    lib.tcc_cpu_conv2d_scratch.restype = ctypes.c_size_t
+    for n, c, h, w, m, k, s, d, pads, g in PACKED[:4] + PACKED[6:9] + PACKED[13:]:
+        mdl, feeds = conv_model(n, c, h, w, m, k, s, d, pads, g, act="Sigmoid" if c % 2 else "Relu",
+                                residual=True)
+        ref = ort.InferenceSession(mdl.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+        inits = {i.name: np.frombuffer(i.raw_data, np.float32) for i in mdl.graph.initializer}
+        kh, kw = (k, k) if isinstance(k, int) else k
+        wp = np.ascontiguousarray(pack_conv(inits["w"].reshape(m, c // g, kh, kw), g))
+        p = ConvParams(n, c, h, w, m, kh, kw, ref.shape[2], ref.shape[3], *s, *d, *pads, g)
+        ep = Epilogue(inits["b"].ctypes.data, 2, 1.0, feeds["r"].ctypes.data, 3 if c % 2 else 1, 0.0, 0.0)
+        # NaN: padding the packing leaves unzeroed would show
+        scratch = np.full(max(lib.tcc_cpu_conv2d_scratch(ctypes.byref(p)), 1), np.nan, np.float32)
+        y = np.full_like(ref, np.nan)
+        lib.tcc_cpu_conv2d_packed(ctypes.byref(p), ctypes.c_void_p(feeds["x"].ctypes.data),
+                                  ctypes.c_void_p(wp.ctypes.data), ctypes.c_void_p(y.ctypes.data),
+                                  ctypes.c_void_p(scratch.ctypes.data), ctypes.byref(ep))
+        np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-5, err_msg=f"{isa} {(n, c, h, w, m, k, s, d, pads, g)}")
