@@ -45,7 +45,7 @@ def expand_functions(model: onnx.ModelProto, lowered):
             schema = defs.get_schema(node.op_type, version, "")
         except defs.SchemaError:
             continue
-        fn = _function(schema, version, node, [types.get(i) if i else None for i in node.input])
+        fn = _function(schema, version, node, [types.get(i) if i else onnx.TypeProto() for i in node.input])
         if fn is not None:
             found[k] = (schema, fn)
     if not found:

@@ -31,6 +31,29 @@ def _more_precise(new, old):
     return all(o is None or o == n for o, n in zip(old.shape, new.shape)) and new.shape != old.shape
 
 
+def _refine_scan_body_args(op):
+    """A Scan body's arguments are its state operands' types and its scan
+    inputs' with the scan axis dropped: the body graph may declare them
+    with unknown dims, and every type inside follows from them."""
+    body = op.regions[0].blocks[0]
+    m = op.attributes.get("num_scan_inputs")
+    if m is None or len(body.args) != len(op.operands):
+        return
+    n = len(op.operands) - m.value
+    axes = op.attributes.get("scan_input_axes")
+    axes = [a.value if hasattr(a, "value") else a for a in axes.value] if axes is not None else [0] * m.value
+    for i, (arg, v) in enumerate(zip(body.args, op.operands)):
+        t = v.type
+        if not isinstance(t, TensorType) or t.shape is None:
+            continue
+        if i >= n:
+            shape = list(t.shape)
+            del shape[axes[i - n] % len(shape)]
+            t = TensorType(tuple(shape), t.element)
+        if _more_precise(t, arg.type):
+            arg.type = t
+
+
 class ShapeInferencePass(Pass):
     name = "shape-inference"
     summary = "refine result types with onnx's per-node shape inference"
@@ -47,6 +70,8 @@ class ShapeInferencePass(Pass):
 
     def _block(self, block):
         for op in block.ops:
+            if op.name == "onnx.Scan":
+                _refine_scan_body_args(op)
             if op.regions:
                 for region in op.regions:
                     for b in region.blocks:

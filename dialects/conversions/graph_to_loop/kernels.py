@@ -75,7 +75,11 @@ def pack_b_panels(b):
 def annotate(root, callee, params, buffers, packed=None):
     """Marks `root` (a loop.for) as `callee(params, *buffers)`; `buffers`
     are memref Values the nest uses (or None). Returns False, leaving the
-    nest alone, when a buffer is not among the nest's free values."""
+    nest alone, when a buffer is not among the nest's free values, or when
+    a pre-packed constant would be needed inside another loop (a Scan body:
+    loop-to-native passes those to the entry function only)."""
+    if packed is not None and _inside_loop(root):
+        return False
     free = memref_free_values(root)
     idx = []
     for b in buffers:
@@ -95,6 +99,15 @@ def annotate(root, callee, params, buffers, packed=None):
         spec["packed"] = DenseElementsAttr(packed, TensorType(packed.shape, f32))
     root.attributes[ATTR] = DictAttr(spec)
     return True
+
+
+def _inside_loop(op):
+    p = op.parent_op
+    while p is not None:
+        if p.name == "loop.for":
+            return True
+        p = p.parent_op
+    return False
 
 
 def gemm_params(M, N, K, rsa, csa, rsb, csb, ldc, bias_rs=0, bias_cs=0, alpha=1.0, beta=1.0, relu=0,

@@ -1,0 +1,57 @@
+"""Scan (opset 9+) against onnxruntime on fresh random data, through the
+loop interpreter and the native backend: several states, scan inputs and
+outputs on other axes and in reverse, a body that captures an outer value,
+a body that yields one value as both state and scan output."""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(__file__))
+import numpy as np
+import pytest
+from onnx import TensorProto, helper as h
+
+from newops_helpers import RNG, check
+
+F = TensorProto.FLOAT
+
+
+def f(*s):
+    return RNG.standard_normal(s).astype(np.float32)
+
+
+def vi(name, shape):
+    return h.make_tensor_value_info(name, F, shape)
+
+
+def test_running_sum_state_and_output():
+    body = h.make_graph([h.make_node("Add", ["s", "x"], ["s2"]), h.make_node("Identity", ["s2"], ["o"])], "body",
+                        [vi("s", [3]), vi("x", [3])], [vi("s2", [3]), vi("o", [3])])
+    check([h.make_node("Scan", ["init", "xs"], ["final", "all"], body=body, num_scan_inputs=1)],
+          {"init": f(3), "xs": f(5, 3)}, {"final": np.float32, "all": np.float32}, opset=11)
+
+
+@pytest.mark.parametrize("in_axis,in_dir,out_axis,out_dir", [(0, 0, 0, 0), (1, 1, 0, 0), (1, 0, 1, 1),
+                                                             (-1, 1, -1, 0)])
+def test_axes_and_directions(in_axis, in_dir, out_axis, out_dir):
+    # state: a 2x4 matrix h; per step h = tanh(h @ W + x), output h * 2
+    body = h.make_graph([h.make_node("MatMul", ["hs", "W"], ["hw"]), h.make_node("Add", ["hw", "x"], ["a"]),
+                         h.make_node("Tanh", ["a"], ["h2"]), h.make_node("Add", ["h2", "h2"], ["o"])], "body",
+                        [vi("hs", [2, 4]), vi("x", [2, 4])], [vi("h2", [2, 4]), vi("o", [2, 4])])
+    T = 6
+    xs_shape = [2, 4]
+    xs_shape.insert(in_axis % 3, T)
+    check([h.make_node("Scan", ["h0", "xs"], ["hT", "hs_all"], body=body, num_scan_inputs=1,
+                       scan_input_axes=[in_axis], scan_input_directions=[in_dir], scan_output_axes=[out_axis],
+                       scan_output_directions=[out_dir])],
+          {"h0": f(2, 4), "xs": f(*xs_shape)}, {"hT": np.float32, "hs_all": np.float32}, opset=11,
+          initializers={"W": f(4, 4) * 0.5}, rtol=1e-5, atol=1e-5)
+
+
+def test_two_states_two_scan_inputs_no_scan_output():
+    body = h.make_graph([h.make_node("Mul", ["a", "x"], ["a2"]), h.make_node("Add", ["b", "y"], ["b2"])], "body",
+                        [vi("a", [4]), vi("b", [2, 4]), vi("x", [4]), vi("y", [2, 4])],
+                        [vi("a2", [4]), vi("b2", [2, 4])])
+    check([h.make_node("Scan", ["a0", "b0", "xs", "ys"], ["aT", "bT"], body=body, num_scan_inputs=2,
+                       scan_input_axes=[0, 2])],
+          {"a0": f(4), "b0": f(2, 4), "xs": f(3, 4), "ys": f(2, 4, 3)}, {"aT": np.float32, "bT": np.float32},
+          opset=11)
