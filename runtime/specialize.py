@@ -26,7 +26,7 @@ IR_MEMBER, RES_MEMBER = "model.mlir", "model.mlir.resources"
 SHAPE_OPERANDS = {"shape", "starts", "ends", "axes", "steps", "pads", "repeats", "k", "K", "split", "scales",
                   "sizes", "roi", "depth", "limit", "start", "delta", "num_outputs", "output_shape",
                   "axis", "reduction_axes", "image_shape", "block_shape", "size", "dft_length",
-                  "frame_step", "frame_length"}
+                  "frame_step", "frame_length", "M", "cond"}
 # ConstantOfShape / EyeLike-style ops whose first input is a shape.
 SHAPE_FIRST_INPUT = {"onnx.ConstantOfShape"}
 
@@ -43,12 +43,13 @@ def _decides_shape(user, idx):
 
 
 def _shape_like(v):
-    """A small integer tensor: what shape arithmetic (Gather, Concat, Add,
-    Slice of a shape...) passes along."""
+    """A small integer (or float, or bool) tensor: what shape arithmetic
+    (Gather, Concat, Add, Slice of a shape; a Range length computed as
+    ceil((limit - start) / delta) in floats) passes along."""
     t = v.type
     el = str(getattr(t, "element", ""))
     shape = getattr(t, "shape", None)
-    return el in ("i64", "i32") and shape is not None and len(shape) <= 1 and \
+    return el in ("i64", "i32", "i1", "f16", "bf16", "f32", "f64") and shape is not None and len(shape) <= 1 and \
         all(d is not None and d <= 16 for d in shape)
 
 

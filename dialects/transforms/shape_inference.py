@@ -54,6 +54,56 @@ def _refine_scan_body_args(op):
             arg.type = t
 
 
+def loop_trip_count(op):
+    """A Loop's iteration count when it is known before running: a constant
+    trip count M (or none, with a constant false condition), a constant
+    condition, and a body that never clears it (it yields its condition
+    argument, or a constant true). None otherwise."""
+    body = op.regions[0].blocks[0]
+    m = constant_value(op.operands[0]) if op.operands[0].type is not NONE else None
+    c = constant_value(op.operands[1]) if op.operands[1].type is not NONE else None
+    if op.operands[1].type is not NONE and c is None:
+        return None
+    if c is not None and not bool(c.ravel()[0]):
+        return 0
+    if m is None:
+        return None
+    out = body.last.operands[0]
+    while getattr(out, "op", None) is not None and out.op.name == "onnx.Identity":
+        out = out.op.operands[0]
+    stays = out is body.args[1] or (constant_value(out) is not None and bool(constant_value(out).ravel()[0]))
+    return max(int(m.ravel()[0]), 0) if stays else None
+
+
+def _refine_loop(op, before):
+    """Loop body arguments: (iteration, condition, the carried values'
+    types); once the body is typed, the results: carried as yielded, scan
+    outputs stacked over a trip count known at compile time."""
+    body = op.regions[0].blocks[0]
+    n = len(op.operands) - 2
+    if len(body.args) != n + 2:
+        return
+    if before:
+        for arg, v in zip(body.args[2:], op.operands[2:]):
+            if _more_precise(v.type, arg.type):
+                arg.type = v.type
+        return
+    yld = body.last
+    if yld is None or len(yld.operands) != len(op.results) + 1:
+        return
+    T = loop_trip_count(op)
+    for k, r in enumerate(op.results):
+        t = yld.operands[1 + k].type
+        if not isinstance(t, TensorType) or t.shape is None:
+            continue
+        if k >= n:
+            if T is None:
+                continue
+            t = TensorType((T,) + tuple(t.shape), t.element)
+        if _more_precise(t, r.type):
+            r.type = t
+
+
 class ShapeInferencePass(Pass):
     name = "shape-inference"
     summary = "refine result types with onnx's per-node shape inference"
@@ -72,10 +122,14 @@ class ShapeInferencePass(Pass):
         for op in block.ops:
             if op.name == "onnx.Scan":
                 _refine_scan_body_args(op)
+            if op.name == "onnx.Loop":
+                _refine_loop(op, before=True)
             if op.regions:
                 for region in op.regions:
                     for b in region.blocks:
                         self._block(b)
+            if op.name == "onnx.Loop":
+                _refine_loop(op, before=False)
             domain, short = split_op_name(op.name)
             if domain is None or op.name in ("onnx.NoValue", "onnx.Yield"):
                 continue

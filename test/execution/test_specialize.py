@@ -67,3 +67,36 @@ def test_bad_inputs_name_the_input(rng, tmp_path):
         sess.run({**good, "s": good["s"].astype(np.int32)})
     with pytest.raises(InputError, match="missing input 'axes'"):
         sess.run({"x": good["x"], "s": good["s"]})
+
+
+def test_loop_trip_count_from_float_inputs_and_if_condition_input(tmp_path):
+    """Values reach shapes through float arithmetic (a Loop's trip count as
+    ceil((limit - start) / delta)) and an If's condition is a graph input:
+    both are specialized on, and every call matches onnxruntime."""
+    F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
+    body = helper.make_graph([helper.make_node("Add", ["v", "d"], ["v2"]), helper.make_node("Identity", ["c"], ["c2"]),
+                              helper.make_node("Identity", ["v"], ["o"])], "body",
+                             [helper.make_tensor_value_info("i", I64, []), helper.make_tensor_value_info("c", B, []),
+                              helper.make_tensor_value_info("v", F, [])],
+                             [helper.make_tensor_value_info("c2", B, []), helper.make_tensor_value_info("v2", F, []),
+                              helper.make_tensor_value_info("o", F, [])])
+    then_g = helper.make_graph([helper.make_node("Neg", ["seq"], ["t"])], "then", [],
+                               [helper.make_tensor_value_info("t", F, None)])
+    else_g = helper.make_graph([helper.make_node("Abs", ["seq"], ["e"])], "else", [],
+                               [helper.make_tensor_value_info("e", F, None)])
+    nodes = [helper.make_node("Sub", ["limit", "start"], ["span"]), helper.make_node("Div", ["span", "d"], ["q"]),
+             helper.make_node("Ceil", ["q"], ["n"]), helper.make_node("Cast", ["n"], ["M"], to=I64),
+             helper.make_node("Loop", ["M", "", "start"], ["last", "seq"], body=body),
+             helper.make_node("If", ["flag"], ["y"], then_branch=then_g, else_branch=else_g)]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, F, []) for n in ("start", "limit", "d")] +
+                          [helper.make_tensor_value_info("flag", B, [])],
+                          [helper.make_tensor_value_info("y", F, ["n"])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 16)])
+    sess = tcc.load(tcc.compile(m, output=str(tmp_path / "m.tcc")))
+    ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    for start, limit, d, flag in [(0.5, 4.0, 1.0, True), (-2.0, 3.0, 0.75, False), (0.5, 4.0, 1.0, False)]:
+        feeds = {"start": np.array(start, np.float32), "limit": np.array(limit, np.float32),
+                 "d": np.array(d, np.float32), "flag": np.array(flag)}
+        got, want = sess.run(feeds)[0], ref.run(None, feeds)[0]
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-6)

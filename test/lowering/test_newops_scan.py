@@ -55,3 +55,23 @@ def test_two_states_two_scan_inputs_no_scan_output():
                        scan_input_axes=[0, 2])],
           {"a0": f(4), "b0": f(2, 4), "xs": f(3, 4), "ys": f(2, 4, 3)}, {"aT": np.float32, "bT": np.float32},
           opset=11)
+
+
+def _loop_body():
+    # carried s (2x3), per step: s = s * 0.5 + i, scan output s + x (captured)
+    I64 = TensorProto.INT64
+    return h.make_graph([h.make_node("Cast", ["i"], ["fi"], to=F), h.make_node("Mul", ["s", "half"], ["sh"]),
+                         h.make_node("Add", ["sh", "fi"], ["s2"]), h.make_node("Add", ["s2", "x"], ["o"]),
+                         h.make_node("Identity", ["c"], ["c2"])], "body",
+                        [h.make_tensor_value_info("i", I64, []), h.make_tensor_value_info("c", TensorProto.BOOL, []),
+                         vi("s", [2, 3])],
+                        [h.make_tensor_value_info("c2", TensorProto.BOOL, []), vi("s2", [2, 3]), vi("o", [2, 3])],
+                        [h.make_tensor(n, F, [], [0.5]) for n in ["half"]])
+
+
+@pytest.mark.parametrize("trips,cond", [(4, True), (1, True), (3, False)])
+def test_loop_with_known_trip_count(trips, cond):
+    inits = {"M": np.array(trips, np.int64), "c0": np.array(cond)}
+    check([h.make_node("Loop", ["M", "c0", "s0"], ["sT", "all"], body=_loop_body())],
+          {"s0": f(2, 3), "x": f(2, 3)}, {"sT": (np.float32, [2, 3]), "all": (np.float32, [trips if cond else 0, 2, 3])},
+          opset=11, initializers=inits)

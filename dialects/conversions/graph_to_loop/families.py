@@ -18,4 +18,4 @@ from . import recurrent  # noqa: F401,E402
 from . import conv_transpose  # noqa: F401,E402
 from . import dft  # noqa: F401,E402
 from . import quantized_linear  # noqa: F401,E402
-from . import scan  # noqa: F401,E402
+from . import scan_loop  # noqa: F401,E402
