@@ -1,8 +1,13 @@
-/* Data movement: parallel copy and N-d transpose (blocked over the last two
- * output dimensions' source strides by iterating the output in order). */
+/* Data movement: parallel copy and N-d transpose (the output in order, row
+ * by row; rows whose elements are strided in the source but whose sources
+ * are adjacent go 16 at a time, transposed in 16 x 16 blocks). */
 #include <string.h>
 
 #include "tcc_cpu.h"
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 typedef struct {
     float *dst;
@@ -28,21 +33,93 @@ typedef struct {
     long inner; /* product of the output's last dim */
 } tr_job;
 
+#define TB 16 /* source rows read together: one cache line */
+
+#if defined(__AVX512F__)
+/* o[c * lo + i] = s[i * ls + c] for a 16 x 16 block, in registers: pairs,
+ * then 64-bit pairs, then 128-bit lanes twice (r[c] ends as column c). */
+static void tr16(const float *s, long ls, float *o, long lo) {
+    __m512 r[16], t[16];
+    for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(s + i * ls);
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+        r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
+        r[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
+        r[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
+        r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
+    }
+    for (int i = 0; i < 16; i += 8)
+        for (int q = 0; q < 4; q++) {
+            t[i + q] = _mm512_shuffle_f32x4(r[i + q], r[i + 4 + q], 0x88);
+            t[i + 4 + q] = _mm512_shuffle_f32x4(r[i + q], r[i + 4 + q], 0xdd);
+        }
+    for (int q = 0; q < 8; q++) {
+        _mm512_storeu_ps(o + q * lo, _mm512_shuffle_f32x4(t[q], t[8 + q], 0x88));
+        _mm512_storeu_ps(o + (8 + q) * lo, _mm512_shuffle_f32x4(t[q], t[8 + q], 0xdd));
+    }
+}
+#endif
+
+/* n (<= TB) output rows whose sources are next to each other (stride 1),
+ * elements ls apart: read TB at a time across the rows. Row by row, each
+ * element is its own cache line, and strides of a power of two alias in L1
+ * (BERT's K^T: 128 lines 1 KB apart), so every read went to L2. */
+static void tr_block(const float *s, long ls, long n, float *o, long last) {
+    for (long k0 = 0; k0 < last; k0 += TB) {
+        const long nk = last - k0 < TB ? last - k0 : TB;
+#if defined(__AVX512F__)
+        if (n == TB && nk == TB) {
+            tr16(s + k0 * ls, ls, o + k0, last);
+            continue;
+        }
+#endif
+        for (long k = k0; k < k0 + nk; k++)
+            for (long g = 0; g < n; g++) o[g * last + k] = s[k * ls + g];
+    }
+}
+
 static void tr_task(void *arg, long b, long e) {
     tr_job *j = arg;
     const int r = j->rank;
     const long last = j->oshape[r - 1], ls = j->istride[r - 1];
-    for (long row = b; row < e; row++) {
-        long rem = row, off = 0;
-        for (int d = r - 2; d >= 0; d--) {
-            long i = rem % j->oshape[d];
-            rem /= j->oshape[d];
-            off += i * j->istride[d];
-        }
+    if (r == 1) {
+        memcpy(j->dst + b * last, j->src, last * sizeof(float));
+        return;
+    }
+    /* source offset of row b, then an odometer over the row dims (no
+     * divisions per row) */
+    long idx[8], off = 0, rem = b;
+    for (int d = r - 2; d >= 0; d--) {
+        idx[d] = rem % j->oshape[d];
+        rem /= j->oshape[d];
+        off += idx[d] * j->istride[d];
+    }
+    const long inner = j->oshape[r - 2], is = j->istride[r - 2];
+    const int blocked = ls != 1 && is == 1;
+    for (long row = b; row < e;) {
         const float *s = j->src + off;
         float *o = j->dst + row * last;
-        if (ls == 1) memcpy(o, s, last * sizeof(float));
-        else for (long k = 0; k < last; k++) o[k] = s[k * ls];
+        long n = 1;
+        if (ls == 1) {
+            memcpy(o, s, last * sizeof(float));
+        } else if (blocked) {
+            n = inner - idx[r - 2] < TB ? inner - idx[r - 2] : TB;
+            if (n > e - row) n = e - row;
+            tr_block(s, ls, n, o, last);
+        } else {
+            for (long k = 0; k < last; k++) o[k] = s[k * ls];
+        }
+        row += n;
+        idx[r - 2] += n;
+        off += n * is;
+        for (int d = r - 2; d > 0 && idx[d] == j->oshape[d]; d--) {
+            off += j->istride[d - 1] - idx[d] * j->istride[d];
+            idx[d] = 0;
+            idx[d - 1]++;
+        }
     }
 }
 

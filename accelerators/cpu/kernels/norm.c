@@ -4,6 +4,7 @@
 #include <float.h>
 #include <string.h>
 
+#include "conv_vec.h"
 #include "tcc_cpu.h"
 #include "mathfun.h"
 
@@ -18,6 +19,28 @@ typedef struct {
     float eps;
 } row_job;
 
+/* Row reductions in explicit vectors: the compiler keeps float sums and
+ * maxima in source order (no -ffast-math), i.e. scalar. */
+static inline float row_max(const float *x, long n) {
+    vf mv = v_ld(x);
+    long k = VL;
+    for (; k + VL <= n; k += VL) mv = v_max(mv, v_ld(x + k));
+    float m = mv[0];
+    for (int l = 1; l < VL; l++) m = mv[l] > m ? mv[l] : m;
+    for (; k < n; k++) m = x[k] > m ? x[k] : m;
+    return m;
+}
+
+static inline float row_sum(const float *x, long n) {
+    vf s = (vf){0};
+    long k = 0;
+    for (; k + VL <= n; k += VL) s += v_ld(x + k);
+    if (k < n) s += v_ld_n(x + k, (int)(n - k));
+    float t = 0.f;
+    for (int l = 0; l < VL; l++) t += s[l];
+    return t;
+}
+
 static void softmax_rows(void *arg, long b, long e) {
     row_job *j = arg;
     const long A = j->axis;
@@ -25,21 +48,19 @@ static void softmax_rows(void *arg, long b, long e) {
         const float *x = j->x + r * A;
         float *y = j->y + r * A;
         float m = -INFINITY;
-        for (long k = 0; k < A; k++) m = x[k] > m ? x[k] : m;
-        float s = 0.f;
-        if (j->log) {
+        if (A >= VL) m = row_max(x, A);
+        else for (long k = 0; k < A; k++) m = x[k] > m ? x[k] : m;
+        if (j->log) { /* y may be x: nothing stored before the sum */
+            float s = 0.f;
             for (long k = 0; k < A; k++) s += tcc_exp_(x[k] - m);
-            float ls = logf(s);
+            const float ls = logf(s);
             for (long k = 0; k < A; k++) y[k] = x[k] - m - ls;
-        } else {
-            for (long k = 0; k < A; k++) {
-                float v = tcc_exp_(x[k] - m);
-                y[k] = v;
-                s += v;
-            }
-            float inv = 1.f / s;
-            for (long k = 0; k < A; k++) y[k] *= inv;
+            continue;
         }
+        /* exponentials stored first (a loop the compiler vectorizes), summed after */
+        for (long k = 0; k < A; k++) y[k] = tcc_exp_(x[k] - m);
+        const float inv = 1.f / row_sum(y, A);
+        for (long k = 0; k < A; k++) y[k] *= inv;
     }
 }
 
@@ -79,13 +100,16 @@ static void layernorm_rows(void *arg, long b, long e) {
     for (long r = b; r < e; r++) {
         const float *x = j->x + r * C;
         float *y = j->y + r * C;
-        float s = 0.f;
-        for (long k = 0; k < C; k++) s += x[k];
-        float mean = s / (float)C, v = 0.f;
-        for (long k = 0; k < C; k++) {
-            float d = x[k] - mean;
-            v += d * d;
+        const float mean = row_sum(x, C) / (float)C;
+        vf vs = (vf){0};
+        long k = 0;
+        for (; k + VL <= C; k += VL) {
+            vf d = v_ld(x + k) - mean;
+            vs += d * d;
         }
+        float v = 0.f;
+        for (int l = 0; l < VL; l++) v += vs[l];
+        for (; k < C; k++) v += (x[k] - mean) * (x[k] - mean);
         float rstd = 1.f / sqrtf(v / (float)C + j->eps);
         if (j->bias)
             for (long k = 0; k < C; k++) y[k] = (x[k] - mean) * rstd * j->scale[k] + j->bias[k];

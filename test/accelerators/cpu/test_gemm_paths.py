@@ -1,0 +1,122 @@
+"""The packed-weights GEMM (kernels/gemm_packed.c), called directly in every
+ISA build at 1 and 2 threads against numpy on fresh random data: every tile
+height (M = 1..30: exact-row tiles, several row blocks), column tails (N
+below, at and past 16 and 32), K from 1, every epilogue (bias modes,
+residual, each activation), alpha != 1, strided and transposed A, ldc > N
+(columns past N untouched); and its tiles on a row-major B (tcc_cpu_gemm
+with a small B)."""
+import ctypes
+
+import numpy as np
+import pytest
+
+from tcc.accelerators.cpu.codegen import pack_b
+
+from .test_pool_paths import _lib
+
+L, F, P = ctypes.c_long, ctypes.c_float, ctypes.c_void_p
+RELU, CLIP, SIGMOID, TANH, LEAKY = 1, 2, 3, 4, 5
+rng = np.random.default_rng()
+
+
+class Ep(ctypes.Structure):
+    _fields_ = [("bias", P), ("bias_mode", ctypes.c_int), ("bias_scale", F), ("residual", P), ("act", ctypes.c_int),
+                ("a0", F), ("a1", F)]
+
+
+def lib_at(isa, threads):
+    """The `isa` build of the kernel library, its pool limited to `threads`."""
+    lib = _lib(isa)
+    lib.tcc_cpu_set_num_threads(threads)
+    return lib
+
+
+# (bias mode, residual, act): every mode and activation, alone and combined
+EPILOGUES = [None, (1, False, 0), (0, True, 0), (1, True, RELU), (2, False, CLIP), (3, True, LEAKY), (4, False, RELU),
+             (1, False, SIGMOID), (3, True, TANH), (0, False, CLIP), (2, True, 0)]
+
+
+def _epilogue(mode, res, act, ref, m, n, ldc, keep):
+    """The tcc_epilogue for (mode, res, act) and ref with it applied."""
+    ep = Ep(None, 0, 0.75, None, act, -0.5, 0.8 if act == CLIP else 0.0)
+    if act == LEAKY:
+        ep.a0 = 0.1
+    if mode:
+        bias = rng.standard_normal({1: (n,), 2: (m,), 3: (m, n), 4: (1,)}[mode]).astype(np.float32)
+        keep.append(bias)
+        ep.bias, ep.bias_mode = bias.ctypes.data, mode
+        ref = ref + 0.75 * (bias[:, None] if mode == 2 else bias)
+    if res:
+        r = rng.standard_normal((m, ldc)).astype(np.float32)
+        keep.append(r)
+        ep.residual = r.ctypes.data
+        ref = ref + r[:, :n]
+    if act == RELU:
+        ref = np.maximum(ref, 0)
+    elif act == CLIP:
+        ref = np.clip(ref, -0.5, 0.8)
+    elif act == LEAKY:
+        ref = np.where(ref >= 0, ref, 0.1 * ref)
+    elif act == SIGMOID:
+        ref = 1 / (1 + np.exp(-ref))
+    elif act == TANH:
+        ref = np.tanh(ref)
+    return ep, ref
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("isa", ["avx512", "avx2", "generic"])
+def test_gemm_packed(isa, threads):
+    lib = lib_at(isa, threads)
+    lib.tcc_cpu_gemm_packed.argtypes = [L, L, L, F, P, L, L, P, P, L, P]
+    lib.tcc_cpu_gemm_packed.restype = None
+    ns, ks = [1, 10, 16, 17, 31, 32, 33, 70], [1, 7, 64, 300]
+    cases = [(m, ns[m % len(ns)], ks[m % len(ks)], EPILOGUES[m % len(EPILOGUES)], m % 3) for m in range(1, 31)]
+    cases += [(13, 45, 37, ep, a) for ep in EPILOGUES for a in range(3)] + [(64, 1024, 200, (1, True, RELU), 0)]
+    for m, n, k, epi, layout in cases:
+        b = rng.standard_normal((k, n)).astype(np.float32)
+        bp = np.ascontiguousarray(pack_b(b))
+        # A as it is, transposed (K x M), or every 2nd row and 3rd column of a larger matrix
+        if layout == 0:
+            a = rng.standard_normal((m, k)).astype(np.float32)
+            buf, rsa, csa = a, k, 1
+        elif layout == 1:
+            buf = rng.standard_normal((k, m)).astype(np.float32)
+            a, rsa, csa = buf.T, 1, m
+        else:
+            buf = rng.standard_normal((2 * m, 3 * k)).astype(np.float32)
+            a, rsa, csa = buf[::2, ::3], 6 * k, 3
+        alpha = 1.0 if m % 2 else -1.5
+        ldc = n + 3
+        c = np.full((m, ldc), 7, np.float32)
+        ref = alpha * (a.astype(np.float64) @ b)
+        keep = []
+        ep, ref = _epilogue(*epi, ref, m, n, ldc, keep) if epi else (None, ref)
+        lib.tcc_cpu_gemm_packed(m, n, k, alpha, buf.ctypes.data, rsa, csa, bp.ctypes.data, c.ctypes.data, ldc,
+                                ctypes.byref(ep) if ep else None)
+        np.testing.assert_allclose(c[:, :n], ref, rtol=1e-4, atol=1e-4, err_msg=f"{m, n, k, epi, layout}")
+        assert (c[:, n:] == 7).all(), (m, n, k, epi, layout)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("isa", ["avx512", "avx2", "generic"])
+def test_gemm_small_b_in_place(isa, threads):
+    """tcc_cpu_gemm with a B small enough for the packed tiles to read in place
+    (AVX-512; OpenBLAS elsewhere), and one just past that size: padded lda,
+    ldb, ldc, every transpose."""
+    f = lib_at(isa, threads).tcc_cpu_gemm
+    f.argtypes = [ctypes.c_int, ctypes.c_int, L, L, L, F, P, L, P, L, P, L, P]
+    f.restype = None
+    for m, n, k in ((5, 16, 64), (13, 33, 17), (128, 128, 64), (128, 64, 128), (30, 70, 9), (29, 257, 256)):
+        for ta in (0, 1):
+            for tb in (0, 1):
+                ash, bsh = ((k, m) if ta else (m, k)), ((n, k) if tb else (k, n))
+                a = rng.standard_normal((ash[0], ash[1] + 2)).astype(np.float32)
+                b = rng.standard_normal((bsh[0], bsh[1] + 5)).astype(np.float32)
+                c = np.full((m, n + 3), 7, np.float32)
+                f(ta, tb, m, n, k, 0.5, a.ctypes.data, a.shape[1], b.ctypes.data, b.shape[1], c.ctypes.data, n + 3,
+                  None)
+                av, bv = a[:, :ash[1]], b[:, :bsh[1]]
+                ref = 0.5 * (av.T if ta else av).astype(np.float64) @ (bv.T if tb else bv)
+                np.testing.assert_allclose(c[:, :n], ref, rtol=1e-4, atol=1e-4, err_msg=f"{m, n, k, ta, tb}")
+                assert (c[:, n:] == 7).all()

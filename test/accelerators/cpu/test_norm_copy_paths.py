@@ -1,0 +1,58 @@
+"""Softmax/layernorm rows (kernels/norm.c) and transposes (kernels/copy.c),
+called directly in every ISA build against numpy on fresh random data: row
+lengths below, at and past the vector width, in-place softmax; transposes
+of rank 1-5 with strided and contiguous last dimensions, partial 16 x 16
+blocks, rows split across 2 threads."""
+import ctypes
+
+import numpy as np
+import pytest
+
+from .test_gemm_paths import L, F, P, lib_at
+
+rng = np.random.default_rng()
+
+
+@pytest.mark.parametrize("isa", ["avx512", "avx2", "generic"])
+def test_norm_rows(isa):
+    lib = lib_at(isa, 2)
+    lib.tcc_cpu_softmax.argtypes = [L, L, L, P, P, ctypes.c_int]
+    lib.tcc_cpu_layernorm.argtypes = [L, L, P, P, P, F, P]
+    for cols in list(range(1, 41)) + [128, 255]:
+        x = (rng.standard_normal((5, cols)) * 4 + 1).astype(np.float32)
+        x64 = x.astype(np.float64)
+        e = np.exp(x64 - x64.max(1, keepdims=True))
+        sm = e / e.sum(1, keepdims=True)
+        for log in (0, 1):
+            want = np.log(sm) if log else sm
+            y = np.empty_like(x)
+            lib.tcc_cpu_softmax(5, cols, 1, x.ctypes.data, y.ctypes.data, log)
+            np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6, err_msg=f"{cols} log={log}")
+            inplace = x.copy()  # y may be x
+            lib.tcc_cpu_softmax(5, cols, 1, inplace.ctypes.data, inplace.ctypes.data, log)
+            np.testing.assert_allclose(inplace, want, rtol=1e-5, atol=1e-6, err_msg=f"{cols} log={log} in place")
+        s, bias = rng.standard_normal(cols).astype(np.float32), rng.standard_normal(cols).astype(np.float32)
+        mean, var = x64.mean(1, keepdims=True), x64.var(1, keepdims=True)
+        norm = (x64 - mean) / np.sqrt(var + 1e-5) * s
+        for bp, want in ((None, norm), (bias.ctypes.data, norm + bias)):
+            y = np.empty_like(x)
+            lib.tcc_cpu_layernorm(5, cols, x.ctypes.data, s.ctypes.data, bp, 1e-5, y.ctypes.data)
+            np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-5, err_msg=f"layernorm {cols}")
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("isa", ["avx512", "avx2", "generic"])
+def test_transpose(isa, threads):
+    lib = lib_at(isa, threads)
+    f = lib.tcc_cpu_transpose
+    f.argtypes = [ctypes.c_int, P, P, P, P]
+    f.restype = None
+    cases = [((1, 128, 4, 64), (0, 2, 3, 1)), ((1, 128, 4, 64), (0, 2, 1, 3)), ((37, 53), (1, 0)), ((16, 16), (1, 0)),
+             ((33, 70), (1, 0)), ((3, 5, 17, 19), (3, 0, 2, 1)), ((2, 40, 33), (0, 2, 1)), ((7,), (0,)),
+             ((2, 3, 4, 5, 6), (4, 2, 0, 3, 1)), ((130, 2, 18), (2, 0, 1)), ((100, 3, 40), (1, 2, 0)), ((5, 64, 3), (1, 0, 2))]
+    for shape, perm in cases:
+        x = rng.standard_normal(shape).astype(np.float32)
+        y = np.empty(x.size, np.float32)
+        sh, pm = (ctypes.c_long * len(shape))(*shape), (ctypes.c_long * len(perm))(*perm)
+        f(len(shape), sh, pm, x.ctypes.data, y.ctypes.data)
+        np.testing.assert_array_equal(y, x.transpose(perm).ravel(), err_msg=f"{shape} {perm}")
