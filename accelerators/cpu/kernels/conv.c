@@ -1,6 +1,7 @@
 /* 2-D convolution, NCHW / OIHW.
  *
- * Depthwise convolutions run conv_dw.c's kernel. Everything else runs a
+ * Depthwise convolutions run conv_dw.c's kernel; pointwise ones with packed
+ * weights (tcc_cpu_conv2d_pw) conv_pw.c's. Everything else runs a
  * direct kernel: per image and group, the input is packed once into phase
  * planes (conv_vec.h: padding, strides and dilations become constant
  * offsets along one flat row of outputs; stride-1 unpadded inputs are used
@@ -527,4 +528,9 @@ void tcc_cpu_conv2d(const tcc_conv_params *p, const float *x, const float *w, fl
         conv_im2col(p, x, w, y, scratch, ep);
     }
     if (off != off_stack) free(off);
+}
+
+void tcc_cpu_conv2d_pw(const tcc_conv_params *p, const float *x, const float *wp, float *y, const tcc_epilogue *ep) {
+    cv_ep e = resolve_ep(ep);
+    cv_pointwise(p, x, wp, y, &e);
 }

@@ -151,6 +151,7 @@ typedef struct {
     float *y;
     const cv_ep *e;
     long taps, nv;
+    const __mmask16 *mk; /* dwf_masks, once per call: shared by every task */
     long off[64];
 } dwf_job;
 
@@ -231,8 +232,7 @@ static void dwf_task(void *arg, long b, long e) {
     const dwf_job *j = arg;
     const tcc_conv_params *p = j->p;
     const long hw = p->h * p->w, T = j->taps;
-    __mmask16 *mk = (__mmask16 *)cv_tls_buffer(1, (size_t)(j->nv * T + 1) / 2);
-    dwf_masks(p, T, j->nv, mk);
+    const __mmask16 *mk = j->mk;
     for (long pc = b; pc < e; pc++) {
         const long c = pc % p->c;
         float *y = j->y + pc * hw;
@@ -249,15 +249,18 @@ static void dwf_task(void *arg, long b, long e) {
  * further) and splits them into even and odd columns (taps 0, 1 and 2).
  * Column masks (per vector position along the row, shared by every row and
  * channel) zero what falls outside the row; a tap row outside the plane
- * gets an empty mask. DG output rows are in flight at a time. */
-static int dws2_fits(const tcc_conv_params *p) { return p->sw == 2 && p->kw == 3 && p->dw == 1; }
+ * reads a zero row instead. DG output rows are in flight at a time. */
+#define DWS2_KH 8
+static int dws2_fits(const tcc_conv_params *p) { return p->sw == 2 && p->kw == 3 && p->dw == 1 && p->kh <= DWS2_KH; }
 
 typedef struct {
     const tcc_conv_params *p;
     const float *x, *w;
     float *y;
     const cv_ep *e;
-    long ncv; /* vectors per output row */
+    long ncv;            /* vectors per output row */
+    const __mmask16 *cm; /* dws2_masks, once per call */
+    const float *zr;     /* a zero row as wide as the input */
 } dws2_job;
 
 /* cm[cv * 4 + i]: lanes of the loads at column 2*cv*VL - pl + {0, VL, 2, VL + 2} inside [0, w). */
@@ -274,21 +277,27 @@ static void dws2_masks(const tcc_conv_params *p, long ncv, __mmask16 *cm) {
         }
 }
 
-/* DG output rows from oh0, every vector along them. edge: rows past the
- * plane's end or tap rows outside the input (masked off) may occur. */
+/* DG output rows from oh0, every vector along them. Tap rows outside the
+ * input read zr (a zero row), rows past the plane's end repeat the last
+ * one and are not stored: no per-load row masks. */
 CV_INLINE void dws2_rows(const dws2_job *j, const float *x, const float *w, float *y, const float *res, float bias,
-                         const __mmask16 *cm, const long KH, const long oh0, const int edge) {
+                         const __mmask16 *cm, const long KH, const long oh0) {
     const tcc_conv_params *p = j->p;
     const long H = p->h, W = p->w, OH = p->oh, OW = p->ow, sh = p->sh, dh = p->dh, pt = p->pt;
     const cv_ep *e = j->e;
     const int act = cv_vec_act(e->act) ? e->act : TCC_ACT_NONE;
     const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
     const __m512i io = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    const float *rows[DWS2_KH][DG];
+    for (long ki = 0; ki < KH; ki++)
+        for (int g = 0; g < DG; g++) {
+            const long ri = (oh0 + g < OH ? oh0 + g : OH - 1) * sh - pt + ki * dh;
+            rows[ki][g] = (unsigned long)ri < (unsigned long)H ? x + ri * W : j->zr;
+        }
     for (long cv = 0; cv < j->ncv; cv++) {
-        const long ow0 = cv * VL;
+        const long ow0 = cv * VL, c0 = 2 * ow0 - p->pl;
         const int nout = OW - ow0 < VL ? (int)(OW - ow0) : VL;
         const __mmask16 mA = cm[cv * 4], mB = cm[cv * 4 + 1], mC = cm[cv * 4 + 2], mD = cm[cv * 4 + 3];
-        const float *xc = x + 2 * ow0 - p->pl;
         __m512 acc[DG];
 #pragma GCC unroll 8
         for (int g = 0; g < DG; g++) acc[g] = _mm512_set1_ps(bias);
@@ -298,13 +307,9 @@ CV_INLINE void dws2_rows(const dws2_job *j, const float *x, const float *w, floa
                          w2 = _mm512_set1_ps(w[ki * 3 + 2]);
 #pragma GCC unroll 8
             for (int g = 0; g < DG; g++) {
-                /* rows past the end repeat the last one (not stored) */
-                const long oh = edge && oh0 + g >= OH ? OH - 1 : oh0 + g;
-                const long ri = oh * sh - pt + ki * dh;
-                const __mmask16 in = !edge || (unsigned long)ri < (unsigned long)H ? 0xffff : 0;
-                const float *r = xc + ri * W;
-                __m512 a = _mm512_maskz_loadu_ps(mA & in, r), b = _mm512_maskz_loadu_ps(mB & in, r + VL);
-                __m512 c = _mm512_maskz_loadu_ps(mC & in, r + 2), d = _mm512_maskz_loadu_ps(mD & in, r + VL + 2);
+                const float *r = rows[ki][g] + c0;
+                __m512 a = _mm512_maskz_loadu_ps(mA, r), b = _mm512_maskz_loadu_ps(mB, r + VL);
+                __m512 c = _mm512_maskz_loadu_ps(mC, r + 2), d = _mm512_maskz_loadu_ps(mD, r + VL + 2);
                 acc[g] = _mm512_fmadd_ps(_mm512_permutex2var_ps(a, ie, b), w0, acc[g]);
                 acc[g] = _mm512_fmadd_ps(_mm512_permutex2var_ps(a, io, b), w1, acc[g]);
                 acc[g] = _mm512_fmadd_ps(_mm512_permutex2var_ps(c, ie, d), w2, acc[g]);
@@ -312,7 +317,7 @@ CV_INLINE void dws2_rows(const dws2_job *j, const float *x, const float *w, floa
         }
 #pragma GCC unroll 8
         for (int g = 0; g < DG; g++) {
-            if (edge && oh0 + g >= OH) break;
+            if (oh0 + g >= OH) break;
             const long o = (oh0 + g) * OW + ow0;
             vf a = (vf)acc[g];
             if (res) a += v_ld_n(res + o, nout);
@@ -323,13 +328,8 @@ CV_INLINE void dws2_rows(const dws2_job *j, const float *x, const float *w, floa
 
 CV_INLINE void dws2_plane(const dws2_job *j, const float *x, const float *w, float *y, const float *res, float bias,
                           const __mmask16 *cm, const long KH) {
-    const tcc_conv_params *p = j->p;
     /* the DG rows' input rows stay in L1 while every vector along them is done */
-    for (long oh0 = 0; oh0 < p->oh; oh0 += DG) {
-        const long r0 = oh0 * p->sh - p->pt, r1 = (oh0 + DG - 1) * p->sh - p->pt + (KH - 1) * p->dh;
-        if (oh0 + DG <= p->oh && r0 >= 0 && r1 < p->h) dws2_rows(j, x, w, y, res, bias, cm, KH, oh0, 0);
-        else dws2_rows(j, x, w, y, res, bias, cm, KH, oh0, 1);
-    }
+    for (long oh0 = 0; oh0 < j->p->oh; oh0 += DG) dws2_rows(j, x, w, y, res, bias, cm, KH, oh0);
 }
 
 static void dws2_plane_3x3(const dws2_job *j, const float *x, const float *w, float *y, const float *res,
@@ -345,8 +345,7 @@ static void dws2_task(void *arg, long b, long e) {
     const dws2_job *j = arg;
     const tcc_conv_params *p = j->p;
     const long hw = p->h * p->w, ohw = p->oh * p->ow, T = p->kh * 3;
-    __mmask16 *cm = (__mmask16 *)cv_tls_buffer(1, (size_t)(j->ncv * 4 + 1) / 2);
-    dws2_masks(p, j->ncv, cm);
+    const __mmask16 *cm = j->cm;
     for (long pc = b; pc < e; pc++) {
         const long c = pc % p->c;
         float *y = j->y + pc * ohw;
@@ -362,7 +361,10 @@ void cv_depthwise(const tcc_conv_params *p, const cv_layout *l, const float *x, 
                   const cv_ep *e) {
 #if defined(__AVX512F__)
     if (dwf_fits(p)) {
-        dwf_job j = {p, x, w, y, e, p->kh * p->kw, (p->h * p->w + VL - 1) / VL, {0}};
+        dwf_job j = {p, x, w, y, e, p->kh * p->kw, (p->h * p->w + VL - 1) / VL, NULL, {0}};
+        __mmask16 *mk = (__mmask16 *)cv_tls_buffer(1, (size_t)(j.nv * j.taps + 1) / 2);
+        dwf_masks(p, j.taps, j.nv, mk);
+        j.mk = mk;
         for (long ki = 0; ki < p->kh; ki++)
             for (long kj = 0; kj < p->kw; kj++)
                 j.off[ki * p->kw + kj] = (ki * p->dh - p->pt) * p->w + kj * p->dw - p->pl;
@@ -370,7 +372,13 @@ void cv_depthwise(const tcc_conv_params *p, const cv_layout *l, const float *x, 
         return;
     }
     if (dws2_fits(p)) {
-        dws2_job j = {p, x, w, y, e, (p->ow + VL - 1) / VL};
+        dws2_job j = {p, x, w, y, e, (p->ow + VL - 1) / VL, NULL, NULL};
+        __mmask16 *cm = (__mmask16 *)cv_tls_buffer(1, (size_t)(j.ncv * 4 + 1) / 2);
+        float *zr = cv_tls_buffer(0, (size_t)p->w);
+        dws2_masks(p, j.ncv, cm);
+        memset(zr, 0, (size_t)p->w * sizeof(float));
+        j.cm = cm;
+        j.zr = zr;
         tcc_cpu_parallel_for(p->n * p->c, 1, dws2_task, &j);
         return;
     }

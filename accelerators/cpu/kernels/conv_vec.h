@@ -134,6 +134,8 @@ void cv_store_rows(const cv_layout *l, const tcc_conv_params *p, float *y, const
 
 void cv_depthwise(const tcc_conv_params *p, const cv_layout *l, const float *x, const float *w, float *y,
                   const cv_ep *e) CV_HIDDEN;
+/* Pointwise, group 1, weights packed (tcc_cpu_conv2d_pw). */
+void cv_pointwise(const tcc_conv_params *p, const float *x, const float *wp, float *y, const cv_ep *e) CV_HIDDEN;
 
 /* The same without an epilogue (already applied in registers). */
 void cv_copy_rows(const cv_layout *l, const tcc_conv_params *p, float *y, const float *src, long q0, long n)

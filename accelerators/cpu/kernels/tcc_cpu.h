@@ -17,8 +17,9 @@ extern "C" {
 
 /* ---- thread pool ------------------------------------------------------- */
 typedef void (*tcc_task_fn)(void *ctx, long begin, long end);
-/* Splits [0, n) into at most num_threads contiguous chunks of at least
- * `grain` items and runs fn on each; returns when all are done. Nested calls
+/* Splits [0, n) into at most num_threads contiguous ranges of at least
+ * `grain` items, one per thread, each run as a few chunks (at least `grain`
+ * items) that idle threads steal; returns when all are done. Nested calls
  * (from inside a task) run inline. */
 void tcc_cpu_parallel_for(long n, long grain, tcc_task_fn fn, void *ctx);
 int tcc_cpu_num_threads(void);
@@ -73,6 +74,9 @@ void tcc_cpu_conv2d(const tcc_conv_params *p, const float *x, const float *w, fl
  * panels of the OIHW rows transposed, K = C/G*KH*KW, zero past M/G. */
 void tcc_cpu_conv2d_packed(const tcc_conv_params *p, const float *x, const float *wp, float *y, float *scratch,
                            const tcc_epilogue *ep);
+/* A pointwise convolution (1x1, stride 1, no pads, group 1) with the weights
+ * packed at compile time as [ceil(m/8)][c][8] (rows past m zero). */
+void tcc_cpu_conv2d_pw(const tcc_conv_params *p, const float *x, const float *wp, float *y, const tcc_epilogue *ep);
 
 /* ---- pooling ------------------------------------------------------------- */
 typedef struct {

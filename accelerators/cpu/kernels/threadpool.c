@@ -1,10 +1,14 @@
 /* The kernel library's thread pool: TCC_NUM_THREADS workers (default: the
  * number of online cores), the calling thread taking part. A parallel_for
- * splits its range into chunks that threads claim from one atomic word
- * (generation | chunk count | next chunk), so a worker that is descheduled
- * (a loaded machine) never stalls a call: the others take its chunks. Idle
- * workers spin briefly (kernels follow each other closely), then sleep on a
- * condition variable, so an idle process costs nothing. */
+ * gives each thread one contiguous range of the items (what a static split
+ * would), run in a few chunks claimed from that range's atomic word
+ * (generation | chunk count | next chunk); a thread done with its own range
+ * steals the remaining chunks of the others'. So a worker that is
+ * descheduled (a loaded machine) or slower (its data in the other core's
+ * cache) never stalls a call for more than one chunk, while each thread
+ * still mostly works on adjacent items. Idle workers spin briefly (kernels
+ * follow each other closely), then sleep on a condition variable, so an
+ * idle process costs nothing. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <sched.h>
@@ -23,7 +27,7 @@
 
 #define MAX_THREADS 256
 #define SPIN_ITERS 4000   /* ~0.2-0.5 ms of pause before sleeping */
-#define MAX_CHUNKS 0xffff
+#define CHUNKS_PER_RANGE 4 /* the unit of stealing: a quarter of a thread's share (< 2^16) */
 
 static int g_nthreads = 0, g_limit = 0;
 static pthread_t g_workers[MAX_THREADS];
@@ -35,32 +39,41 @@ static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static struct {
     tcc_task_fn fn;
     void *ctx;
-    long n, chunk;
+    long n, nranges, rlen, chunk; /* range r: items [r*rlen, (r+1)*rlen) in chunks of `chunk` */
 } g_job;
 static atomic_uint_fast32_t g_generation = 0;
-static _Atomic uint64_t g_claim = 0; /* gen << 32 | nchunks << 16 | next */
+static struct {
+    _Alignas(64) _Atomic uint64_t claim; /* gen << 32 | chunks << 16 | next chunk of the range */
+} g_range[MAX_THREADS];
 static atomic_long g_done = 0;
 static atomic_int g_sleeping = 0;
 static __thread int t_in_task = 0;
 
-static void run_chunks(uint32_t gen) {
-    for (;;) {
-        uint64_t v = atomic_load_explicit(&g_claim, memory_order_acquire);
-        if ((uint32_t)(v >> 32) != gen) return;
-        long nchunks = (long)((v >> 16) & 0xffff), i = (long)(v & 0xffff);
-        if (i >= nchunks) return;
-        if (!atomic_compare_exchange_weak_explicit(&g_claim, &v, v + 1, memory_order_acq_rel,
-                                                   memory_order_acquire))
-            continue;
-        long b = i * g_job.chunk, e = b + g_job.chunk;
-        if (e > g_job.n) e = g_job.n;
-        if (b < e) g_job.fn(g_job.ctx, b, e);
-        atomic_fetch_add_explicit(&g_done, 1, memory_order_acq_rel);
+/* Own range first, then the others' in turn. A claim is a CAS on a word
+ * carrying the generation and the range's chunk count, so whether a range
+ * is done is read from the word alone: a thread still on a finished call
+ * never takes (or computes from) a chunk of the next one. */
+static void run_chunks(uint32_t gen, long self) {
+    for (long k = 0; k < g_job.nranges; k++) {
+        const long r = (self + k) % g_job.nranges;
+        for (;;) {
+            uint64_t v = atomic_load_explicit(&g_range[r].claim, memory_order_acquire);
+            if ((uint32_t)(v >> 32) != gen) return;
+            const long i = (long)(v & 0xffff);
+            if (i >= (long)((v >> 16) & 0xffff)) break;
+            if (!atomic_compare_exchange_weak_explicit(&g_range[r].claim, &v, v + 1, memory_order_acq_rel,
+                                                       memory_order_acquire))
+                continue;
+            const long b = r * g_job.rlen + i * g_job.chunk, e = b + g_job.chunk;
+            const long re = (r + 1) * g_job.rlen < g_job.n ? (r + 1) * g_job.rlen : g_job.n;
+            g_job.fn(g_job.ctx, b, e < re ? e : re);
+            atomic_fetch_add_explicit(&g_done, 1, memory_order_acq_rel);
+        }
     }
 }
 
 static void *worker(void *arg) {
-    (void)arg;
+    const long self = (long)arg;
     uint32_t seen = 0; /* workers start before the first job (pthread_once) */
     t_in_task = 1;
     for (;;) {
@@ -79,7 +92,7 @@ static void *worker(void *arg) {
             break;
         }
         seen = gen;
-        run_chunks(gen);
+        run_chunks(gen, self);
     }
     return NULL;
 }
@@ -109,22 +122,32 @@ void tcc_cpu_parallel_for(long n, long grain, tcc_task_fn fn, void *ctx) {
     if (n <= 0) return;
     int nt = tcc_cpu_num_threads();
     if (grain < 1) grain = 1;
-    long nchunks = (n + grain - 1) / grain;
-    if (nt <= 1 || nchunks <= 1 || t_in_task) {
+    long nranges = (n + grain - 1) / grain;
+    if (nt <= 1 || nranges <= 1 || t_in_task) {
         fn(ctx, 0, n);
         return;
     }
-    if (nchunks > nt) nchunks = nt;
+    if (nranges > nt) nranges = nt;
     pthread_mutex_lock(&g_call_mu);
     g_job.fn = fn;
     g_job.ctx = ctx;
     g_job.n = n;
-    g_job.chunk = (n + nchunks - 1) / nchunks;
-    nchunks = (n + g_job.chunk - 1) / g_job.chunk;
+    g_job.rlen = (n + nranges - 1) / nranges;
+    g_job.nranges = nranges = (n + g_job.rlen - 1) / g_job.rlen;
+    g_job.chunk = (g_job.rlen + CHUNKS_PER_RANGE - 1) / CHUNKS_PER_RANGE;
+    if (g_job.chunk < grain) g_job.chunk = grain;
     atomic_store_explicit(&g_done, 0, memory_order_relaxed);
     uint32_t gen = (uint32_t)atomic_load(&g_generation) + 1;
     if (gen == 0) gen = 1; /* 0 is the workers' initial "seen" */
-    atomic_store_explicit(&g_claim, ((uint64_t)gen << 32) | ((uint64_t)nchunks << 16), memory_order_release);
+    /* every word, not just this call's ranges (the others get no chunks): a
+     * thread still on the last call may pick a range by its count */
+    long nchunks = 0;
+    for (long r = 0; r < g_nthreads; r++) {
+        const long len = r >= nranges ? 0 : (r + 1) * g_job.rlen < n ? g_job.rlen : n - r * g_job.rlen;
+        const long nc = (len + g_job.chunk - 1) / g_job.chunk;
+        nchunks += nc;
+        atomic_store_explicit(&g_range[r].claim, (uint64_t)gen << 32 | (uint64_t)nc << 16, memory_order_release);
+    }
     atomic_store(&g_generation, gen); /* seq_cst: ordered before the g_sleeping load (Dekker) */
     if (atomic_load(&g_sleeping)) {
         pthread_mutex_lock(&g_mu);
@@ -132,7 +155,7 @@ void tcc_cpu_parallel_for(long n, long grain, tcc_task_fn fn, void *ctx) {
         pthread_mutex_unlock(&g_mu);
     }
     t_in_task = 1;
-    run_chunks(gen);
+    run_chunks(gen, 0);
     t_in_task = 0;
     int spins = 0;
     while (atomic_load_explicit(&g_done, memory_order_acquire) < nchunks) {

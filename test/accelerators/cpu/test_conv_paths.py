@@ -4,17 +4,18 @@ place or packed into phase planes, full and tail register tiles, flat and
 row-wise stores, q chunks and m blocks split over threads), the kernel on
 weights packed at compile time (conv_ocv.c: pixel tiles of one or two rows,
 panel tails, channel blocks, groups; also called directly in the other ISA
-builds), the depthwise kernel (3x3 and other tap counts, strides,
-dilations, pads), the im2col fallback for strides beyond the phase table,
-and every fused epilogue. On AVX-512 a conv with constant weights takes the
-packed kernel; the direct kernel's tests pass the weights as an input."""
+builds), the packed pointwise kernel (conv_pw.c), the depthwise kernel (3x3
+and other tap counts, strides, dilations, pads), the im2col fallback for
+strides beyond the phase table, and every fused epilogue. On AVX-512 a conv
+with constant weights takes a packed kernel; the direct kernel's tests pass
+the weights as an input."""
 import ctypes
 import zipfile
 
 import numpy as np
 import onnxruntime as ort
 import pytest
-from onnx import helper
+from onnx import helper, numpy_helper
 
 from .helpers import check, model, rand, run_both
 
@@ -198,6 +199,8 @@ def test_depthwise_in_place(n, c, h, w, k, d, pads):
     (1, 3, 19, 30, 3, (3, 2), (1, 1, 1, 0)),          # stride 3 rows
     (1, 3, 13, 30, (5, 3), (2, 2), (2, 1, 2, 1)),     # 5 tap rows
     (1, 3, 13, 30, (1, 3), (2, 2), (0, 1, 0, 1)),     # one tap row
+    (1, 4, 15, 15, 3, (2, 2), (1, 1, 1, 1)),          # last tap row below the plane (zero row)
+    (1, 3, 21, 20, (9, 3), (2, 2), (4, 1, 4, 1)),     # 9 tap rows: beyond the row table, packed path
 ])
 def test_depthwise_stride2_in_place(n, c, h, w, k, s, pads):
     mdl, feeds = conv_model(n, c, h, w, c, k, s=s, pads=pads, g=c)
@@ -212,8 +215,9 @@ def test_depthwise_in_place_epilogues(act, s):
 
 
 # ---- pointwise: channel blocks and dot-product tails ---------------------------------------
-# k > one block's worth: partial sums carried between channel blocks; planes whose last few
-# outputs (fewer than half a vector, long k) are dot products along k instead of a masked vector.
+# Grouped: the direct kernel, k > one block's worth (partial sums carried between channel
+# blocks); one group: the packed kernel (below). Planes whose last few outputs are dot products
+# along k instead of a masked vector.
 @pytest.mark.parametrize("n,c,h,w,m,g", [
     (1, 200, 7, 7, 13, 1),      # 3 channel blocks, 1 dot-product output per row, m tail
     (1, 200, 14, 14, 20, 1),    # 4 dot-product outputs
@@ -306,6 +310,49 @@ def test_packed_chosen_on_avx512(tmp_path):
     assert "tcc_cpu_conv2d_packed(" in src
 
 
+# ---- pointwise with weights packed at compile time (kernels/conv_pw.c) -----------------------
+# 8-row blocks (m tails), tiles of 1..3 vectors with masked tails, the last 1..4 positions of a
+# plane as dot products (in groups of 4 blocks, fewer at the end), planes under one vector,
+# inputs over the L2 budget (chunks, next-tile prefetch), threads splitting positions (input
+# larger than the weights) or row blocks.
+@pytest.mark.parametrize("n,c,h,w,m", [
+    (1, 96, 7, 7, 160),      # 7x7: 3 vectors + 1 dot-product position, 20 blocks
+    (1, 64, 14, 14, 40),     # 4 dot-product positions, 5 blocks: a group of one
+    (2, 13, 5, 7, 21),       # 35 positions: 2 vectors + 3 dot products, m tail, batch 2
+    (1, 5, 2, 2, 3),         # 4 positions: only dot products, m < 8
+    (3, 7, 1, 3, 9),         # 3 positions, batch 3
+    (1, 11, 3, 9, 17),       # 27 positions: masked tail of 11 lanes
+    (1, 1, 9, 9, 8),         # c = 1
+    (1, 40, 60, 61, 12),     # input over the L2 budget: chunks, prefetch, 1 dot product per plane
+    (1, 384, 14, 14, 64),    # input larger than the weights: positions split over threads
+    (2, 32, 28, 28, 16),     # whole vectors, batch 2
+])
+def test_pointwise_packed(n, c, h, w, m):
+    mdl, feeds = conv_model(n, c, h, w, m, 1, act="Clip", residual=True)
+    check(mdl, feeds, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("act", ACTS)
+@pytest.mark.parametrize("residual", [False, True])
+def test_pointwise_packed_epilogues(act, residual):
+    mdl, feeds = conv_model(1, 24, 9, 11, 19, 1, bias=act != "Relu", act=act, residual=residual)
+    check(mdl, feeds, rtol=1e-4, atol=1e-4)
+
+
+@pytest.fixture
+def pw_lib(request):
+    """The `isa` build limited to `threads` (the loaded library's own pool when it is that build:
+    the limit is lifted afterwards)."""
+    from tcc.accelerators.cpu import build
+    isa, threads = request.node.callspec.params["isa"], request.node.callspec.params["threads"]
+    if not build.ISA_NEEDS[isa] <= build.cpu_flags():
+        pytest.skip(f"this CPU does not run the {isa} build")
+    lib = ctypes.CDLL(build.library_path(isa), mode=ctypes.RTLD_LOCAL)
+    lib.tcc_cpu_set_num_threads(threads)
+    yield lib
+    lib.tcc_cpu_set_num_threads(0)
+
+
 class ConvParams(ctypes.Structure):
     _fields_ = [(f, ctypes.c_long) for f in "n c h w m kh kw oh ow sh sw dh dw pt pl pb pr group".split()]
 
@@ -340,3 +387,29 @@ def test_packed_other_isa_builds(isa):
                                   ctypes.c_void_p(wp.ctypes.data), ctypes.c_void_p(y.ctypes.data),
                                   ctypes.c_void_p(scratch.ctypes.data), ctypes.byref(ep))
         np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-5, err_msg=f"{isa} {(n, c, h, w, m, k, s, d, pads, g)}")
+
+
+# The packed kernel called directly on every ISA build at 1 and 2 threads (tcc_cpu_conv2d_pw with
+# codegen.pack_pw's layout): AVX2 and generic take 4-row halves of the 8-row blocks.
+@pytest.mark.parametrize("isa", ["avx512", "avx2", "generic"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_pointwise_packed_isa_threads(isa, threads, pw_lib):
+    import onnxruntime as ort
+
+    from tcc.accelerators.cpu.codegen import pack_pw
+    acts = {None: (0, 0.0, 0.0), "Relu": (1, 0.0, 0.0), "Clip": (2, -0.5, 0.7), "LeakyRelu": (5, 0.1, 0.0),
+            "Sigmoid": (3, 0.0, 0.0)}
+    for (n, c, h, w, m), act in zip([(1, 96, 7, 7, 160), (2, 13, 5, 7, 21), (1, 5, 2, 2, 3), (1, 40, 60, 61, 12),
+                                     (1, 384, 14, 14, 64)], acts):
+        mdl, feeds = conv_model(n, c, h, w, m, 1, act=act, residual=True)
+        ref = ort.InferenceSession(mdl.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+        inits = {i.name: numpy_helper.to_array(i) for i in mdl.graph.initializer}
+        wp, b = np.ascontiguousarray(pack_pw(inits["w"])), inits["b"]
+        y = np.full_like(ref, np.nan)
+        code, a0, a1 = acts[act]
+        ep = Epilogue(b.ctypes.data, 2, 1.0, feeds["r"].ctypes.data, code, a0, a1)
+        p = ConvParams(n, c, h, w, m, 1, 1, h, w, 1, 1, 1, 1, 0, 0, 0, 0, 1)
+        ptr = ctypes.c_void_p
+        pw_lib.tcc_cpu_conv2d_pw(ctypes.byref(p), ptr(feeds["x"].ctypes.data), ptr(wp.ctypes.data), ptr(y.ctypes.data),
+                                 ctypes.byref(ep))
+        np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4, err_msg=f"{isa} {(n, c, h, w, m)} {act}")

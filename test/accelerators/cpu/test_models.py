@@ -81,7 +81,8 @@ def test_dump_c_and_payload_source(tmp_path):
     assert r.returncode == 0, r.stderr
     text = c_path.read_text()
     assert "void tcc_part_cpu_0(void **args, void **W, char *ws)" in text
-    assert "tcc_cpu_conv2d" in text and "TCC_ACT_RELU" in text and "tcc_cpu_gemm_packed(" in text  # weights packed
+    # the batch-1 classifier takes gemm.c's small-M path, not packed tiles
+    assert "tcc_cpu_conv2d" in text and "TCC_ACT_RELU" in text and "tcc_cpu_gemm(0, 1, 1," in text
     # the same source travels in the payload
     from tcc.accelerators.cpu.runtime import c_source
     sess = tcc.load(str(tmp_path / "m.tcc"))

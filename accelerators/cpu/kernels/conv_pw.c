@@ -1,0 +1,223 @@
+/* Pointwise convolution (1x1, stride 1, unpadded, one group) against
+ * weights packed at compile time (codegen.pack_pw): [ceil(M/8)][C][8],
+ * rows past M zero. y[m][q] = sum_c W[m][c] x[c][q] over each image's
+ * planes of q = h*w positions.
+ *
+ * Reading the OIHW rows as they are, a tile of rows broadcasts from several
+ * short strided runs: on the late small-plane layers, whose weights are
+ * read once per run and come from L3, the prefetchers never caught on (2x
+ * slower than with the weights in L2). Packed, a tile of 8 rows reads one
+ * contiguous stream.
+ *
+ * Tiles of TR rows x NR vectors of positions over all of C (the tile's
+ * weights stay in L1 while it sweeps a chunk of positions that stays in
+ * L2); the epilogue runs in registers before the store. A plane's last
+ * P % VL <= 4 positions are dot products with the rows in lanes instead
+ * (one masked vector over all of C would waste most of its lanes: 7x7
+ * planes are 3 vectors and one position). */
+#include "conv_vec.h"
+
+#define PR 8 /* rows per packed block: fixed, so an artifact's layout does not depend on the ISA */
+#if defined(__AVX512F__)
+#define TR 8 /* 24 accumulators + 3 inputs + 1 broadcast of 32 registers */
+#else
+#define TR 4 /* 12 + 3 + 1 of 16; a block's halves are two tiles */
+#endif
+#define NR 3
+#define TW (NR * VL)
+#define REST_MAX 4
+#define RB 4 /* packed blocks per rest pass */
+#define L2_BUDGET (512 * 1024) /* bytes of one image's input a chunk of positions may touch */
+
+typedef float v8 __attribute__((vector_size(32)));
+
+typedef struct {
+    const float *x, *wp, *res;
+    float *y;
+    const cv_ep *e;
+    long C, M, P;
+    long qmain;      /* positions the tiles cover; the rest are dot products */
+    long qchunk;     /* positions per chunk (a multiple of VL) */
+    long nqc, nblk;  /* chunks per image, packed row blocks */
+    int pf;          /* prefetch the next tile (pw_full_pf) */
+} pw_job;
+
+/* Bias and residual added, the activation applied when it runs in
+ * registers (the others: a pass over the tile's rows after the store). */
+CV_INLINE vf pw_ep(const pw_job *j, vf a, float b, const float *res, int n) {
+    a += b;
+    if (res) a += n < VL ? v_ld_n(res, n) : v_ld(res);
+    return cv_vec_act(j->e->act) ? cv_act_v(a, j->e->act, j->e->a0, j->e->a1) : a;
+}
+
+CV_INLINE void pw_tile(const pw_job *j, long img, long m0, const float *w, long q0, const int nr, const int masked,
+                       int rem, const int pf) {
+    const long C = j->C, P = j->P;
+    const float *x = j->x + img * C * P + q0;
+    vf acc[TR][NR];
+#pragma GCC unroll 8
+    for (int i = 0; i < TR; i++)
+#pragma GCC unroll 4
+        for (int v = 0; v < NR; v++) acc[i][v] = (vf){0};
+    for (long c = 0; c < C; c++, x += P, w += PR) {
+        vf xv[NR];
+#pragma GCC unroll 4
+        for (int v = 0; v < nr; v++) xv[v] = (masked && v == nr - 1) ? v_ld_n(x + v * VL, rem) : v_ld(x + v * VL);
+        if (pf)
+#pragma GCC unroll 4
+            for (int v = 0; v <= NR; v++) __builtin_prefetch(x + TW + v * VL);
+#pragma GCC unroll 8
+        for (int i = 0; i < TR; i++) {
+            const float wv = w[i];
+#pragma GCC unroll 4
+            for (int v = 0; v < nr; v++) acc[i][v] += xv[v] * wv;
+        }
+    }
+    const long n = (nr - 1) * VL + rem;
+#pragma GCC unroll 8
+    for (int i = 0; i < TR; i++) {
+        const long m = m0 + i;
+        if (m >= j->M) break;
+        const long o = (img * j->M + m) * P + q0;
+        const float b = cv_bias(j->e, m);
+#pragma GCC unroll 4
+        for (int v = 0; v < nr; v++) {
+            const int k = masked && v == nr - 1 ? rem : VL;
+            const vf a = pw_ep(j, acc[i][v], b, j->res ? j->res + o + v * VL : NULL, k);
+            if (k < VL) v_st_n(j->y + o + v * VL, a, k);
+            else v_st(j->y + o + v * VL, a);
+        }
+        if (!cv_vec_act(j->e->act)) cv_ep_run(j->y + o, j->y + o, n, 0.f, NULL, j->e);
+    }
+}
+
+__attribute__((noinline)) static void pw_full(const pw_job *j, long img, long m0, const float *w, long q0) {
+    pw_tile(j, img, m0, w, q0, NR, 0, VL, 0);
+}
+/* The same, the next tile's input prefetched along the way: pays when that
+ * comes from L3 (an input larger than L2: 5-15 % on those layers), while
+ * from L2 it only evicts this tile's input from L1. */
+__attribute__((noinline)) static void pw_full_pf(const pw_job *j, long img, long m0, const float *w, long q0) {
+    pw_tile(j, img, m0, w, q0, NR, 0, VL, 1);
+}
+#define PW_TAIL(nr)                                                                                                \
+    __attribute__((noinline)) static void pw_tail##nr(const pw_job *j, long img, long m0, const float *w, long q0, \
+                                                      int rem) {                                                   \
+        pw_tile(j, img, m0, w, q0, nr, 1, rem, 0);                                                                 \
+    }
+PW_TAIL(1)
+PW_TAIL(2)
+PW_TAIL(3)
+
+/* The rest positions [qmain, P) (nr of them) of RB packed blocks from
+ * blk (fewer at the end: the last is repeated, not stored), run after the
+ * main tiles of the last of them (their weights still in L2): rows in lanes,
+ * each x value broadcast once for every block, CH chains along C per
+ * block and position so enough FMAs are in flight. */
+CV_INLINE void pw_rest(const pw_job *j, long img, long blk, const int nr, const int CH) {
+    const long C = j->C, P = j->P, q0 = j->qmain, nb = j->nblk - blk < RB ? j->nblk - blk : RB;
+    const float *x = j->x + img * C * P + q0, *w[RB];
+    for (int b = 0; b < RB; b++) w[b] = j->wp + (blk + (b < nb ? b : nb - 1)) * C * PR;
+    v8 acc[RB][REST_MAX][2];
+#pragma GCC unroll 4
+    for (int b = 0; b < RB; b++)
+#pragma GCC unroll 4
+        for (int r = 0; r < nr; r++)
+#pragma GCC unroll 2
+            for (int h = 0; h < CH; h++) acc[b][r][h] = (v8){0};
+    long c = 0;
+    for (; c + CH <= C; c += CH)
+#pragma GCC unroll 2
+        for (int h = 0; h < CH; h++)
+#pragma GCC unroll 4
+            for (int b = 0; b < RB; b++) {
+                v8 wv;
+                memcpy(&wv, w[b] + (c + h) * PR, sizeof wv);
+#pragma GCC unroll 4
+                for (int r = 0; r < nr; r++) acc[b][r][h] += wv * x[(c + h) * P + r];
+            }
+    for (; c < C; c++)
+#pragma GCC unroll 4
+        for (int b = 0; b < RB; b++) {
+            v8 wv;
+            memcpy(&wv, w[b] + c * PR, sizeof wv);
+#pragma GCC unroll 4
+            for (int r = 0; r < nr; r++) acc[b][r][0] += wv * x[c * P + r];
+        }
+    for (int b = 0; b < nb; b++) {
+        const long m0 = (blk + b) * PR;
+        float s[REST_MAX][PR];
+#pragma GCC unroll 4
+        for (int r = 0; r < nr; r++) {
+            const v8 t = CH == 2 ? acc[b][r][0] + acc[b][r][1] : acc[b][r][0];
+            memcpy(s[r], &t, sizeof t);
+        }
+        for (int i = 0; i < PR && m0 + i < j->M; i++) {
+            const long o = (img * j->M + m0 + i) * P + q0;
+            const float bias = cv_bias(j->e, m0 + i);
+            for (int r = 0; r < nr; r++) {
+                const float v = s[r][i] + bias + (j->res ? j->res[o + r] : 0.f);
+                j->y[o + r] = cv_vec_act(j->e->act) ? cv_act_v((vf){0} + v, j->e->act, j->e->a0, j->e->a1)[0] : v;
+            }
+            if (!cv_vec_act(j->e->act)) cv_ep_run(j->y + o, j->y + o, nr, 0.f, NULL, j->e);
+        }
+    }
+}
+
+static void pw_rest_any(const pw_job *j, long img, long blk) {
+    switch (j->P - j->qmain) {
+    case 1: pw_rest(j, img, blk, 1, 2); break;
+    case 2: pw_rest(j, img, blk, 2, 1); break;
+    case 3: pw_rest(j, img, blk, 3, 1); break;
+    case 4: pw_rest(j, img, blk, 4, 1); break;
+    default: break;
+    }
+}
+
+/* One item: one packed row block over one chunk of one image's positions. */
+static void pw_task(void *arg, long b, long e) {
+    const pw_job *j = arg;
+    for (long it = b; it < e; it++) {
+        const long blk = it % j->nblk, qc = it / j->nblk % j->nqc, img = it / j->nblk / j->nqc;
+        const long q0 = qc * j->qchunk, q1 = q0 + j->qchunk < j->qmain ? q0 + j->qchunk : j->qmain;
+        for (int h = 0; h < PR / TR; h++) {
+            const long m0 = blk * PR + h * TR;
+            if (m0 >= j->M) break;
+            const float *w = j->wp + blk * j->C * PR + h * TR;
+            long q = q0;
+            for (; q + TW <= q1; q += TW) {
+                if (j->pf && q + 2 * TW <= q1) pw_full_pf(j, img, m0, w, q);
+                else pw_full(j, img, m0, w, q);
+            }
+            if (q < q1) {
+                const long n = q1 - q;
+                const int nr = (int)((n + VL - 1) / VL), rem = (int)(n - (nr - 1) * VL);
+                if (nr == 1) pw_tail1(j, img, m0, w, q, rem);
+                else if (nr == 2) pw_tail2(j, img, m0, w, q, rem);
+                else pw_tail3(j, img, m0, w, q, rem);
+            }
+        }
+        if (qc == j->nqc - 1 && j->qmain < j->P && (blk % RB == RB - 1 || blk == j->nblk - 1))
+            pw_rest_any(j, img, blk - blk % RB);
+    }
+}
+
+void cv_pointwise(const tcc_conv_params *p, const float *x, const float *wp, float *y, const cv_ep *e) {
+    const long C = p->c, M = p->m, P = p->oh * p->ow;
+    const long xbytes = C * P * (long)sizeof(float), wbytes = (M + PR - 1) / PR * PR * C * (long)sizeof(float);
+    const int nt = tcc_cpu_num_threads();
+    pw_job j = {x, wp, e->res, y, e, C, M, P, P, 0, 1, (M + PR - 1) / PR, xbytes > L2_BUDGET};
+    const long rest = P % VL;
+    if (rest <= REST_MAX) j.qmain = P - rest;
+    const long nvec = (j.qmain + VL - 1) / VL;
+    long nqc = (xbytes + L2_BUDGET - 1) / L2_BUDGET;
+    /* Threads split the positions when the input outweighs the weights
+     * (each reads a part of the input and all weights), else the row blocks
+     * (all of the input, a part of the weights); chunks then spread evenly. */
+    if (nt > 1 && (nqc > 1 || xbytes > wbytes)) nqc = (nqc + nt - 1) / nt * nt;
+    if (nqc > nvec) nqc = nvec;
+    if (nqc < 1) nqc = 1;
+    j.qchunk = (nvec + nqc - 1) / nqc * VL;
+    j.nqc = j.qmain ? (j.qmain + j.qchunk - 1) / j.qchunk : 1;
+    tcc_cpu_parallel_for(p->n * j.nqc * j.nblk, 1, pw_task, &j);
+}
