@@ -402,18 +402,6 @@ static void dk_task(void *arg, long b, long e) {
     }
 }
 
-typedef struct {
-    const cv_layout *l;
-    const tcc_conv_params *p;
-    const float *x;
-    float *dst;
-} pack_job;
-
-static void pack_task(void *arg, long b, long e) {
-    pack_job *j = arg;
-    cv_pack(j->l, j->p, j->x, j->dst, b, e, 1);
-}
-
 /* Splits q into chunks whose input fits the L2 budget and, when the chunks
  * alone do not spread evenly over the threads, m into one block per thread. */
 static void dk_schedule(dk_job *j, long in_bytes) {
@@ -445,8 +433,7 @@ static void conv_direct(const tcc_conv_params *p, const cv_layout *l, const floa
         for (long g = 0; g < G; g++) {
             const float *xg = x + (n * p->c + g * cg) * hw;
             if (!l->direct) {
-                pack_job pj = {l, p, xg, xp};
-                tcc_cpu_parallel_for(cg, 8, pack_task, &pj);
+                cv_pack_all(l, p, xg, xp, cg);
             }
             long yoff = (n * p->m + g * mg) * ohw;
             dk_job j = {p, l, l->direct ? xg : xp, w + g * mg * k, y + yoff, e->res ? e->res + yoff : NULL, e,

@@ -184,3 +184,20 @@ void cv_copy_rows(const cv_layout *l, const tcc_conv_params *p, float *y, const 
         if (c1 > c0) copy_row(y + oh * ow + c0, src + a + c0 - q0, c1 - c0);
     }
 }
+
+typedef struct {
+    const cv_layout *l;
+    const tcc_conv_params *p;
+    const float *x;
+    float *dst;
+} pack_job;
+
+static void pack_task(void *arg, long b, long e) {
+    pack_job *j = arg;
+    cv_pack(j->l, j->p, j->x, j->dst, b, e, 1);
+}
+
+void cv_pack_all(const cv_layout *l, const tcc_conv_params *p, const float *x, float *dst, long channels) {
+    pack_job j = {l, p, x, dst};
+    tcc_cpu_parallel_for(channels, 8, pack_task, &j);
+}

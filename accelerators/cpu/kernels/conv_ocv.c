@@ -259,18 +259,6 @@ static void ov_task(void *arg, long b, long e) {
     }
 }
 
-typedef struct {
-    const cv_layout *l;
-    const tcc_conv_params *p;
-    const float *x;
-    float *dst;
-} ov_pack_job;
-
-static void ov_pack_task(void *arg, long b, long e) {
-    ov_pack_job *j = arg;
-    cv_pack(j->l, j->p, j->x, j->dst, b, e, 1);
-}
-
 void tcc_cpu_conv2d_packed(const tcc_conv_params *p, const float *x, const float *wp, float *y, float *scratch,
                            const tcc_epilogue *ep) {
     long off_stack[64], *off = p->kh * p->kw <= 64 ? off_stack : malloc(p->kh * p->kw * sizeof(long));
@@ -297,8 +285,7 @@ void tcc_cpu_conv2d_packed(const tcc_conv_params *p, const float *x, const float
         for (long g = 0; g < G; g++) {
             const float *xg = x + (n * p->c + g * cg) * hw;
             if (!l.direct) {
-                ov_pack_job pj = {&l, p, xg, xp};
-                tcc_cpu_parallel_for(cg, 8, ov_pack_task, &pj);
+                cv_pack_all(&l, p, xg, xp, cg);
             }
             const long yoff = (n * p->m + g * mg) * ohw;
             j.x = l.direct ? xg : xp;

@@ -127,6 +127,8 @@ int cv_layout_init(cv_layout *l, const tcc_conv_params *p, long *off) CV_HIDDEN;
  * already zero (same layout packed before). */
 void cv_pack(const cv_layout *l, const tcc_conv_params *p, const float *x, float *dst, long c0, long c1, int zero)
     CV_HIDDEN;
+/* cv_pack of channels [0, channels) on the pool, padding zeroed. */
+void cv_pack_all(const cv_layout *l, const tcc_conv_params *p, const float *x, float *dst, long channels) CV_HIDDEN;
 /* Copies flat outputs [q0, q0+n) of one channel (src indexed by q - q0) to
  * the NCHW plane y with the epilogue. */
 void cv_store_rows(const cv_layout *l, const tcc_conv_params *p, float *y, const float *src, long q0, long n,

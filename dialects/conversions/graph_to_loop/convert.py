@@ -53,6 +53,23 @@ class Lowerer:
         self.bufs[r] = b
         return b
 
+    def lower_ops(self, block, where=""):
+        """Lowers `block`'s ops, up to its terminator, where the builder
+        stands (the graph's body, or a Scan/Loop body inside its loop);
+        returns the terminator."""
+        end = block.last
+        for op in list(block.ops):
+            if op is end:
+                break
+            if op.name == "onnx.NoValue":
+                continue
+            fn = LOWERINGS.get(op.name)
+            if fn is None:
+                raise LoweringError(f"{op.loc.describe()}: no host lowering for {op.name}{where}")
+            self.L.loc = op.loc
+            fn(self, op)
+        return end
+
     def alias(self, r, memref):
         if r in self.out_slot:  # a result the caller wants in an output buffer
             self.L.op("loop.copy", [memref() if callable(memref) else memref, self.out(r)])
@@ -101,16 +118,7 @@ class Lowerer:
                 self.out_slot[root] = out_args[k]
             else:
                 copies.append(k)
-        for op in list(old.ops):
-            if op is ret:
-                break
-            if op.name == "onnx.NoValue":
-                continue
-            fn = LOWERINGS.get(op.name)
-            if fn is None:
-                raise LoweringError(f"{op.loc.describe()}: no host lowering for {op.name}")
-            self.L.loc = op.loc
-            fn(self, op)
+        self.lower_ops(old)
         self.L.loc = ret.loc
         for k in copies:
             self.L.op("loop.copy", [self.buf(ret.operands[k]), out_args[k]])

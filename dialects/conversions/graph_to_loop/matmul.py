@@ -106,10 +106,9 @@ def _ext(L, v, t):
     return L.op("arith.extf", [v], f32) if is_float(t) and t.name in LOW_FLOATS else v
 
 
-@lowering("MatMul")
-def lower_matmul(cx, op):
-    A, B = op.operands
-    r = op.results[0]
+def matmul_views(cx, A, B, acc):
+    """MatMul's operands and result as (batch..., rows, cols) views, 1-D
+    operands promoted and batch dims broadcast: (M, K, N, batch, A, B, C)."""
     L = cx.L
     sa, sb = A.type.shape, B.type.shape
     a2 = sa if len(sa) >= 2 else (1,) + sa
@@ -119,9 +118,19 @@ def lower_matmul(cx, op):
     nb = len(batch)
     av = L.view(cx.buf(A), (1,) * (nb + 2 - len(a2)) + a2)
     bv = L.view(cx.buf(B), (1,) * (nb + 2 - len(b2)) + b2)
+    return M, K, N, batch, av, bv, L.view(acc, batch + (M, N))
+
+
+@lowering("MatMul")
+def lower_matmul(cx, op):
+    A, B = op.operands
+    r = op.results[0]
+    L = cx.L
+    sb = B.type.shape
     out = cx.out(r)
     acc, low = _acc_buffer(cx, out)
-    cv = L.view(acc, batch + (M, N))
+    M, K, N, batch, av, bv, cv = matmul_views(cx, A, B, acc)
+    nb = len(batch)
     ta, tb = A.type.element, B.type.element
     kernel = _f32(A, B, r) and nb <= MAXB
     with ExitStack() as st:

@@ -7,13 +7,11 @@ scale_y, in the scales' own type) + y_zero_point, rounded half to even and
 saturated to the output type."""
 from __future__ import annotations
 
-import numpy as np
-
 from ...ir.types import NONE, f32, f64, i32
 from .builder import LOW_FLOATS, is_float
 from .cast import emit_cast
 from .conv import ConvGeometry, direct_conv
-from .matmul import gemm_core
+from .matmul import gemm_core, matmul_views
 from .registry import lowering
 
 QRANGE = {"i8": (-128, 127), "ui8": (0, 255), "i16": (-32768, 32767), "ui16": (0, 65535)}
@@ -55,15 +53,7 @@ def _matmul_i32(cx, op, A, B, azp, bzp, acc):
     """acc (int32, the result shape) = (A - azp) @ (B - bzp), batched and
     broadcast like MatMul; azp per row of A, bzp per column of B."""
     L = cx.L
-    sa, sb = A.type.shape, B.type.shape
-    a2 = sa if len(sa) >= 2 else (1,) + sa
-    b2 = sb if len(sb) >= 2 else sb + (1,)
-    M, K, N = a2[-2], a2[-1], b2[-1]
-    batch = tuple(np.broadcast_shapes(a2[:-2], b2[:-2]))
-    nb = len(batch)
-    av = L.view(cx.buf(A), (1,) * (nb + 2 - len(a2)) + a2)
-    bv = L.view(cx.buf(B), (1,) * (nb + 2 - len(b2)) + b2)
-    cv = L.view(acc, batch + (M, N))
+    M, K, N, batch, av, bv, cv = matmul_views(cx, A, B, acc)
     za = _zp(per_index(cx, op, azp, M, "A zero point"), azp)
     zb = _zp(per_index(cx, op, bzp, N, "B zero point"), bzp)
     with L.loops(batch, vectorize_inner=False) as bivs:

@@ -15,7 +15,7 @@ Values the body captures from the enclosing graph are read where they are."""
 from __future__ import annotations
 
 from ...transforms.shape_inference import loop_trip_count
-from .registry import LOWERINGS, lowering
+from .registry import lowering
 
 
 def _axes(cx, op, name, n, ranks):
@@ -39,23 +39,6 @@ def _slice_copy(L, src, dst, axis, t, into):
 
 def _reversed(L, it, T, backward):
     return L.op("arith.subi", [L.c(T - 1), it], it.type) if backward else it
-
-
-def _lower_body(cx, body):
-    """Lowers a body's ops where the builder stands; returns its Yield."""
-    from .convert import LoweringError
-    yld = body.last
-    for bop in list(body.ops):
-        if bop is yld:
-            break
-        if bop.name == "onnx.NoValue":
-            continue
-        fn = LOWERINGS.get(bop.name)
-        if fn is None:
-            raise LoweringError(f"{bop.loc.describe()}: no host lowering for {bop.name} (in a loop body)")
-        cx.L.loc = bop.loc
-        fn(cx, bop)
-    return yld
 
 
 def _state(cx, inits, results):
@@ -114,7 +97,7 @@ def lower_scan(cx, op):
             cx.bufs[arg] = sl
         for i in range(N):
             cx.bufs[body.args[i]] = state[i]
-        yld = _lower_body(cx, body)
+        yld = cx.lower_ops(body, " (in a loop body)")
         _end_step(cx, op, it, T, yld, state, stacked, 0, out_axes, out_dirs)
 
 
@@ -139,5 +122,5 @@ def lower_loop(cx, op):
         cx.bufs[body.args[0]], cx.bufs[body.args[1]] = it_buf, cond_buf
         for i in range(N):
             cx.bufs[body.args[2 + i]] = state[i]
-        yld = _lower_body(cx, body)
+        yld = cx.lower_ops(body, " (in a loop body)")
         _end_step(cx, op, it, T, yld, state, stacked, 1, [0] * len(stacked), [0] * len(stacked))
