@@ -19,3 +19,7 @@ from . import conv_transpose  # noqa: F401,E402
 from . import dft  # noqa: F401,E402
 from . import quantized_linear  # noqa: F401,E402
 from . import scan_loop  # noqa: F401,E402
+from . import tensor_scatter  # noqa: F401,E402
+from . import max_unpool  # noqa: F401,E402
+from . import upsample  # noqa: F401,E402
+from . import det  # noqa: F401,E402

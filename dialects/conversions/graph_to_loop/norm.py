@@ -1,5 +1,6 @@
 """Softmax/LogSoftmax (stable: max-subtract), LayerNormalization,
-InstanceNormalization, BatchNormalization (inference).
+InstanceNormalization, BatchNormalization (training-mode statistics in
+batchnorm_training).
 
 Row-wise ops run one parallel loop over rows; each row's statistics live
 in a tiny scratch buffer allocated inside that loop (so iterations stay
@@ -12,6 +13,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from ...ir.types import NONE, f32
+from .batchnorm_training import batch_statistics
 from .builder import LOW_FLOATS, is_float, load_as, store_as
 from .registry import lowering
 
@@ -155,8 +157,6 @@ def lower_instancenorm(cx, op):
 
 @lowering("BatchNormalization")
 def lower_batchnorm(cx, op):
-    if cx.attr(op, "training_mode") or any(r.type is not NONE for r in op.results[1:]):
-        cx.fail(op, "BatchNormalization in training mode has no host lowering")
     x, sc, bi, mean, var = op.operands
     L = cx.L
     shape = x.type.shape
@@ -164,8 +164,10 @@ def lower_batchnorm(cx, op):
     P = int(np.prod(shape[2:]))
     t = _ct(x.type.element)
     eps = float(cx.attr(op, "epsilon"))
+    training = cx.attr(op, "training_mode") or any(r.type is not NONE for r in op.results[1:])
+    stats = batch_statistics(cx, op, t) if training else (cx.buf(mean), cx.buf(var))
     a, b = L.alloc((C,), t), L.alloc((C,), t)
-    bufs = [cx.buf(v) for v in (sc, bi, mean, var)]
+    bufs = [cx.buf(sc), cx.buf(bi), *stats]
     # y = x * a[c] + b[c] with a = scale / sqrt(var + eps), b = bias - mean * a
     with L.loop(0, C, vectorize=True) as c:
         s, bb, m, v = (load_as(L, q, [c], t) for q in bufs)
@@ -180,5 +182,5 @@ def lower_batchnorm(cx, op):
             with L.loop(0, P, vectorize=True) as p:
                 v = L.op("arith.addf", [L.op("arith.mulf", [load_as(L, xv, [n, c, p], t), av], t), bv], t)
                 store_as(L, v, yv, [n, c, p])
-    L.op("loop.dealloc", [a])
-    L.op("loop.dealloc", [b])
+    for buf in (a, b) + (stats if training else ()):
+        L.op("loop.dealloc", [buf])

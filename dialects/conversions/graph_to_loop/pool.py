@@ -1,7 +1,8 @@
-"""MaxPool, AveragePool (count_include_pad, ceil_mode, dilations), LpPool
-and the global pools. Same shape as Conv: per (n, c) plane, one
-branch-free window nest per kernel offset; AveragePool's divisors depend
-only on the output position, so they are a compile-time constant table."""
+"""MaxPool (its Indices output in pool_indices), AveragePool
+(count_include_pad, ceil_mode, dilations), LpPool and the global pools.
+Same shape as Conv: per (n, c) plane, one branch-free window nest per
+kernel offset; AveragePool's divisors depend only on the output position,
+so they are a compile-time constant table."""
 from __future__ import annotations
 
 import itertools
@@ -9,8 +10,9 @@ import itertools
 import numpy as np
 
 from ...ir.attributes import DenseElementsAttr
-from ...ir.types import MemRefType, TensorType, f32
+from ...ir.types import NONE, MemRefType, TensorType, f32
 from .builder import LOW_FLOATS, is_float, is_unsigned
+from .pool_indices import lower_maxpool_indices
 from .reduce import reduce_lowering
 from .registry import lowering
 from .window import resolve_pads, window_nest
@@ -39,10 +41,12 @@ def _minval(t):
 @lowering("MaxPool", "AveragePool", "LpPool")
 def lower_pool(cx, op):
     x, r = op.operands[0], op.results[0]
-    if len(op.results) > 1 and op.results[1].type.__class__.__name__ != "NoneType":
-        cx.fail(op, "MaxPool's Indices output has no host lowering")
+    params = _params(cx, op, x, r)
+    if len(op.results) > 1 and op.results[1].type is not NONE:
+        lower_maxpool_indices(cx, op, params, _minval)
+        return
     L = cx.L
-    in_sp, out_sp, kernel, strides, dil, begin, end = _params(cx, op, x, r)
+    in_sp, out_sp, kernel, strides, dil, begin, end = params
     N, C = x.type.shape[:2]
     el = r.type.element
     low = is_float(el) and el.name in LOW_FLOATS

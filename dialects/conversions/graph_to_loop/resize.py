@@ -39,11 +39,12 @@ def _const_input(cx, op, i, what):
     return v if v.size else None
 
 
-def _plan(cx, op, shape):
+def _plan(cx, op, shape, scales=None):
     """Per-axis (scale, out size) and per-axis roi as onnx.reference resolves them."""
     r = len(shape)
     if cx.opset() < 11:
-        roi, scales, sizes = None, _const_input(cx, op, 1, "scales"), None
+        roi, sizes = None, None
+        scales = _const_input(cx, op, 1, "scales") if scales is None else np.asarray(scales, np.float64)
         axes, policy = None, "stretch"
     else:
         roi = _const_input(cx, op, 1, "roi")
@@ -238,7 +239,8 @@ class _Nest:
 
 
 @lowering("Resize")
-def lower_resize(cx, op):
+def lower_resize(cx, op, scales=None):
+    """`scales`: given by Upsample-7's attribute instead of an operand."""
     L = cx.L
     x, r = op.operands[0], op.results[0]
     shape, el = list(x.type.shape), x.type.element
@@ -264,7 +266,7 @@ def lower_resize(cx, op):
     integer = isinstance(el, IntegerType)
     if not (plain_float or integer) or (mode != "nearest" and str(el) == "i1"):
         cx.fail(op, f"Resize {mode} does not support element type {el}")
-    axes, scale, out, rois = _plan(cx, op, shape)
+    axes, scale, out, rois = _plan(cx, op, shape, scales)
     if tuple(out) != tuple(r.type.shape):
         cx.fail(op, f"Resize output shape {out} disagrees with the inferred {list(r.type.shape)}")
     dst = cx.out(r)
