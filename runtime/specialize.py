@@ -234,6 +234,10 @@ class SpecializingSession(SignatureMixin):
             place(module, ctx, options)
         emit(module, ctx, options)
 
+    def specializations(self):
+        """The sessions compiled so far (one per input shape/value key)."""
+        return list(self._cache.values())
+
     def run(self, inputs, output_names=None, output_device=None):
         arrays = self._check(inputs)
         with self._lock:

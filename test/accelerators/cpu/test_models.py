@@ -138,3 +138,10 @@ def test_dynamic_batch_is_placed_per_input_shape(tmp_path):
         np.testing.assert_allclose(sess.run({"x": x})[0], ref.run(None, {"x": x})[0], rtol=1e-4, atol=1e-5)
         placed = sess._compiled([x])
         assert isinstance(placed, PlanSession) and cpu_steps(placed) and not host_steps(placed)
+
+
+def test_conformance_counts_cases_placed_at_run_time():
+    """tcc-accel check: a node case whose shape input is a graph input is
+    placed when it runs (specialized), and counts as run on the cpu."""
+    from tcc.node_report import run_case
+    assert run_case("test_reshape_extended_dims", ("cpu",)) == ("passed", "")
