@@ -51,22 +51,22 @@ def run_case(name, maccel=()):
         return "unsupported", str(e).splitlines()[0][:300]
     except Exception as e:  # a compiler bug
         return "crashed", f"compile: {type(e).__name__}: {e}"[:300]
+    result = "passed", ""
     try:
         for inputs, refs in case.data_sets:
             from onnx.backend.test.runner import _normalize_tensor
             outs = rep.run([_normalize_tensor(x) for x in inputs])
             Runner.assert_similar_outputs([_normalize_tensor(r) for r in refs], outs, case.rtol, case.atol)
     except AssertionError as e:
-        wrong = "wrong", " ".join(str(e).split())[:300]
+        result = "wrong", " ".join(str(e).split())[:300]
     except TccError as e:
         return "unsupported", str(e).splitlines()[0][:300]
     except Exception as e:
         return "crashed", f"run: {type(e).__name__}: {e}"[:300]
-    else:
-        wrong = None
+    # after the run: a specializing session is placed when it runs
     if maccel and not _placed_on(rep.session, maccel):
         return "unsupported", f"no op claimed by {', '.join(maccel)} (ran on the host)"
-    return wrong or ("passed", "")
+    return result
 
 
 def _placed_on(session, maccel):
