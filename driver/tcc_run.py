@@ -30,6 +30,10 @@ def _parse_inputs(pairs):
 
 def _random(spec, rng):
     dt = np.dtype(spec["dtype"])
+    if any(d is None for d in spec["shape"]):
+        want = ["?" if d is None else d for d in spec["shape"]]
+        raise CLIError(f"--random-inputs: input '{spec['name']}' has dynamic dims {want}: "
+                       f"give it with --input {spec['name']}=FILE.npy")
     shape = tuple(spec["shape"])
     if dt.kind == "f" or dt.name == "bfloat16":
         return rng.standard_normal(shape).astype(dt)

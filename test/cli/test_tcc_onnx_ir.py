@@ -140,6 +140,21 @@ def test_debug_shows_traceback(tmp_path):
     assert r.returncode != 0 and "Traceback" in r.stderr
 
 
+def test_random_inputs_for_dynamic_dims_is_a_one_line_error(tmp_path):
+    """tcc-run --random-inputs cannot invent a dynamic dim: it names the input
+    and says to give it; with --input the same artifact runs."""
+    import numpy as np
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])
+    p = _save(tmp_path, "dyn.onnx", [helper.make_node("Relu", ["x"], ["y"])], [x],
+              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])])
+    out = tmp_path / "dyn.tcc"
+    assert run_tool("tcc", p, "-o", out).returncode == 0
+    assert_one_line_error(run_tool("tcc-run", out, "--random-inputs"), "input 'x'", "dynamic dims")
+    np.save(tmp_path / "x.npy", -np.ones((2, 3), np.float32))
+    r = run_tool("tcc-run", out, "--input", f"x={tmp_path / 'x.npy'}")
+    assert r.returncode == 0 and "float32[2, 3]" in r.stdout, r.stderr
+
+
 def test_placed_model_with_shape_deciding_input_is_placed_per_input(tmp_path):
     """--maccel with an input that decides a shape by its value: placement
     needs static shapes, so the artifact is specialized, placed on the
