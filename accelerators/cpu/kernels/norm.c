@@ -51,8 +51,18 @@ static void softmax_rows(void *arg, long b, long e) {
         if (A >= VL) m = row_max(x, A);
         else for (long k = 0; k < A; k++) m = x[k] > m ? x[k] : m;
         if (j->log) { /* y may be x: nothing stored before the sum */
+            /* lane-wise partial sums: one running float sum over a long row
+             * drifts by ~sqrt(A) ulps, which log(s) turns into absolute error */
+            vf acc = (vf){0};
+            long k = 0;
+            for (; k + VL <= A; k += VL) {
+                vf t;
+                for (int l = 0; l < VL; l++) t[l] = tcc_exp_(x[k + l] - m);
+                acc += t;
+            }
             float s = 0.f;
-            for (long k = 0; k < A; k++) s += tcc_exp_(x[k] - m);
+            for (; k < A; k++) s += tcc_exp_(x[k] - m);
+            for (int l = 0; l < VL; l++) s += acc[l];
             const float ls = logf(s);
             for (long k = 0; k < A; k++) y[k] = x[k] - m - ls;
             continue;
