@@ -95,6 +95,43 @@ def conv_packed(x_shape, w_shape, y_shape, strides, pads, group, isa):
     return strides[0] * strides[1] <= 64
 
 
+WINO_G = np.array([[1, 0, 0], [.5, .5, .5], [.5, -.5, .5], [0, 0, 1]])
+
+
+WINO_ROWS = 14  # kernels/conv_wino.c's WR
+
+
+def pack_wino(w):
+    """3x3 OIHW weights -> conv_wino.c's transformed weights U = G w G^T: per
+    xi of the 16 products, per block of output channels (ceil(M/14) blocks,
+    rows b*M/nb up to (b+1)*M/nb), that block's [C][rows], so each GEMM
+    reads its weights as one sequential stream."""
+    w = np.asarray(w, np.float64)
+    m, c = w.shape[:2]
+    u = np.einsum("ai,mcij,bj->abcm", WINO_G, w, WINO_G).reshape(16, c, m).astype(np.float32)
+    nb = -(-m // WINO_ROWS)
+    bounds = [b * m // nb for b in range(nb + 1)]
+    return np.concatenate([u[:, :, bounds[b]:bounds[b + 1]].reshape(16, -1) for b in range(nb)], axis=1)
+
+
+def conv_wino(x_shape, w_shape, y_shape, strides, dilations, pads, group, isa):
+    """Whether a constant-weight conv runs conv_wino.c: 3x3, stride 1, no
+    dilation, one group, on AVX-512, with enough channels for the transforms
+    to be cheap next to the GEMMs, and planes whose 2x2 tiles fill the
+    32-tile panels well (7x7 planes leave most lanes empty: conv_ocv.c's
+    direct tiles win there)."""
+    m, c, kh, kw = w_shape
+    if isa != "avx512" or (kh, kw) != (3, 3) or tuple(strides) != (1, 1) or tuple(dilations) != (1, 1):
+        return False
+    if group != 1 or c < 16 or m < 16:
+        return False
+    oh, ow = y_shape[2], y_shape[3]
+    th, tw = -(-oh // 2), -(-ow // 2)
+    tiles = (th - 1) * (tw + 1) + tw
+    lanes = -(-tiles // 32) * 32 * 4  # outputs the panels compute
+    return 2.25 * oh * ow / lanes >= 1.6
+
+
 PW_ROWS = 8  # kernels/conv_pw.c's packed row block
 
 
@@ -215,6 +252,11 @@ class FunctionCodegen:
         if const_w and (kh, kw, sh, sw, pt, pl, pb, pr, g) == (1, 1, 1, 1, 0, 0, 0, 0, 1):
             idx = self.weights.add_array(("pw", id(w)), lambda: pack_pw(const_value(w)))
             self.emit(f"  tcc_cpu_conv2d_pw(&p, {self.ptr(x)}, ((float *)W[{idx}]), {self.ptr(y)}, &ep); }}")
+            return
+        if const_w and conv_wino(x.type.shape, w.type.shape, y.type.shape, (sh, sw), (dh, dw), (pt, pl, pb, pr), g,
+                                 self.isa):
+            idx = self.weights.add_array(("wino", id(w)), lambda: pack_wino(const_value(w)))
+            self.emit(f"  tcc_cpu_conv2d_wino(&p, {self.ptr(x)}, (float *)W[{idx}], {self.ptr(y)}, &ep); }}")
             return
         if const_w and conv_packed(x.type.shape, w.type.shape, y.type.shape, (sh, sw), (pt, pl, pb, pr), g, self.isa):
             idx = self.weights.add_array(("conv_packed", id(w), g), lambda: pack_conv(const_value(w), g))

@@ -143,7 +143,7 @@ void cv_pointwise(const tcc_conv_params *p, const float *x, const float *wp, flo
 void cv_copy_rows(const cv_layout *l, const tcc_conv_params *p, float *y, const float *src, long q0, long n)
     CV_HIDDEN;
 
-/* Per-thread buffer that only grows (pool threads live for the process). */
+/* Per-thread buffer (which: 0..2) that only grows (pool threads live for the process). */
 float *cv_tls_buffer(int which, size_t n) CV_HIDDEN;
 
 #endif

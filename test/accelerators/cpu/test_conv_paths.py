@@ -413,3 +413,78 @@ def test_pointwise_packed_isa_threads(isa, threads, pw_lib):
         pw_lib.tcc_cpu_conv2d_pw(ctypes.byref(p), ptr(feeds["x"].ctypes.data), ptr(wp.ctypes.data), ptr(y.ctypes.data),
                                  ctypes.byref(ep))
         np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4, err_msg=f"{isa} {(n, c, h, w, m)} {act}")
+
+
+# ---- 3x3 stride 1 as Winograd F(2x2, 3x3) (kernels/conv_wino.c) -----------------------------
+# Called directly on every ISA build at 1 and 2 threads with codegen.pack_wino's layout: tiles
+# numbered along the phase-plane rows (junk last column), runs of tiles cut at tile rows and at
+# the 32-tile panel edge, odd output sizes (a tile's second row or column dropped), asymmetric
+# pads, output-channel blocks of 1..14 rows, panels transformed per item (many panels) or once
+# and shared (few panels, channel blocks split over items), weights past 1 MB (pairs of panels).
+WINO = [
+    (1, 16, 14, 14, 16, (1, 1, 1, 1)),     # ResNet-like plane, two panels, blocks of 8
+    (2, 20, 9, 13, 30, (1, 1, 1, 1)),      # odd width, batch 2, blocks of 10
+    (1, 17, 11, 10, 29, (0, 1, 2, 0)),     # asymmetric pads: odd output height
+    (1, 33, 15, 16, 15, (2, 2, 2, 2)),     # pads 2: 17 x 18 outputs
+    (1, 5, 3, 3, 7, (0, 0, 0, 0)),         # one output pixel, one block of 7
+    (1, 24, 34, 36, 45, (1, 1, 1, 1)),     # 11 panels: each item transforms its own
+    (1, 160, 8, 8, 120, (1, 1, 1, 1)),     # weights > 1 MB: panel pairs
+    (1, 3, 40, 7, 1, (1, 0, 1, 0)),        # one output channel, tall narrow plane
+]
+
+
+def wino_lib(isa, threads):
+    from tcc.accelerators.cpu import build
+    if not build.ISA_NEEDS[isa] <= build.cpu_flags():
+        pytest.skip(f"this CPU does not run the {isa} build")
+    lib = ctypes.CDLL(build.library_path(isa), mode=ctypes.RTLD_LOCAL)
+    lib.tcc_cpu_set_num_threads(threads)
+    return lib
+
+
+@pytest.mark.parametrize("isa", ["avx512", "avx2", "generic"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_winograd_isa_threads(isa, threads):
+    from tcc.accelerators.cpu.codegen import pack_wino
+    lib = wino_lib(isa, threads)
+    acts = [(None, 0, 0.0, 0.0), ("Relu", 1, 0.0, 0.0), ("Clip", 2, -0.5, 0.7), ("LeakyRelu", 5, 0.1, 0.0),
+            ("Sigmoid", 3, 0.0, 0.0), ("Tanh", 4, 0.0, 0.0)]
+    try:
+        for i, (n, c, h, w, m, pads) in enumerate(WINO):
+            act, code, a0, a1 = acts[i % len(acts)]
+            residual = i % 3 != 1
+            mdl, feeds = conv_model(n, c, h, w, m, 3, pads=pads, act=act, residual=residual)
+            ref = ort.InferenceSession(mdl.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+            inits = {t.name: numpy_helper.to_array(t) for t in mdl.graph.initializer}
+            u, b = np.ascontiguousarray(pack_wino(inits["w"])), inits["b"]
+            ep = Epilogue(b.ctypes.data, 2, 1.0, feeds["r"].ctypes.data if residual else None, code, a0, a1)
+            p = ConvParams(n, c, h, w, m, 3, 3, ref.shape[2], ref.shape[3], 1, 1, 1, 1, *pads, 1)
+            y = np.full_like(ref, np.nan)  # every output written exactly where it belongs
+            lib.tcc_cpu_conv2d_wino(ctypes.byref(p), ctypes.c_void_p(feeds["x"].ctypes.data),
+                                    ctypes.c_void_p(u.ctypes.data), ctypes.c_void_p(y.ctypes.data), ctypes.byref(ep))
+            # sums of 9c products of unit normals (~sqrt(9c) before the activation): the transforms
+            # add and subtract up to 4 of them, so the absolute error scales with that
+            np.testing.assert_allclose(y, ref, rtol=1e-4, atol=4e-6 * (9 * c) ** 0.5, err_msg=f"{isa} {WINO[i]} {act}")
+    finally:
+        lib.tcc_cpu_set_num_threads(0)
+
+
+def test_winograd_chosen_and_matches(tmp_path):
+    # ResNet's 3x3 layers on the AVX-512 build: Winograd where the plane fills its panels, the
+    # direct packed kernel on 7x7 planes and for strided convolutions
+    from tcc.accelerators.cpu import build
+    from tcc.accelerators.cpu.codegen import conv_wino
+    from tcc.accelerators.cpu.runtime import c_source
+    assert conv_wino((1, 64, 56, 56), (64, 64, 3, 3), (1, 64, 56, 56), (1, 1), (1, 1), (1, 1, 1, 1), 1, "avx512")
+    assert conv_wino((1, 256, 14, 14), (256, 256, 3, 3), (1, 256, 14, 14), (1, 1), (1, 1), (1,) * 4, 1, "avx512")
+    assert not conv_wino((1, 512, 7, 7), (512, 512, 3, 3), (1, 512, 7, 7), (1, 1), (1, 1), (1,) * 4, 1, "avx512")
+    assert not conv_wino((1, 64, 56, 56), (64, 64, 3, 3), (1, 64, 28, 28), (2, 2), (1, 1), (1,) * 4, 1, "avx512")
+    assert not conv_wino((1, 64, 56, 56), (64, 64, 3, 3), (1, 64, 56, 56), (1, 1), (1, 1), (1,) * 4, 1, "avx2")
+    if build.best_isa() != "avx512":
+        pytest.skip("Winograd is chosen for the AVX-512 build")
+    mdl, feeds = conv_model(1, 32, 28, 28, 48, 3, pads=(1, 1, 1, 1), act="Relu", residual=True)
+    ours, ref, sess = run_both(mdl, feeds, tmp_path)
+    np.testing.assert_allclose(ours[0], ref[0], rtol=1e-4, atol=2e-5)
+    with zipfile.ZipFile(tmp_path / "m.tcc") as z:
+        src = c_source(z.read(sess.manifest["accelerators"]["cpu"]["member"]))
+    assert "tcc_cpu_conv2d_wino(" in src

@@ -1,0 +1,300 @@
+/* 3x3, stride-1 convolutions (group 1) as Winograd F(2x2, 3x3): each 2x2
+ * block of outputs ("tile") is A^T [U (.) V] A, with U = G w G^T the weights
+ * transformed at compile time (codegen.pack_wino: per xi, per block of
+ * output channels, [C][rows]) and
+ * V = B^T d B the tile's 4x4 input patch transformed here. The 16 products
+ * of U and V summed over input channels are 16 independent GEMMs
+ * (M x C times C x tiles): 16 multiply-adds per 4 outputs and channel pair
+ * where the direct kernels do 36, the rest is additions.
+ *
+ * Tiles are numbered along the rows of the phase-plane packing of the input
+ * (conv_vec.h) read as a stride-2, 4x4-tap convolution over TH x TW tiles:
+ * patch element (a, b) of tile q is at a constant offset from q in one of
+ * four planes, so the input transform is 16 contiguous vector loads per
+ * vector of tiles (one junk tile per row, the plane's last column). A
+ * panel is WT consecutive tiles; a task transforms one panel's input for
+ * all channels (it stays in L2), then runs each block of up to WR output
+ * channels through the 16 GEMMs (tiles in the vector lanes, weights
+ * broadcast) and the output transform, which stores each run of tiles of
+ * one tile row as two interleaved output rows with the epilogue.
+ * Codegen chooses it on AVX-512 for planes of at least 14x14 (smaller
+ * ones waste too many lanes); the other builds carry it for artifacts
+ * compiled elsewhere. */
+#include "conv_vec.h"
+
+#define WT 32           /* tiles per panel */
+#define WNV (WT / VL)   /* vectors per panel row */
+#define WR 14           /* output channels per register tile */
+#if defined(__AVX512F__)
+#define NVT 2           /* panel vectors per register tile: 28 accumulators */
+#else
+#define NVT 1           /* 14 accumulators fit 16 registers */
+#endif
+
+typedef void (*wg_fn)(const float *u, long ldu, const float *v, long K, float *out);
+
+typedef struct {
+    const tcc_conv_params *p;
+    const cv_layout *l;
+    const float *x;  /* this image's packed input */
+    float *v;        /* its transform, [panel][16][C][WT], or NULL: each item transforms its own */
+    const float *u;  /* per xi, per block of rows [m0, m1): [C][m1 - m0] */
+    float *y;        /* this image's output */
+    const float *res;
+    const cv_ep *e;
+    long C, M, th, tw, ntiles, npan, nblk, pg, ngrp, nsplit;
+} wg_job;
+
+#define REP14(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13)
+
+/* out[i][WT] = sum_k u[k * ldu + i] * v[k][WT] for i < MR: rows broadcast,
+ * tiles in the lanes. Named accumulators: GCC keeps large arrays of vectors
+ * in memory. */
+CV_INLINE void wg_tile(const float *u, long ldu, const float *v, long K, float *out, const int MR) {
+    for (int v0 = 0; v0 < WNV; v0 += NVT) {
+        const float *b = v + v0 * VL, *a = u;
+#define WG_DECL(i) vf a##i##0 = (vf){0}, a##i##1 = (vf){0};
+        REP14(WG_DECL)
+        for (long k = 0; k < K; k++, a += ldu, b += WT) {
+            const vf b0 = v_ld(b), b1 = NVT > 1 ? v_ld(b + VL) : (vf){0};
+#define WG_FMA(i)                     \
+    if (MR > i) {                     \
+        const float s = a[i];         \
+        a##i##0 += s * b0;            \
+        if (NVT > 1) a##i##1 += s * b1; \
+    }
+            REP14(WG_FMA)
+        }
+#define WG_ST(i)                                                    \
+    if (MR > i) {                                                   \
+        v_st(out + i * WT + v0 * VL, a##i##0);                      \
+        if (NVT > 1) v_st(out + i * WT + v0 * VL + VL, a##i##1);    \
+    }
+        REP14(WG_ST)
+    }
+}
+
+#define WG_INST(R) \
+    __attribute__((noinline)) static void wg_##R(const float *u, long ldu, const float *v, long K, float *out) { \
+        wg_tile(u, ldu, v, K, out, R);                                                                           \
+    }
+WG_INST(1) WG_INST(2) WG_INST(3) WG_INST(4) WG_INST(5) WG_INST(6) WG_INST(7) WG_INST(8) WG_INST(9) WG_INST(10)
+WG_INST(11) WG_INST(12) WG_INST(13) WG_INST(14)
+static const wg_fn WG_FNS[WR + 1] = {NULL, wg_1, wg_2, wg_3, wg_4, wg_5, wg_6, wg_7,
+                                     wg_8, wg_9, wg_10, wg_11, wg_12, wg_13, wg_14};
+
+/* V[xi][c][WT] = B^T d B for the panel's tiles, every channel.
+ * B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1]. */
+static void wg_input(const wg_job *j, long pn, float *vb) {
+    const cv_layout *l = j->l;
+    const long C = j->C, cs = l->cs, *off = l->off;
+    const float *x = j->x + pn * WT;
+    for (long c = 0; c < C; c++, x += cs) {
+        for (int v = 0; v < WNV; v++) {
+            vf d[4][4], t[4][4];
+            for (int a = 0; a < 4; a++)
+                for (int b = 0; b < 4; b++) d[a][b] = v_ld(x + off[a * 4 + b] + v * VL);
+            for (int b = 0; b < 4; b++) {
+                t[0][b] = d[0][b] - d[2][b];
+                t[1][b] = d[1][b] + d[2][b];
+                t[2][b] = d[2][b] - d[1][b];
+                t[3][b] = d[1][b] - d[3][b];
+            }
+            float *o = vb + c * WT + v * VL;
+            const long xs = C * WT; /* one xi to the next */
+            for (int a = 0; a < 4; a++) {
+                v_st(o + (a * 4 + 0) * xs, t[a][0] - t[a][2]);
+                v_st(o + (a * 4 + 1) * xs, t[a][1] + t[a][2]);
+                v_st(o + (a * 4 + 2) * xs, t[a][2] - t[a][1]);
+                v_st(o + (a * 4 + 3) * xs, t[a][1] - t[a][3]);
+            }
+        }
+    }
+}
+
+/* Runs of a panel's lanes that lie in one tile row (a row's last plane
+ * column is junk): lanes [l, l + len) are tiles (ti, tj..), output columns
+ * [c0, c0 + ncol) of rows 2ti and 2ti + 1. */
+typedef struct {
+    long l, ti, c0, ncol;
+} wg_run;
+
+static int wg_runs(const wg_job *j, long pn, wg_run *runs) {
+    const long wq = j->l->wq, q0 = pn * WT, OW = j->p->ow;
+    int n = 0;
+    for (long l = 0; l < WT && q0 + l < j->ntiles;) {
+        const long q = q0 + l, ti = q / wq, tj = q % wq;
+        if (tj >= j->tw) {
+            l++;
+            continue;
+        }
+        const long len = j->tw - tj < WT - l ? j->tw - tj : WT - l;
+        const long c0 = 2 * tj, c1 = 2 * (tj + len) < OW ? 2 * (tj + len) : OW;
+        runs[n++] = (wg_run){l, ti, c0, c1 - c0};
+        l += len;
+    }
+    return n;
+}
+
+/* Output channels [m0, m0 + MR) of panel pn from mb[xi][MR][WT]:
+ * A^T = [1 1 1 0; 0 1 -1 -1], then the epilogue, stored as rows 2ti and
+ * 2ti + 1 of each run of tiles. */
+static void wg_output(const wg_job *j, long pn, long m0, int MR, const float *mb) {
+    const tcc_conv_params *p = j->p;
+    const long OH = p->oh, OW = p->ow, xs = (long)MR * WT;
+    const cv_ep *e = j->e;
+    const int act = e->act, inreg = cv_vec_act(act);
+    const float a0 = e->a0, a1 = e->a1;
+    wg_run runs[WT];
+    const int nrun = wg_runs(j, pn, runs);
+    /* row[rr][2l + c]: output row rr, column c of lane l's tile */
+    vf row[2][2 * WNV] __attribute__((aligned(64)));
+    for (int i = 0; i < MR; i++) {
+        const long m = m0 + i;
+        const float bias = cv_bias(e, m);
+        for (int v = 0; v < WNV; v++) {
+            const float *s = mb + i * WT + v * VL;
+            vf r[4][2];
+            for (int a = 0; a < 4; a++) {
+                const vf x0 = v_ld(s + (a * 4 + 0) * xs), x1 = v_ld(s + (a * 4 + 1) * xs),
+                         x2 = v_ld(s + (a * 4 + 2) * xs), x3 = v_ld(s + (a * 4 + 3) * xs);
+                r[a][0] = x0 + x1 + x2;
+                r[a][1] = x1 - x2 - x3;
+            }
+            for (int rr = 0; rr < 2; rr++) {
+                vf y0, y1;
+                if (rr == 0) {
+                    y0 = r[0][0] + r[1][0] + r[2][0];
+                    y1 = r[0][1] + r[1][1] + r[2][1];
+                } else {
+                    y0 = r[1][0] - r[2][0] - r[3][0];
+                    y1 = r[1][1] - r[2][1] - r[3][1];
+                }
+                if (inreg) { /* bias before the interleave: once per lane pair */
+                    y0 += bias;
+                    y1 += bias;
+                }
+#if defined(__AVX512F__)
+                const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+                const __m512i hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+                row[rr][2 * v] = (vf)_mm512_permutex2var_ps((__m512)y0, lo, (__m512)y1);
+                row[rr][2 * v + 1] = (vf)_mm512_permutex2var_ps((__m512)y0, hi, (__m512)y1);
+#else
+                float *o = (float *)row[rr] + 2 * v * VL;
+                for (int l = 0; l < VL; l++) {
+                    o[2 * l] = y0[l];
+                    o[2 * l + 1] = y1[l];
+                }
+#endif
+            }
+        }
+        float *ym = j->y + m * OH * OW;
+        const float *rm = j->res ? j->res + m * OH * OW : NULL;
+        for (int k = 0; k < nrun; k++) {
+            const wg_run *u = &runs[k];
+            for (int rr = 0; rr < 2 && 2 * u->ti + rr < OH; rr++) {
+                const long o = (2 * u->ti + rr) * OW + u->c0;
+                if (!inreg) {
+                    cv_ep_run(ym + o, (const float *)row[rr] + 2 * u->l, u->ncol, bias, rm ? rm + o : NULL, e);
+                    continue;
+                }
+#if defined(__AVX512F__)
+                /* the run's part of each vector stored in place through a
+                 * mask (a load at an unaligned offset of what was just
+                 * stored would miss store forwarding: ~20 cycles each) */
+                const long s0 = 2 * u->l, s1 = s0 + u->ncol;
+                float *dst = ym + o - s0;
+                const float *rs = rm ? rm + o - s0 : NULL;
+                for (long vv = s0 / VL; vv * VL < s1; vv++) {
+                    const long lo = s0 - vv * VL > 0 ? s0 - vv * VL : 0, hi = s1 - vv * VL < VL ? s1 - vv * VL : VL;
+                    const __mmask16 mk = (__mmask16)(((1u << hi) - 1) & ~((1u << lo) - 1));
+                    __m512 a = (__m512)row[rr][vv];
+                    if (rs) a = _mm512_add_ps(a, _mm512_maskz_loadu_ps(mk, rs + vv * VL));
+                    _mm512_mask_storeu_ps(dst + vv * VL, mk, (__m512)cv_act_v((vf)a, act, a0, a1));
+                }
+#else
+                const float *src = (const float *)row[rr] + 2 * u->l;
+                for (long c = 0; c < u->ncol; c += VL) {
+                    const int n = u->ncol - c < VL ? (int)(u->ncol - c) : VL;
+                    vf a = v_ld_n(src + c, n);
+                    if (rm) a += v_ld_n(rm + o + c, n);
+                    v_st_n(ym + o + c, cv_act_v(a, act, a0, a1), n);
+                }
+#endif
+            }
+        }
+    }
+}
+
+static void wg_input_task(void *arg, long b, long e) {
+    const wg_job *j = arg;
+    for (long pn = b; pn < e; pn++) wg_input(j, pn, j->v + pn * 16 * j->C * WT);
+}
+
+/* Items: (group of pg panels, share of the output-channel blocks). A block's
+ * weights for one xi (C x MR, strided by M) serve the group's panels from
+ * L1: with weights beyond L2 (256 channels: 4 MB) each group streams them
+ * from memory once. */
+static void wg_task(void *arg, long b, long e) {
+    const wg_job *j = arg;
+    const long C = j->C, M = j->M, pg = j->pg;
+    float *mb = cv_tls_buffer(1, pg * 16 * WR * WT);
+    /* one item per group: its transform goes to this thread's buffer (L2)
+     * rather than through a shared one (L3: ResNet's 56x56 layers spent
+     * twice as long in the transform writing it) */
+    float *vown = j->v ? NULL : cv_tls_buffer(2, pg * 16 * C * WT);
+    for (long it = b; it < e; it++) {
+        const long g = it / j->nsplit, sp = it % j->nsplit;
+        const long b0 = sp * j->nblk / j->nsplit, b1 = (sp + 1) * j->nblk / j->nsplit;
+        const long p0 = g * pg, np = j->npan - p0 < pg ? j->npan - p0 : pg;
+        const float *v = j->v ? j->v + p0 * 16 * C * WT : vown;
+        if (vown)
+            for (long k = 0; k < np; k++) wg_input(j, p0 + k, vown + k * 16 * C * WT);
+        for (long blk = b0; blk < b1; blk++) {
+            const long m0 = blk * M / j->nblk, m1 = (blk + 1) * M / j->nblk;
+            const int MR = (int)(m1 - m0);
+            for (int xi = 0; xi < 16; xi++)
+                for (long k = 0; k < np; k++)
+                    WG_FNS[MR](j->u + (xi * M + m0) * C, MR, v + (k * 16 + xi) * C * WT, C,
+                               mb + (k * 16 + xi) * MR * WT);
+            for (long k = 0; k < np; k++) wg_output(j, p0 + k, m0, MR, mb + k * 16 * MR * WT);
+        }
+    }
+}
+
+void tcc_cpu_conv2d_wino(const tcc_conv_params *p, const float *x, const float *u, float *y, const tcc_epilogue *ep) {
+    cv_ep e = {NULL, 1.f, 0, NULL, TCC_ACT_NONE, 0.f, 0.f};
+    if (ep) e = (cv_ep){ep->bias, ep->bias_scale, ep->bias_mode == 4, ep->residual, ep->act, ep->a0, ep->a1};
+    const long C = p->c, M = p->m, th = (p->oh + 1) / 2, tw = (p->ow + 1) / 2;
+    /* the input as a 4x4-tap, stride-2 convolution over the tiles */
+    const tcc_conv_params q = {1, C, p->h, p->w, M, 4, 4, th, tw, 2, 2, 1, 1, p->pt, p->pl, p->pb, p->pr, 1};
+    long off[16];
+    cv_layout l;
+    cv_layout_init(&l, &q, off);
+    wg_job j = {.p = p, .l = &l, .u = u, .e = &e, .C = C, .M = M, .th = th, .tw = tw};
+    j.ntiles = l.q;
+    j.npan = (j.ntiles + WT - 1) / WT;
+    j.nblk = (M + WR - 1) / WR;
+    /* weights past L2 are shared by pairs of panels */
+    j.pg = 16 * C * M * (long)sizeof(float) > (1L << 20) ? 2 : 1;
+    j.ngrp = (j.npan + j.pg - 1) / j.pg;
+    /* several items per thread: work stealing evens out the last ones */
+    const long want = 4L * tcc_cpu_num_threads();
+    j.nsplit = j.ngrp >= want ? 1 : (want + j.ngrp - 1) / j.ngrp;
+    if (j.nsplit > j.nblk) j.nsplit = j.nblk;
+    /* the last panel's lanes read up to WT + wq + 1 floats past the last plane */
+    const size_t packed = (size_t)C * l.cs, slack = WT + l.wq + 2 + VL;
+    float *xp = cv_tls_buffer(0, packed + slack);
+    /* items that share a group transform it once, beforehand */
+    j.v = j.nsplit > 1 ? cv_tls_buffer(2, (size_t)j.npan * 16 * C * WT) : NULL;
+    const long hw = p->h * p->w, ohw = p->oh * p->ow;
+    for (long n = 0; n < p->n; n++) {
+        cv_pack_all(&l, &q, x + n * C * hw, xp, C);
+        memset(xp + packed, 0, slack * sizeof(float));
+        j.x = xp;
+        j.y = y + n * M * ohw;
+        j.res = e.res ? e.res + n * M * ohw : NULL;
+        if (j.v) tcc_cpu_parallel_for(j.npan, 1, wg_input_task, &j);
+        tcc_cpu_parallel_for(j.ngrp * j.nsplit, 1, wg_task, &j);
+    }
+}
