@@ -95,41 +95,51 @@ def conv_packed(x_shape, w_shape, y_shape, strides, pads, group, isa):
     return strides[0] * strides[1] <= 64
 
 
-WINO_G = np.array([[1, 0, 0], [.5, .5, .5], [.5, -.5, .5], [0, 0, 1]])
-
-
+# Winograd F(t x t, 3x3) weight transforms G (t + 2 x 3), by tile size t
+WINO_G = {2: np.array([[1, 0, 0], [.5, .5, .5], [.5, -.5, .5], [0, 0, 1]]),
+          4: np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6],
+                       [1 / 24, 1 / 12, 1 / 6], [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]])}
 WINO_ROWS = 14  # kernels/conv_wino.c's WR
 
 
-def pack_wino(w):
+def pack_wino(w, tile=2):
     """3x3 OIHW weights -> conv_wino.c's transformed weights U = G w G^T: per
-    xi of the 16 products, per block of output channels (ceil(M/14) blocks,
-    rows b*M/nb up to (b+1)*M/nb), that block's [C][rows], so each GEMM
-    reads its weights as one sequential stream."""
+    xi of the (tile + 2)^2 products, per block of output channels
+    (ceil(M/14) blocks, rows b*M/nb up to (b+1)*M/nb), that block's [C][rows],
+    so each GEMM reads its weights as one sequential stream."""
     w = np.asarray(w, np.float64)
     m, c = w.shape[:2]
-    u = np.einsum("ai,mcij,bj->abcm", WINO_G, w, WINO_G).reshape(16, c, m).astype(np.float32)
+    g = WINO_G[tile]
+    nx = len(g) ** 2
+    u = np.einsum("ai,mcij,bj->abcm", g, w, g).reshape(nx, c, m).astype(np.float32)
     nb = -(-m // WINO_ROWS)
     bounds = [b * m // nb for b in range(nb + 1)]
-    return np.concatenate([u[:, :, bounds[b]:bounds[b + 1]].reshape(16, -1) for b in range(nb)], axis=1)
+    return np.concatenate([u[:, :, bounds[b]:bounds[b + 1]].reshape(nx, -1) for b in range(nb)], axis=1)
 
 
-def conv_wino(x_shape, w_shape, y_shape, strides, dilations, pads, group, isa):
-    """Whether a constant-weight conv runs conv_wino.c: 3x3, stride 1, no
-    dilation, one group, on AVX-512, with enough channels for the transforms
-    to be cheap next to the GEMMs, and planes whose 2x2 tiles fill the
-    32-tile panels well (7x7 planes leave most lanes empty: conv_ocv.c's
-    direct tiles win there)."""
+def wino_tile(x_shape, w_shape, y_shape, strides, dilations, pads, group, isa):
+    """The Winograd tile size (2 or 4) a constant-weight conv runs with in
+    conv_wino.c, or 0 for none: 3x3, stride 1, no dilation, one group, on
+    AVX-512, with enough channels for the transforms to be cheap next to the
+    GEMMs. Of F(2x2) and F(4x4) (2.25x and 4x fewer multiplies than direct),
+    the one whose tiles fill the 32-tile panels best, if that keeps at least
+    1.6x: the junk tile per row and the last panel's empty lanes cost most on
+    small planes (7x7 planes: conv_ocv.c's direct tiles win)."""
     m, c, kh, kw = w_shape
     if isa != "avx512" or (kh, kw) != (3, 3) or tuple(strides) != (1, 1) or tuple(dilations) != (1, 1):
-        return False
+        return 0
     if group != 1 or c < 16 or m < 16:
-        return False
+        return 0
     oh, ow = y_shape[2], y_shape[3]
-    th, tw = -(-oh // 2), -(-ow // 2)
-    tiles = (th - 1) * (tw + 1) + tw
-    lanes = -(-tiles // 32) * 32 * 4  # outputs the panels compute
-    return 2.25 * oh * ow / lanes >= 1.6
+    best, best_gain = 0, 1.6
+    for t, fewer in ((2, 2.25), (4, 4.0)):
+        th, tw = -(-oh // t), -(-ow // t)
+        tiles = (th - 1) * (tw + 1) + tw
+        computed = -(-tiles // 32) * 32 * t * t  # outputs the panels compute
+        gain = fewer * oh * ow / computed
+        if gain >= best_gain:
+            best, best_gain = t, gain
+    return best
 
 
 PW_ROWS = 8  # kernels/conv_pw.c's packed row block
@@ -253,10 +263,10 @@ class FunctionCodegen:
             idx = self.weights.add_array(("pw", id(w)), lambda: pack_pw(const_value(w)))
             self.emit(f"  tcc_cpu_conv2d_pw(&p, {self.ptr(x)}, ((float *)W[{idx}]), {self.ptr(y)}, &ep); }}")
             return
-        if const_w and conv_wino(x.type.shape, w.type.shape, y.type.shape, (sh, sw), (dh, dw), (pt, pl, pb, pr), g,
-                                 self.isa):
-            idx = self.weights.add_array(("wino", id(w)), lambda: pack_wino(const_value(w)))
-            self.emit(f"  tcc_cpu_conv2d_wino(&p, {self.ptr(x)}, (float *)W[{idx}], {self.ptr(y)}, &ep); }}")
+        tile = wino_tile(x.type.shape, w.type.shape, y.type.shape, (sh, sw), (dh, dw), (pt, pl, pb, pr), g, self.isa)
+        if const_w and tile:
+            idx = self.weights.add_array(("wino", id(w), tile), lambda: pack_wino(const_value(w), tile))
+            self.emit(f"  tcc_cpu_conv2d_wino(&p, {tile}, {self.ptr(x)}, (float *)W[{idx}], {self.ptr(y)}, &ep); }}")
             return
         if const_w and conv_packed(x.type.shape, w.type.shape, y.type.shape, (sh, sw), (pt, pl, pb, pr), g, self.isa):
             idx = self.weights.add_array(("conv_packed", id(w), g), lambda: pack_conv(const_value(w), g))

@@ -124,6 +124,15 @@ static void pack_channel(const cv_layout *l, const tcc_conv_params *p, const flo
             const long o0 = pl / 2, o1 = (1 + pl) / 2;
             deinterleave_row(d0 ? d0 + o0 : NULL, clampl(wq - o0, 0, (W + 1) / 2), d1 ? d1 + o1 : NULL,
                              clampl(wq - o1, 0, W / 2), s, W);
+        } else if (sw == 4 && wq <= 1024) {
+            /* the padded row, then two even/odd splits: phase c % 4 of column c */
+            float t[4 * 1024], ev[2 * 1024], od[2 * 1024];
+            const long L = 4 * wq, n = W < L - pl ? W : L - pl;
+            memset(t, 0, L * sizeof(float));
+            if (n > 0) copy_row(t + pl, s, n);
+            deinterleave_row(ev, 2 * wq, od, 2 * wq, t, L);
+            deinterleave_row(plane_row(l, p, dst, pr, 0, i), wq, plane_row(l, p, dst, pr, 2, i), wq, ev, 2 * wq);
+            deinterleave_row(plane_row(l, p, dst, pr, 1, i), wq, plane_row(l, p, dst, pr, 3, i), wq, od, 2 * wq);
         } else {
             for (long col = 0; col < W; col++) {
                 const long C = col + pl, j = C / sw;

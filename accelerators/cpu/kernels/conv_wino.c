@@ -1,25 +1,28 @@
-/* 3x3, stride-1 convolutions (group 1) as Winograd F(2x2, 3x3): each 2x2
- * block of outputs ("tile") is A^T [U (.) V] A, with U = G w G^T the weights
- * transformed at compile time (codegen.pack_wino: per xi, per block of
- * output channels, [C][rows]) and
- * V = B^T d B the tile's 4x4 input patch transformed here. The 16 products
- * of U and V summed over input channels are 16 independent GEMMs
- * (M x C times C x tiles): 16 multiply-adds per 4 outputs and channel pair
- * where the direct kernels do 36, the rest is additions.
+/* 3x3, stride-1 convolutions (group 1) as Winograd F(2x2, 3x3) or
+ * F(4x4, 3x3): each T x T block of outputs ("tile") is A^T [U (.) V] A,
+ * with U = G w G^T the weights transformed at compile time
+ * (codegen.pack_wino: per xi, per block of output channels, [C][rows]) and
+ * V = B^T d B the tile's (T+2)^2 input patch transformed here. The NX =
+ * (T+2)^2 products of U and V summed over input channels are NX independent
+ * GEMMs (M x C times C x tiles): 16 multiply-adds per 4 outputs (F(2x2)) or
+ * 36 per 16 (F(4x4)) and channel pair where the direct kernels do 36 and
+ * 144; the rest is additions. F(4x4)'s transforms also move half as much
+ * data per output; its larger constants cost ~10x F(2x2)'s rounding error,
+ * still ~1e-6 of the output's scale.
  *
  * Tiles are numbered along the rows of the phase-plane packing of the input
- * (conv_vec.h) read as a stride-2, 4x4-tap convolution over TH x TW tiles:
- * patch element (a, b) of tile q is at a constant offset from q in one of
- * four planes, so the input transform is 16 contiguous vector loads per
- * vector of tiles (one junk tile per row, the plane's last column). A
+ * (conv_vec.h) read as a stride-T, (T+2)^2-tap convolution over TH x TW
+ * tiles: patch element (a, b) of tile q is at a constant offset from q in
+ * one of T*T planes, so the input transform is NX contiguous vector loads
+ * per vector of tiles (one junk tile per row, the plane's last column). A
  * panel is WT consecutive tiles; a task transforms one panel's input for
  * all channels (it stays in L2), then runs each block of up to WR output
- * channels through the 16 GEMMs (tiles in the vector lanes, weights
+ * channels through the NX GEMMs (tiles in the vector lanes, weights
  * broadcast) and the output transform, which stores each run of tiles of
- * one tile row as two interleaved output rows with the epilogue.
- * Codegen chooses it on AVX-512 for planes of at least 14x14 (smaller
- * ones waste too many lanes); the other builds carry it for artifacts
- * compiled elsewhere. */
+ * one tile row as T interleaved output rows with the epilogue.
+ * Codegen chooses it on AVX-512 for planes whose tiles fill the panels
+ * (14x14 and up); the other builds carry it for artifacts compiled
+ * elsewhere. */
 #include "conv_vec.h"
 
 #define WT 32           /* tiles per panel */
@@ -37,11 +40,12 @@ typedef struct {
     const tcc_conv_params *p;
     const cv_layout *l;
     const float *x;  /* this image's packed input */
-    float *v;        /* its transform, [panel][16][C][WT], or NULL: each item transforms its own */
+    float *v;        /* its transform, [panel][nx][C][WT], or NULL: each item transforms its own */
     const float *u;  /* per xi, per block of rows [m0, m1): [C][m1 - m0] */
     float *y;        /* this image's output */
     const float *res;
     const cv_ep *e;
+    int T, nx;       /* tile size, transformed patch size (T + 2)^2 */
     long C, M, th, tw, ntiles, npan, nblk, pg, ngrp, nsplit;
 } wg_job;
 
@@ -83,9 +87,9 @@ WG_INST(11) WG_INST(12) WG_INST(13) WG_INST(14)
 static const wg_fn WG_FNS[WR + 1] = {NULL, wg_1, wg_2, wg_3, wg_4, wg_5, wg_6, wg_7,
                                      wg_8, wg_9, wg_10, wg_11, wg_12, wg_13, wg_14};
 
-/* V[xi][c][WT] = B^T d B for the panel's tiles, every channel.
+/* V[xi][c][WT] = B^T d B for the panel's tiles, every channel. F(2x2):
  * B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1]. */
-static void wg_input(const wg_job *j, long pn, float *vb) {
+static void wg_input2(const wg_job *j, long pn, float *vb) {
     const cv_layout *l = j->l;
     const long C = j->C, cs = l->cs, *off = l->off;
     const float *x = j->x + pn * WT;
@@ -112,9 +116,50 @@ static void wg_input(const wg_job *j, long pn, float *vb) {
     }
 }
 
+/* F(4x4)'s B^T, rows: [4 0 -5 0 1 0], [0 -4 -4 1 1 0], [0 4 -4 -1 1 0],
+ * [0 -2 -1 2 1 0], [0 2 -1 -2 1 0], [0 4 0 -5 0 1]. */
+CV_INLINE void wg_bt6(const vf d[6], vf r[6]) {
+    const vf t1 = d[4] - 4.f * d[2], t2 = d[3] - 4.f * d[1], t3 = d[4] - d[2], t4 = 2.f * (d[3] - d[1]);
+    r[0] = 4.f * d[0] - 5.f * d[2] + d[4];
+    r[1] = t1 + t2;
+    r[2] = t1 - t2;
+    r[3] = t3 + t4;
+    r[4] = t3 - t4;
+    r[5] = 4.f * d[1] - 5.f * d[3] + d[5];
+}
+
+static void wg_input4(const wg_job *j, long pn, float *vb) {
+    const cv_layout *l = j->l;
+    const long C = j->C, cs = l->cs, *off = l->off;
+    const float *x = j->x + pn * WT;
+    const long xs = C * WT; /* one xi to the next */
+    for (long c = 0; c < C; c++, x += cs) {
+        for (int v = 0; v < WNV; v++) {
+            vf t[6][6]; /* t[a][b]: B^T applied down column b */
+            for (int b = 0; b < 6; b++) {
+                vf d[6], r[6];
+                for (int a = 0; a < 6; a++) d[a] = v_ld(x + off[a * 6 + b] + v * VL);
+                wg_bt6(d, r);
+                for (int a = 0; a < 6; a++) t[a][b] = r[a];
+            }
+            float *o = vb + c * WT + v * VL;
+            for (int a = 0; a < 6; a++) {
+                vf r[6];
+                wg_bt6(t[a], r);
+                for (int b = 0; b < 6; b++) v_st(o + (a * 6 + b) * xs, r[b]);
+            }
+        }
+    }
+}
+
+static void wg_input(const wg_job *j, long pn, float *vb) {
+    if (j->T == 2) wg_input2(j, pn, vb);
+    else wg_input4(j, pn, vb);
+}
+
 /* Runs of a panel's lanes that lie in one tile row (a row's last plane
  * column is junk): lanes [l, l + len) are tiles (ti, tj..), output columns
- * [c0, c0 + ncol) of rows 2ti and 2ti + 1. */
+ * [c0, c0 + ncol) of rows T*ti .. T*ti + T - 1. */
 typedef struct {
     long l, ti, c0, ncol;
 } wg_run;
@@ -129,80 +174,115 @@ static int wg_runs(const wg_job *j, long pn, wg_run *runs) {
             continue;
         }
         const long len = j->tw - tj < WT - l ? j->tw - tj : WT - l;
-        const long c0 = 2 * tj, c1 = 2 * (tj + len) < OW ? 2 * (tj + len) : OW;
+        const long c0 = j->T * tj, c1 = j->T * (tj + len) < OW ? j->T * (tj + len) : OW;
         runs[n++] = (wg_run){l, ti, c0, c1 - c0};
         l += len;
     }
     return n;
 }
 
-/* Output channels [m0, m0 + MR) of panel pn from mb[xi][MR][WT]:
- * A^T = [1 1 1 0; 0 1 -1 -1], then the epilogue, stored as rows 2ti and
- * 2ti + 1 of each run of tiles. */
-static void wg_output(const wg_job *j, long pn, long m0, int MR, const float *mb) {
+#if defined(__AVX512F__)
+/* (a0 b0 a1 b1 ...): lanes 0-7 of a and b, then 8-15 */
+CV_INLINE void wg_zip(__m512 a, __m512 b, __m512 *lo, __m512 *hi) {
+    const __m512i il = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    const __m512i ih = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+    *lo = _mm512_permutex2var_ps(a, il, b);
+    *hi = _mm512_permutex2var_ps(a, ih, b);
+}
+#endif
+
+/* F(4x4)'s A^T, rows: [1 1 1 1 1 0], [0 1 -1 2 -2 0], [0 1 1 4 4 0], [0 1 -1 8 -8 1]. */
+CV_INLINE void wg_at6(const vf m[6], vf o[4]) {
+    const vf s1 = m[1] + m[2], d1 = m[1] - m[2], s2 = m[3] + m[4], d2 = m[3] - m[4];
+    o[0] = m[0] + s1 + s2;
+    o[1] = d1 + 2.f * d2;
+    o[2] = s1 + 4.f * s2;
+    o[3] = d1 + 8.f * d2 + m[5];
+}
+
+/* Output channels [m0, m0 + MR) of panel pn from mb[xi][MR][WT]: A^T M A
+ * (F(2x2): A^T = [1 1 1 0; 0 1 -1 -1]), then the epilogue, stored as rows
+ * T*ti .. T*ti + T - 1 of each run of tiles. */
+CV_INLINE void wg_output_t(const wg_job *j, long pn, long m0, int MR, const float *mb, const int T) {
     const tcc_conv_params *p = j->p;
     const long OH = p->oh, OW = p->ow, xs = (long)MR * WT;
+    const int N = T + 2;
     const cv_ep *e = j->e;
     const int act = e->act, inreg = cv_vec_act(act);
     const float a0 = e->a0, a1 = e->a1;
     wg_run runs[WT];
     const int nrun = wg_runs(j, pn, runs);
-    /* row[rr][2l + c]: output row rr, column c of lane l's tile */
-    vf row[2][2 * WNV] __attribute__((aligned(64)));
+    /* row[rr][T*l + c]: output row rr, column c of lane l's tile */
+    vf row[4][4 * WNV] __attribute__((aligned(64)));
     for (int i = 0; i < MR; i++) {
         const long m = m0 + i;
         const float bias = cv_bias(e, m);
         for (int v = 0; v < WNV; v++) {
             const float *s = mb + i * WT + v * VL;
-            vf r[4][2];
-            for (int a = 0; a < 4; a++) {
-                const vf x0 = v_ld(s + (a * 4 + 0) * xs), x1 = v_ld(s + (a * 4 + 1) * xs),
-                         x2 = v_ld(s + (a * 4 + 2) * xs), x3 = v_ld(s + (a * 4 + 3) * xs);
-                r[a][0] = x0 + x1 + x2;
-                r[a][1] = x1 - x2 - x3;
+            vf y[4][4]; /* y[rr][c] */
+            if (T == 2) {
+                vf r[4][2];
+                for (int a = 0; a < 4; a++) {
+                    const vf x0 = v_ld(s + (a * 4 + 0) * xs), x1 = v_ld(s + (a * 4 + 1) * xs),
+                             x2 = v_ld(s + (a * 4 + 2) * xs), x3 = v_ld(s + (a * 4 + 3) * xs);
+                    r[a][0] = x0 + x1 + x2;
+                    r[a][1] = x1 - x2 - x3;
+                }
+                for (int c = 0; c < 2; c++) {
+                    y[0][c] = r[0][c] + r[1][c] + r[2][c];
+                    y[1][c] = r[1][c] - r[2][c] - r[3][c];
+                }
+            } else {
+                vf r[6][4]; /* A^T along each patch row a */
+                for (int a = 0; a < 6; a++) {
+                    vf mv[6];
+                    for (int b = 0; b < 6; b++) mv[b] = v_ld(s + (a * 6 + b) * xs);
+                    wg_at6(mv, r[a]);
+                }
+                for (int c = 0; c < 4; c++) {
+                    vf mv[6], o[4];
+                    for (int a = 0; a < 6; a++) mv[a] = r[a][c];
+                    wg_at6(mv, o);
+                    for (int rr = 0; rr < 4; rr++) y[rr][c] = o[rr];
+                }
             }
-            for (int rr = 0; rr < 2; rr++) {
-                vf y0, y1;
-                if (rr == 0) {
-                    y0 = r[0][0] + r[1][0] + r[2][0];
-                    y1 = r[0][1] + r[1][1] + r[2][1];
-                } else {
-                    y0 = r[1][0] - r[2][0] - r[3][0];
-                    y1 = r[1][1] - r[2][1] - r[3][1];
-                }
-                if (inreg) { /* bias before the interleave: once per lane pair */
-                    y0 += bias;
-                    y1 += bias;
-                }
+            for (int rr = 0; rr < T; rr++) {
+                if (inreg) /* bias before the interleave */
+                    for (int c = 0; c < T; c++) y[rr][c] += bias;
 #if defined(__AVX512F__)
-                const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
-                const __m512i hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
-                row[rr][2 * v] = (vf)_mm512_permutex2var_ps((__m512)y0, lo, (__m512)y1);
-                row[rr][2 * v + 1] = (vf)_mm512_permutex2var_ps((__m512)y0, hi, (__m512)y1);
-#else
-                float *o = (float *)row[rr] + 2 * v * VL;
-                for (int l = 0; l < VL; l++) {
-                    o[2 * l] = y0[l];
-                    o[2 * l + 1] = y1[l];
+                __m512 *o = (__m512 *)&row[rr][T * v];
+                if (T == 2) {
+                    wg_zip((__m512)y[rr][0], (__m512)y[rr][1], &o[0], &o[1]);
+                } else { /* zip(zip(c0, c2), zip(c1, c3)): columns 0 1 2 3 of each lane in turn */
+                    __m512 p0, p1, q0, q1;
+                    wg_zip((__m512)y[rr][0], (__m512)y[rr][2], &p0, &p1);
+                    wg_zip((__m512)y[rr][1], (__m512)y[rr][3], &q0, &q1);
+                    wg_zip(p0, q0, &o[0], &o[1]);
+                    wg_zip(p1, q1, &o[2], &o[3]);
                 }
+#else
+                float *o = (float *)&row[rr][T * v];
+                for (int l = 0; l < VL; l++)
+                    for (int c = 0; c < T; c++) o[T * l + c] = y[rr][c][l];
 #endif
             }
         }
+        (void)N;
         float *ym = j->y + m * OH * OW;
         const float *rm = j->res ? j->res + m * OH * OW : NULL;
         for (int k = 0; k < nrun; k++) {
             const wg_run *u = &runs[k];
-            for (int rr = 0; rr < 2 && 2 * u->ti + rr < OH; rr++) {
-                const long o = (2 * u->ti + rr) * OW + u->c0;
+            for (int rr = 0; rr < T && T * u->ti + rr < OH; rr++) {
+                const long o = (T * u->ti + rr) * OW + u->c0;
                 if (!inreg) {
-                    cv_ep_run(ym + o, (const float *)row[rr] + 2 * u->l, u->ncol, bias, rm ? rm + o : NULL, e);
+                    cv_ep_run(ym + o, (const float *)row[rr] + T * u->l, u->ncol, bias, rm ? rm + o : NULL, e);
                     continue;
                 }
 #if defined(__AVX512F__)
                 /* the run's part of each vector stored in place through a
                  * mask (a load at an unaligned offset of what was just
                  * stored would miss store forwarding: ~20 cycles each) */
-                const long s0 = 2 * u->l, s1 = s0 + u->ncol;
+                const long s0 = T * u->l, s1 = s0 + u->ncol;
                 float *dst = ym + o - s0;
                 const float *rs = rm ? rm + o - s0 : NULL;
                 for (long vv = s0 / VL; vv * VL < s1; vv++) {
@@ -213,7 +293,7 @@ static void wg_output(const wg_job *j, long pn, long m0, int MR, const float *mb
                     _mm512_mask_storeu_ps(dst + vv * VL, mk, (__m512)cv_act_v((vf)a, act, a0, a1));
                 }
 #else
-                const float *src = (const float *)row[rr] + 2 * u->l;
+                const float *src = (const float *)row[rr] + T * u->l;
                 for (long c = 0; c < u->ncol; c += VL) {
                     const int n = u->ncol - c < VL ? (int)(u->ncol - c) : VL;
                     vf a = v_ld_n(src + c, n);
@@ -226,9 +306,14 @@ static void wg_output(const wg_job *j, long pn, long m0, int MR, const float *mb
     }
 }
 
+static void wg_output(const wg_job *j, long pn, long m0, int MR, const float *mb) {
+    if (j->T == 2) wg_output_t(j, pn, m0, MR, mb, 2);
+    else wg_output_t(j, pn, m0, MR, mb, 4);
+}
+
 static void wg_input_task(void *arg, long b, long e) {
     const wg_job *j = arg;
-    for (long pn = b; pn < e; pn++) wg_input(j, pn, j->v + pn * 16 * j->C * WT);
+    for (long pn = b; pn < e; pn++) wg_input(j, pn, j->v + pn * j->nx * j->C * WT);
 }
 
 /* Items: (group of pg panels, share of the output-channel blocks). A block's
@@ -237,46 +322,48 @@ static void wg_input_task(void *arg, long b, long e) {
  * from memory once. */
 static void wg_task(void *arg, long b, long e) {
     const wg_job *j = arg;
-    const long C = j->C, M = j->M, pg = j->pg;
-    float *mb = cv_tls_buffer(1, pg * 16 * WR * WT);
+    const long C = j->C, M = j->M, pg = j->pg, NX = j->nx;
+    float *mb = cv_tls_buffer(1, pg * NX * WR * WT);
     /* one item per group: its transform goes to this thread's buffer (L2)
      * rather than through a shared one (L3: ResNet's 56x56 layers spent
      * twice as long in the transform writing it) */
-    float *vown = j->v ? NULL : cv_tls_buffer(2, pg * 16 * C * WT);
+    float *vown = j->v ? NULL : cv_tls_buffer(2, pg * NX * C * WT);
     for (long it = b; it < e; it++) {
         const long g = it / j->nsplit, sp = it % j->nsplit;
         const long b0 = sp * j->nblk / j->nsplit, b1 = (sp + 1) * j->nblk / j->nsplit;
         const long p0 = g * pg, np = j->npan - p0 < pg ? j->npan - p0 : pg;
-        const float *v = j->v ? j->v + p0 * 16 * C * WT : vown;
+        const float *v = j->v ? j->v + p0 * NX * C * WT : vown;
         if (vown)
-            for (long k = 0; k < np; k++) wg_input(j, p0 + k, vown + k * 16 * C * WT);
+            for (long k = 0; k < np; k++) wg_input(j, p0 + k, vown + k * NX * C * WT);
         for (long blk = b0; blk < b1; blk++) {
             const long m0 = blk * M / j->nblk, m1 = (blk + 1) * M / j->nblk;
             const int MR = (int)(m1 - m0);
-            for (int xi = 0; xi < 16; xi++)
+            for (int xi = 0; xi < NX; xi++)
                 for (long k = 0; k < np; k++)
-                    WG_FNS[MR](j->u + (xi * M + m0) * C, MR, v + (k * 16 + xi) * C * WT, C,
-                               mb + (k * 16 + xi) * MR * WT);
-            for (long k = 0; k < np; k++) wg_output(j, p0 + k, m0, MR, mb + k * 16 * MR * WT);
+                    WG_FNS[MR](j->u + (xi * M + m0) * C, MR, v + (k * NX + xi) * C * WT, C,
+                               mb + (k * NX + xi) * MR * WT);
+            for (long k = 0; k < np; k++) wg_output(j, p0 + k, m0, MR, mb + k * NX * MR * WT);
         }
     }
 }
 
-void tcc_cpu_conv2d_wino(const tcc_conv_params *p, const float *x, const float *u, float *y, const tcc_epilogue *ep) {
+void tcc_cpu_conv2d_wino(const tcc_conv_params *p, int tile, const float *x, const float *u, float *y,
+                         const tcc_epilogue *ep) {
     cv_ep e = {NULL, 1.f, 0, NULL, TCC_ACT_NONE, 0.f, 0.f};
     if (ep) e = (cv_ep){ep->bias, ep->bias_scale, ep->bias_mode == 4, ep->residual, ep->act, ep->a0, ep->a1};
-    const long C = p->c, M = p->m, th = (p->oh + 1) / 2, tw = (p->ow + 1) / 2;
-    /* the input as a 4x4-tap, stride-2 convolution over the tiles */
-    const tcc_conv_params q = {1, C, p->h, p->w, M, 4, 4, th, tw, 2, 2, 1, 1, p->pt, p->pl, p->pb, p->pr, 1};
-    long off[16];
+    const int T = tile == 4 ? 4 : 2, N = T + 2;
+    const long C = p->c, M = p->m, th = (p->oh + T - 1) / T, tw = (p->ow + T - 1) / T;
+    /* the input as an N x N-tap, stride-T convolution over the tiles */
+    const tcc_conv_params q = {1, C, p->h, p->w, M, N, N, th, tw, T, T, 1, 1, p->pt, p->pl, p->pb, p->pr, 1};
+    long off[36];
     cv_layout l;
     cv_layout_init(&l, &q, off);
-    wg_job j = {.p = p, .l = &l, .u = u, .e = &e, .C = C, .M = M, .th = th, .tw = tw};
+    wg_job j = {.p = p, .l = &l, .u = u, .e = &e, .T = T, .nx = N * N, .C = C, .M = M, .th = th, .tw = tw};
     j.ntiles = l.q;
     j.npan = (j.ntiles + WT - 1) / WT;
     j.nblk = (M + WR - 1) / WR;
     /* weights past L2 are shared by pairs of panels */
-    j.pg = 16 * C * M * (long)sizeof(float) > (1L << 20) ? 2 : 1;
+    j.pg = j.nx * C * M * (long)sizeof(float) > (1L << 20) ? 2 : 1;
     j.ngrp = (j.npan + j.pg - 1) / j.pg;
     /* several items per thread: work stealing evens out the last ones */
     const long want = 4L * tcc_cpu_num_threads();
@@ -286,7 +373,7 @@ void tcc_cpu_conv2d_wino(const tcc_conv_params *p, const float *x, const float *
     const size_t packed = (size_t)C * l.cs, slack = WT + l.wq + 2 + VL;
     float *xp = cv_tls_buffer(0, packed + slack);
     /* items that share a group transform it once, beforehand */
-    j.v = j.nsplit > 1 ? cv_tls_buffer(2, (size_t)j.npan * 16 * C * WT) : NULL;
+    j.v = j.nsplit > 1 ? cv_tls_buffer(2, (size_t)j.npan * j.nx * C * WT) : NULL;
     const long hw = p->h * p->w, ohw = p->oh * p->ow;
     for (long n = 0; n < p->n; n++) {
         cv_pack_all(&l, &q, x + n * C * hw, xp, C);

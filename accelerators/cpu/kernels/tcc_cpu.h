@@ -77,10 +77,12 @@ void tcc_cpu_conv2d_packed(const tcc_conv_params *p, const float *x, const float
 /* A pointwise convolution (1x1, stride 1, no pads, group 1) with the weights
  * packed at compile time as [ceil(m/8)][c][8] (rows past m zero). */
 void tcc_cpu_conv2d_pw(const tcc_conv_params *p, const float *x, const float *wp, float *y, const tcc_epilogue *ep);
-/* 3x3, stride 1, dilation 1, group 1 as Winograd F(2x2, 3x3), the weights
- * transformed at compile time (codegen.pack_wino): per tap xi of 16, per block
- * b of nb = ceil(m / 14) output channel rows [b*m/nb, (b+1)*m/nb), [c][rows]. */
-void tcc_cpu_conv2d_wino(const tcc_conv_params *p, const float *x, const float *u, float *y, const tcc_epilogue *ep);
+/* 3x3, stride 1, dilation 1, group 1 as Winograd F(tile x tile, 3x3), tile
+ * 2 or 4, the weights transformed at compile time (codegen.pack_wino): per
+ * xi of (tile + 2)^2, per block b of nb = ceil(m / 14) output channel rows
+ * [b*m/nb, (b+1)*m/nb), [c][rows]. */
+void tcc_cpu_conv2d_wino(const tcc_conv_params *p, int tile, const float *x, const float *u, float *y,
+                         const tcc_epilogue *ep);
 
 /* ---- pooling ------------------------------------------------------------- */
 typedef struct {

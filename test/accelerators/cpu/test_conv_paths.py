@@ -415,10 +415,11 @@ def test_pointwise_packed_isa_threads(isa, threads, pw_lib):
         np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4, err_msg=f"{isa} {(n, c, h, w, m)} {act}")
 
 
-# ---- 3x3 stride 1 as Winograd F(2x2, 3x3) (kernels/conv_wino.c) -----------------------------
+# ---- 3x3 stride 1 as Winograd F(2x2, 3x3) and F(4x4, 3x3) (kernels/conv_wino.c) -------------
 # Called directly on every ISA build at 1 and 2 threads with codegen.pack_wino's layout: tiles
 # numbered along the phase-plane rows (junk last column), runs of tiles cut at tile rows and at
-# the 32-tile panel edge, odd output sizes (a tile's second row or column dropped), asymmetric
+# the 32-tile panel edge, output sizes that are not multiples of the tile (its last rows or
+# columns dropped), stride-4 phase planes (F(4x4)), asymmetric
 # pads, output-channel blocks of 1..14 rows, panels transformed per item (many panels) or once
 # and shared (few panels, channel blocks split over items), weights past 1 MB (pairs of panels).
 WINO = [
@@ -444,7 +445,8 @@ def wino_lib(isa, threads):
 
 @pytest.mark.parametrize("isa", ["avx512", "avx2", "generic"])
 @pytest.mark.parametrize("threads", [1, 2])
-def test_winograd_isa_threads(isa, threads):
+@pytest.mark.parametrize("tile", [2, 4])
+def test_winograd_isa_threads(isa, threads, tile):
     from tcc.accelerators.cpu.codegen import pack_wino
     lib = wino_lib(isa, threads)
     acts = [(None, 0, 0.0, 0.0), ("Relu", 1, 0.0, 0.0), ("Clip", 2, -0.5, 0.7), ("LeakyRelu", 5, 0.1, 0.0),
@@ -456,35 +458,37 @@ def test_winograd_isa_threads(isa, threads):
             mdl, feeds = conv_model(n, c, h, w, m, 3, pads=pads, act=act, residual=residual)
             ref = ort.InferenceSession(mdl.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
             inits = {t.name: numpy_helper.to_array(t) for t in mdl.graph.initializer}
-            u, b = np.ascontiguousarray(pack_wino(inits["w"])), inits["b"]
+            u, b = np.ascontiguousarray(pack_wino(inits["w"], tile)), inits["b"]
             ep = Epilogue(b.ctypes.data, 2, 1.0, feeds["r"].ctypes.data if residual else None, code, a0, a1)
             p = ConvParams(n, c, h, w, m, 3, 3, ref.shape[2], ref.shape[3], 1, 1, 1, 1, *pads, 1)
             y = np.full_like(ref, np.nan)  # every output written exactly where it belongs
-            lib.tcc_cpu_conv2d_wino(ctypes.byref(p), ctypes.c_void_p(feeds["x"].ctypes.data),
+            lib.tcc_cpu_conv2d_wino(ctypes.byref(p), tile, ctypes.c_void_p(feeds["x"].ctypes.data),
                                     ctypes.c_void_p(u.ctypes.data), ctypes.c_void_p(y.ctypes.data), ctypes.byref(ep))
             # sums of 9c products of unit normals (~sqrt(9c) before the activation): the transforms
-            # add and subtract up to 4 of them, so the absolute error scales with that
-            np.testing.assert_allclose(y, ref, rtol=1e-4, atol=4e-6 * (9 * c) ** 0.5, err_msg=f"{isa} {WINO[i]} {act}")
+            # combine up to 4 (F(2x2)) or 36 with factors up to 8 (F(4x4)) of them, so the absolute
+            # error scales with that
+            atol = (4e-6 if tile == 2 else 4e-5) * (9 * c) ** 0.5
+            np.testing.assert_allclose(y, ref, rtol=1e-4, atol=atol, err_msg=f"{isa} {WINO[i]} {act}")
     finally:
         lib.tcc_cpu_set_num_threads(0)
 
 
 def test_winograd_chosen_and_matches(tmp_path):
-    # ResNet's 3x3 layers on the AVX-512 build: Winograd where the plane fills its panels, the
-    # direct packed kernel on 7x7 planes and for strided convolutions
+    # ResNet's 3x3 layers on the AVX-512 build: F(4x4) on 56x56 and 28x28 planes, F(2x2) on 14x14,
+    # the direct packed kernel on 7x7 planes and for strided convolutions
     from tcc.accelerators.cpu import build
-    from tcc.accelerators.cpu.codegen import conv_wino
+    from tcc.accelerators.cpu.codegen import wino_tile
     from tcc.accelerators.cpu.runtime import c_source
-    assert conv_wino((1, 64, 56, 56), (64, 64, 3, 3), (1, 64, 56, 56), (1, 1), (1, 1), (1, 1, 1, 1), 1, "avx512")
-    assert conv_wino((1, 256, 14, 14), (256, 256, 3, 3), (1, 256, 14, 14), (1, 1), (1, 1), (1,) * 4, 1, "avx512")
-    assert not conv_wino((1, 512, 7, 7), (512, 512, 3, 3), (1, 512, 7, 7), (1, 1), (1, 1), (1,) * 4, 1, "avx512")
-    assert not conv_wino((1, 64, 56, 56), (64, 64, 3, 3), (1, 64, 28, 28), (2, 2), (1, 1), (1,) * 4, 1, "avx512")
-    assert not conv_wino((1, 64, 56, 56), (64, 64, 3, 3), (1, 64, 56, 56), (1, 1), (1, 1), (1,) * 4, 1, "avx2")
+
+    def tile(hw, c=64, s=1, isa="avx512"):
+        return wino_tile((1, c, hw * s, hw * s), (c, c, 3, 3), (1, c, hw, hw), (s, s), (1, 1), (1,) * 4, 1, isa)
+    assert (tile(56), tile(28), tile(14, 256), tile(7, 512), tile(28, s=2), tile(56, isa="avx2")) == (4, 4, 2, 0, 0, 0)
     if build.best_isa() != "avx512":
         pytest.skip("Winograd is chosen for the AVX-512 build")
-    mdl, feeds = conv_model(1, 32, 28, 28, 48, 3, pads=(1, 1, 1, 1), act="Relu", residual=True)
-    ours, ref, sess = run_both(mdl, feeds, tmp_path)
-    np.testing.assert_allclose(ours[0], ref[0], rtol=1e-4, atol=2e-5)
-    with zipfile.ZipFile(tmp_path / "m.tcc") as z:
-        src = c_source(z.read(sess.manifest["accelerators"]["cpu"]["member"]))
-    assert "tcc_cpu_conv2d_wino(" in src
+    for hw, t in ((28, 4), (14, 2)):
+        mdl, feeds = conv_model(1, 32, hw, hw, 48, 3, pads=(1, 1, 1, 1), act="Relu", residual=True)
+        ours, ref, sess = run_both(mdl, feeds, tmp_path)
+        np.testing.assert_allclose(ours[0], ref[0], rtol=1e-4, atol=3e-5 * (9 * 32) ** 0.5)
+        with zipfile.ZipFile(tmp_path / "m.tcc") as z:
+            src = c_source(z.read(sess.manifest["accelerators"]["cpu"]["member"]))
+        assert f"tcc_cpu_conv2d_wino(&p, {t}," in src
