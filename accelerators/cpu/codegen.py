@@ -100,6 +100,11 @@ WINO_G = {2: np.array([[1, 0, 0], [.5, .5, .5], [.5, -.5, .5], [0, 0, 1]]),
           4: np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6],
                        [1 / 24, 1 / 12, 1 / 6], [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]])}
 WINO_ROWS = 14  # kernels/conv_wino.c's WR
+# Transformed weights are (t+2)^2/9 times the direct ones; past this they come
+# from memory on every run of a model and cost more than the multiplies save
+# (ResNet-18 end to end: F(2x2) on its 7x7 layers, 17 MB each, made the run
+# 20 % slower; F(4x4) on 14x14, 9.4 MB, no faster than F(2x2) at 4.2 MB).
+WINO_MAX_WEIGHT_BYTES = 8 << 20
 
 
 def pack_wino(w, tile=2):
@@ -123,8 +128,8 @@ def wino_tile(x_shape, w_shape, y_shape, strides, dilations, pads, group, isa):
     AVX-512, with enough channels for the transforms to be cheap next to the
     GEMMs. Of F(2x2) and F(4x4) (2.25x and 4x fewer multiplies than direct),
     the one whose tiles fill the 32-tile panels best, if that keeps at least
-    1.6x: the junk tile per row and the last panel's empty lanes cost most on
-    small planes (7x7 planes: conv_ocv.c's direct tiles win)."""
+    1.6x (the last panel's empty lanes cost most on small planes), among
+    those whose transformed weights stay under WINO_MAX_WEIGHT_BYTES."""
     m, c, kh, kw = w_shape
     if isa != "avx512" or (kh, kw) != (3, 3) or tuple(strides) != (1, 1) or tuple(dilations) != (1, 1):
         return 0
@@ -133,9 +138,11 @@ def wino_tile(x_shape, w_shape, y_shape, strides, dilations, pads, group, isa):
     oh, ow = y_shape[2], y_shape[3]
     best, best_gain = 0, 1.6
     for t, fewer in ((2, 2.25), (4, 4.0)):
-        th, tw = -(-oh // t), -(-ow // t)
-        tiles = (th - 1) * (tw + 1) + tw
-        computed = -(-tiles // 32) * 32 * t * t  # outputs the panels compute
+        if (t + 2) ** 2 * c * m * 4 > WINO_MAX_WEIGHT_BYTES:
+            continue
+        tiles = -(-oh // t) * -(-ow // t)
+        panel = 16 if tiles <= 16 else 32
+        computed = -(-tiles // panel) * panel * t * t  # outputs the panels compute
         gain = fewer * oh * ow / computed
         if gain >= best_gain:
             best, best_gain = t, gain

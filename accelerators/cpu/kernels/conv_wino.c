@@ -10,12 +10,14 @@
  * data per output; its larger constants cost ~10x F(2x2)'s rounding error,
  * still ~1e-6 of the output's scale.
  *
- * Tiles are numbered along the rows of the phase-plane packing of the input
- * (conv_vec.h) read as a stride-T, (T+2)^2-tap convolution over TH x TW
- * tiles: patch element (a, b) of tile q is at a constant offset from q in
- * one of T*T planes, so the input transform is NX contiguous vector loads
- * per vector of tiles (one junk tile per row, the plane's last column). A
- * panel is WT consecutive tiles; a task transforms one panel's input for
+ * The input is packed into the phase planes (conv_vec.h) of a stride-T,
+ * (T+2)^2-tap convolution over TH x TW tiles: patch element (a, b) of tile
+ * (ti, tj) is at a constant offset from ti * wq + tj in one of T*T planes
+ * (wq = TW + 1). Tiles are numbered ti * TW + tj, so no lane is spent on
+ * the planes' last column; on AVX-512 a vector of 16 tiles is one permute
+ * of a 32-float window of a plane row pair (the other builds gather). A
+ * panel is 32 consecutive tiles (16 when a plane has at most 16: 7x7 with
+ * F(2x2), 14x14 with F(4x4)); a task transforms one panel's input for
  * all channels (it stays in L2), then runs each block of up to WR output
  * channels through the NX GEMMs (tiles in the vector lanes, weights
  * broadcast) and the output transform, which stores each run of tiles of
@@ -26,13 +28,8 @@
 #include "conv_vec.h"
 
 #define WT 32           /* tiles per panel */
-#define WNV (WT / VL)   /* vectors per panel row */
+#define WTN 16          /* tiles per narrow panel (planes of at most 16 tiles) */
 #define WR 14           /* output channels per register tile */
-#if defined(__AVX512F__)
-#define NVT 2           /* panel vectors per register tile: 28 accumulators */
-#else
-#define NVT 1           /* 14 accumulators fit 16 registers */
-#endif
 
 typedef void (*wg_fn)(const float *u, long ldu, const float *v, long K, float *out);
 
@@ -40,72 +37,125 @@ typedef struct {
     const tcc_conv_params *p;
     const cv_layout *l;
     const float *x;  /* this image's packed input */
-    float *v;        /* its transform, [panel][nx][C][WT], or NULL: each item transforms its own */
+    float *v;        /* its transform, [panel][nx][C][wt], or NULL: each item transforms its own */
     const float *u;  /* per xi, per block of rows [m0, m1): [C][m1 - m0] */
     float *y;        /* this image's output */
     const float *res;
     const cv_ep *e;
     int T, nx;       /* tile size, transformed patch size (T + 2)^2 */
+    int wt, nv;      /* tiles per panel (WT or WTN), vectors per panel */
     long C, M, th, tw, ntiles, npan, nblk, pg, ngrp, nsplit;
 } wg_job;
 
 #define REP14(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13)
 
-/* out[i][WT] = sum_k u[k * ldu + i] * v[k][WT] for i < MR: rows broadcast,
- * tiles in the lanes. Named accumulators: GCC keeps large arrays of vectors
- * in memory. */
-CV_INLINE void wg_tile(const float *u, long ldu, const float *v, long K, float *out, const int MR) {
-    for (int v0 = 0; v0 < WNV; v0 += NVT) {
+/* out[i][W] = sum_k u[k * ldu + i] * v[k][W] for i < MR: rows broadcast,
+ * tiles in the lanes; two vectors at a time on AVX-512 (28 accumulators),
+ * one elsewhere (14 fit 16 registers). Named accumulators: GCC keeps large
+ * arrays of vectors in memory. */
+CV_INLINE void wg_tile(const float *u, long ldu, const float *v, long K, float *out, const int MR, const int W) {
+#if defined(__AVX512F__)
+    const int NVT = W / VL >= 2 ? 2 : 1;
+#else
+    const int NVT = 1;
+#endif
+    for (int v0 = 0; v0 < W / VL; v0 += NVT) {
         const float *b = v + v0 * VL, *a = u;
 #define WG_DECL(i) vf a##i##0 = (vf){0}, a##i##1 = (vf){0};
         REP14(WG_DECL)
-        for (long k = 0; k < K; k++, a += ldu, b += WT) {
+        for (long k = 0; k < K; k++, a += ldu, b += W) {
             const vf b0 = v_ld(b), b1 = NVT > 1 ? v_ld(b + VL) : (vf){0};
-#define WG_FMA(i)                     \
-    if (MR > i) {                     \
-        const float s = a[i];         \
-        a##i##0 += s * b0;            \
+#define WG_FMA(i)                       \
+    if (MR > i) {                       \
+        const float s = a[i];           \
+        a##i##0 += s * b0;              \
         if (NVT > 1) a##i##1 += s * b1; \
     }
             REP14(WG_FMA)
         }
-#define WG_ST(i)                                                    \
-    if (MR > i) {                                                   \
-        v_st(out + i * WT + v0 * VL, a##i##0);                      \
-        if (NVT > 1) v_st(out + i * WT + v0 * VL + VL, a##i##1);    \
+#define WG_ST(i)                                                \
+    if (MR > i) {                                               \
+        v_st(out + i * W + v0 * VL, a##i##0);                   \
+        if (NVT > 1) v_st(out + i * W + v0 * VL + VL, a##i##1); \
     }
         REP14(WG_ST)
     }
 }
 
-#define WG_INST(R) \
-    __attribute__((noinline)) static void wg_##R(const float *u, long ldu, const float *v, long K, float *out) { \
-        wg_tile(u, ldu, v, K, out, R);                                                                           \
+#define WG_INST(R)                                                                                                \
+    __attribute__((noinline)) static void wg_##R(const float *u, long ldu, const float *v, long K, float *out) {  \
+        wg_tile(u, ldu, v, K, out, R, WT);                                                                         \
+    }                                                                                                             \
+    __attribute__((noinline)) static void wgn_##R(const float *u, long ldu, const float *v, long K, float *out) { \
+        wg_tile(u, ldu, v, K, out, R, WTN);                                                                        \
     }
 WG_INST(1) WG_INST(2) WG_INST(3) WG_INST(4) WG_INST(5) WG_INST(6) WG_INST(7) WG_INST(8) WG_INST(9) WG_INST(10)
 WG_INST(11) WG_INST(12) WG_INST(13) WG_INST(14)
-static const wg_fn WG_FNS[WR + 1] = {NULL, wg_1, wg_2, wg_3, wg_4, wg_5, wg_6, wg_7,
-                                     wg_8, wg_9, wg_10, wg_11, wg_12, wg_13, wg_14};
+static const wg_fn WG_FNS[2][WR + 1] = {
+    {NULL, wg_1, wg_2, wg_3, wg_4, wg_5, wg_6, wg_7, wg_8, wg_9, wg_10, wg_11, wg_12, wg_13, wg_14},
+    {NULL, wgn_1, wgn_2, wgn_3, wgn_4, wgn_5, wgn_6, wgn_7, wgn_8, wgn_9, wgn_10, wgn_11, wgn_12, wgn_13, wgn_14}};
 
-/* V[xi][c][WT] = B^T d B for the panel's tiles, every channel. F(2x2):
+/* Where a vector of tiles from t0 reads: plane index q0 of its first tile
+ * and each lane's distance from it (< 32: a vector spans at most 15 row
+ * ends); lanes past the last tile repeat it. */
+typedef struct {
+    long q0;
+#if defined(__AVX512F__)
+    __m512i idx;
+#else
+    int idx[VL];
+#endif
+} wg_lanes;
+
+static void wg_lanes_at(const wg_job *j, long t0, wg_lanes *ln) {
+    const long tw = j->tw, wq = j->l->wq;
+    if (t0 >= j->ntiles) t0 = j->ntiles - 1; /* a vector wholly past the end: reads stay in the buffer */
+    ln->q0 = t0 / tw * wq + t0 % tw;
+    int idx[VL];
+    for (int l = 0; l < VL; l++) {
+        const long t = t0 + l < j->ntiles ? t0 + l : j->ntiles - 1;
+        idx[l] = (int)(t / tw * wq + t % tw - ln->q0);
+    }
+#if defined(__AVX512F__)
+    ln->idx = _mm512_loadu_si512(idx);
+#else
+    memcpy(ln->idx, idx, sizeof idx);
+#endif
+}
+
+CV_INLINE vf wg_ld(const float *x, const wg_lanes *ln) {
+#if defined(__AVX512F__)
+    return (vf)_mm512_permutex2var_ps(_mm512_loadu_ps(x), ln->idx, _mm512_loadu_ps(x + VL));
+#else
+    vf v;
+    for (int l = 0; l < VL; l++) v[l] = x[ln->idx[l]];
+    return v;
+#endif
+}
+
+#define WG_MAXV (WT / VL)
+
+/* V[xi][c][wt] = B^T d B for the panel's tiles, every channel. F(2x2):
  * B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1]. */
 static void wg_input2(const wg_job *j, long pn, float *vb) {
     const cv_layout *l = j->l;
-    const long C = j->C, cs = l->cs, *off = l->off;
-    const float *x = j->x + pn * WT;
+    const long C = j->C, cs = l->cs, *off = l->off, W = j->wt, xs = C * W; /* xs: one xi to the next */
+    wg_lanes ln[WG_MAXV];
+    for (int v = 0; v < j->nv; v++) wg_lanes_at(j, pn * W + v * VL, &ln[v]);
+    const float *x = j->x;
     for (long c = 0; c < C; c++, x += cs) {
-        for (int v = 0; v < WNV; v++) {
+        for (int v = 0; v < j->nv; v++) {
+            const float *xv = x + ln[v].q0;
             vf d[4][4], t[4][4];
             for (int a = 0; a < 4; a++)
-                for (int b = 0; b < 4; b++) d[a][b] = v_ld(x + off[a * 4 + b] + v * VL);
+                for (int b = 0; b < 4; b++) d[a][b] = wg_ld(xv + off[a * 4 + b], &ln[v]);
             for (int b = 0; b < 4; b++) {
                 t[0][b] = d[0][b] - d[2][b];
                 t[1][b] = d[1][b] + d[2][b];
                 t[2][b] = d[2][b] - d[1][b];
                 t[3][b] = d[1][b] - d[3][b];
             }
-            float *o = vb + c * WT + v * VL;
-            const long xs = C * WT; /* one xi to the next */
+            float *o = vb + c * W + v * VL;
             for (int a = 0; a < 4; a++) {
                 v_st(o + (a * 4 + 0) * xs, t[a][0] - t[a][2]);
                 v_st(o + (a * 4 + 1) * xs, t[a][1] + t[a][2]);
@@ -130,19 +180,21 @@ CV_INLINE void wg_bt6(const vf d[6], vf r[6]) {
 
 static void wg_input4(const wg_job *j, long pn, float *vb) {
     const cv_layout *l = j->l;
-    const long C = j->C, cs = l->cs, *off = l->off;
-    const float *x = j->x + pn * WT;
-    const long xs = C * WT; /* one xi to the next */
+    const long C = j->C, cs = l->cs, *off = l->off, W = j->wt, xs = C * W;
+    wg_lanes ln[WG_MAXV];
+    for (int v = 0; v < j->nv; v++) wg_lanes_at(j, pn * W + v * VL, &ln[v]);
+    const float *x = j->x;
     for (long c = 0; c < C; c++, x += cs) {
-        for (int v = 0; v < WNV; v++) {
+        for (int v = 0; v < j->nv; v++) {
+            const float *xv = x + ln[v].q0;
             vf t[6][6]; /* t[a][b]: B^T applied down column b */
             for (int b = 0; b < 6; b++) {
                 vf d[6], r[6];
-                for (int a = 0; a < 6; a++) d[a] = v_ld(x + off[a * 6 + b] + v * VL);
+                for (int a = 0; a < 6; a++) d[a] = wg_ld(xv + off[a * 6 + b], &ln[v]);
                 wg_bt6(d, r);
                 for (int a = 0; a < 6; a++) t[a][b] = r[a];
             }
-            float *o = vb + c * WT + v * VL;
+            float *o = vb + c * W + v * VL;
             for (int a = 0; a < 6; a++) {
                 vf r[6];
                 wg_bt6(t[a], r);
@@ -157,24 +209,20 @@ static void wg_input(const wg_job *j, long pn, float *vb) {
     else wg_input4(j, pn, vb);
 }
 
-/* Runs of a panel's lanes that lie in one tile row (a row's last plane
- * column is junk): lanes [l, l + len) are tiles (ti, tj..), output columns
- * [c0, c0 + ncol) of rows T*ti .. T*ti + T - 1. */
+/* Runs of a panel's tiles within one tile row: lanes [l, l + len) are tiles
+ * (ti, tj..), output columns [c0, c0 + ncol) of rows T*ti .. T*ti + T - 1. */
 typedef struct {
     long l, ti, c0, ncol;
 } wg_run;
 
 static int wg_runs(const wg_job *j, long pn, wg_run *runs) {
-    const long wq = j->l->wq, q0 = pn * WT, OW = j->p->ow;
+    const long W = j->wt, t0 = pn * W, OW = j->p->ow, T = j->T;
     int n = 0;
-    for (long l = 0; l < WT && q0 + l < j->ntiles;) {
-        const long q = q0 + l, ti = q / wq, tj = q % wq;
-        if (tj >= j->tw) {
-            l++;
-            continue;
-        }
-        const long len = j->tw - tj < WT - l ? j->tw - tj : WT - l;
-        const long c0 = j->T * tj, c1 = j->T * (tj + len) < OW ? j->T * (tj + len) : OW;
+    for (long l = 0; l < W && t0 + l < j->ntiles;) {
+        const long t = t0 + l, ti = t / j->tw, tj = t % j->tw;
+        long len = j->tw - tj < W - l ? j->tw - tj : W - l;
+        if (len > j->ntiles - t) len = j->ntiles - t;
+        const long c0 = T * tj, c1 = T * (tj + len) < OW ? T * (tj + len) : OW;
         runs[n++] = (wg_run){l, ti, c0, c1 - c0};
         l += len;
     }
@@ -200,25 +248,24 @@ CV_INLINE void wg_at6(const vf m[6], vf o[4]) {
     o[3] = d1 + 8.f * d2 + m[5];
 }
 
-/* Output channels [m0, m0 + MR) of panel pn from mb[xi][MR][WT]: A^T M A
+/* Output channels [m0, m0 + MR) of panel pn from mb[xi][MR][wt]: A^T M A
  * (F(2x2): A^T = [1 1 1 0; 0 1 -1 -1]), then the epilogue, stored as rows
  * T*ti .. T*ti + T - 1 of each run of tiles. */
 CV_INLINE void wg_output_t(const wg_job *j, long pn, long m0, int MR, const float *mb, const int T) {
     const tcc_conv_params *p = j->p;
-    const long OH = p->oh, OW = p->ow, xs = (long)MR * WT;
-    const int N = T + 2;
+    const long OH = p->oh, OW = p->ow, W = j->wt, xs = (long)MR * W;
     const cv_ep *e = j->e;
     const int act = e->act, inreg = cv_vec_act(act);
     const float a0 = e->a0, a1 = e->a1;
     wg_run runs[WT];
     const int nrun = wg_runs(j, pn, runs);
     /* row[rr][T*l + c]: output row rr, column c of lane l's tile */
-    vf row[4][4 * WNV] __attribute__((aligned(64)));
+    vf row[4][4 * WG_MAXV] __attribute__((aligned(64)));
     for (int i = 0; i < MR; i++) {
         const long m = m0 + i;
         const float bias = cv_bias(e, m);
-        for (int v = 0; v < WNV; v++) {
-            const float *s = mb + i * WT + v * VL;
+        for (int v = 0; v < j->nv; v++) {
+            const float *s = mb + i * W + v * VL;
             vf y[4][4]; /* y[rr][c] */
             if (T == 2) {
                 vf r[4][2];
@@ -267,7 +314,6 @@ CV_INLINE void wg_output_t(const wg_job *j, long pn, long m0, int MR, const floa
 #endif
             }
         }
-        (void)N;
         float *ym = j->y + m * OH * OW;
         const float *rm = j->res ? j->res + m * OH * OW : NULL;
         for (int k = 0; k < nrun; k++) {
@@ -313,36 +359,36 @@ static void wg_output(const wg_job *j, long pn, long m0, int MR, const float *mb
 
 static void wg_input_task(void *arg, long b, long e) {
     const wg_job *j = arg;
-    for (long pn = b; pn < e; pn++) wg_input(j, pn, j->v + pn * j->nx * j->C * WT);
+    for (long pn = b; pn < e; pn++) wg_input(j, pn, j->v + pn * j->nx * j->C * j->wt);
 }
 
 /* Items: (group of pg panels, share of the output-channel blocks). A block's
- * weights for one xi (C x MR, strided by M) serve the group's panels from
- * L1: with weights beyond L2 (256 channels: 4 MB) each group streams them
- * from memory once. */
+ * weights for one xi (C x MR, one stream) serve the group's panels from L1:
+ * with weights beyond L2 (256 channels: 4 MB with F(2x2)) each group
+ * streams them from memory once. */
 static void wg_task(void *arg, long b, long e) {
     const wg_job *j = arg;
-    const long C = j->C, M = j->M, pg = j->pg, NX = j->nx;
-    float *mb = cv_tls_buffer(1, pg * NX * WR * WT);
+    const long C = j->C, M = j->M, pg = j->pg, NX = j->nx, W = j->wt;
+    const wg_fn *fns = WG_FNS[W == WTN];
+    float *mb = cv_tls_buffer(1, pg * NX * WR * W);
     /* one item per group: its transform goes to this thread's buffer (L2)
      * rather than through a shared one (L3: ResNet's 56x56 layers spent
      * twice as long in the transform writing it) */
-    float *vown = j->v ? NULL : cv_tls_buffer(2, pg * NX * C * WT);
+    float *vown = j->v ? NULL : cv_tls_buffer(2, pg * NX * C * W);
     for (long it = b; it < e; it++) {
         const long g = it / j->nsplit, sp = it % j->nsplit;
         const long b0 = sp * j->nblk / j->nsplit, b1 = (sp + 1) * j->nblk / j->nsplit;
         const long p0 = g * pg, np = j->npan - p0 < pg ? j->npan - p0 : pg;
-        const float *v = j->v ? j->v + p0 * NX * C * WT : vown;
+        const float *v = j->v ? j->v + p0 * NX * C * W : vown;
         if (vown)
-            for (long k = 0; k < np; k++) wg_input(j, p0 + k, vown + k * NX * C * WT);
+            for (long k = 0; k < np; k++) wg_input(j, p0 + k, vown + k * NX * C * W);
         for (long blk = b0; blk < b1; blk++) {
             const long m0 = blk * M / j->nblk, m1 = (blk + 1) * M / j->nblk;
             const int MR = (int)(m1 - m0);
             for (int xi = 0; xi < NX; xi++)
                 for (long k = 0; k < np; k++)
-                    WG_FNS[MR](j->u + (xi * M + m0) * C, MR, v + (k * NX + xi) * C * WT, C,
-                               mb + (k * NX + xi) * MR * WT);
-            for (long k = 0; k < np; k++) wg_output(j, p0 + k, m0, MR, mb + k * NX * MR * WT);
+                    fns[MR](j->u + (xi * M + m0) * C, MR, v + (k * NX + xi) * C * W, C, mb + (k * NX + xi) * MR * W);
+            for (long k = 0; k < np; k++) wg_output(j, p0 + k, m0, MR, mb + k * NX * MR * W);
         }
     }
 }
@@ -359,8 +405,10 @@ void tcc_cpu_conv2d_wino(const tcc_conv_params *p, int tile, const float *x, con
     cv_layout l;
     cv_layout_init(&l, &q, off);
     wg_job j = {.p = p, .l = &l, .u = u, .e = &e, .T = T, .nx = N * N, .C = C, .M = M, .th = th, .tw = tw};
-    j.ntiles = l.q;
-    j.npan = (j.ntiles + WT - 1) / WT;
+    j.ntiles = th * tw;
+    j.wt = j.ntiles <= WTN ? WTN : WT;
+    j.nv = j.wt / VL;
+    j.npan = (j.ntiles + j.wt - 1) / j.wt;
     j.nblk = (M + WR - 1) / WR;
     /* weights past L2 are shared by pairs of panels */
     j.pg = j.nx * C * M * (long)sizeof(float) > (1L << 20) ? 2 : 1;
@@ -369,11 +417,11 @@ void tcc_cpu_conv2d_wino(const tcc_conv_params *p, int tile, const float *x, con
     const long want = 4L * tcc_cpu_num_threads();
     j.nsplit = j.ngrp >= want ? 1 : (want + j.ngrp - 1) / j.ngrp;
     if (j.nsplit > j.nblk) j.nsplit = j.nblk;
-    /* the last panel's lanes read up to WT + wq + 1 floats past the last plane */
-    const size_t packed = (size_t)C * l.cs, slack = WT + l.wq + 2 + VL;
+    /* a vector's 32-float window starts at most at the last tile */
+    const size_t packed = (size_t)C * l.cs, slack = 2 * VL + l.wq + 32;
     float *xp = cv_tls_buffer(0, packed + slack);
     /* items that share a group transform it once, beforehand */
-    j.v = j.nsplit > 1 ? cv_tls_buffer(2, (size_t)j.npan * j.nx * C * WT) : NULL;
+    j.v = j.nsplit > 1 ? cv_tls_buffer(2, (size_t)j.npan * j.nx * C * j.wt) : NULL;
     const long hw = p->h * p->w, ohw = p->oh * p->ow;
     for (long n = 0; n < p->n; n++) {
         cv_pack_all(&l, &q, x + n * C * hw, xp, C);

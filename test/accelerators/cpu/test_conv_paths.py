@@ -417,8 +417,8 @@ def test_pointwise_packed_isa_threads(isa, threads, pw_lib):
 
 # ---- 3x3 stride 1 as Winograd F(2x2, 3x3) and F(4x4, 3x3) (kernels/conv_wino.c) -------------
 # Called directly on every ISA build at 1 and 2 threads with codegen.pack_wino's layout: tiles
-# numbered along the phase-plane rows (junk last column), runs of tiles cut at tile rows and at
-# the 32-tile panel edge, output sizes that are not multiples of the tile (its last rows or
+# numbered row by row and gathered from the phase planes, runs of tiles cut at tile rows and at
+# the panel edge (32 tiles, 16 on planes of at most 16), output sizes that are not multiples of the tile (its last rows or
 # columns dropped), stride-4 phase planes (F(4x4)), asymmetric
 # pads, output-channel blocks of 1..14 rows, panels transformed per item (many panels) or once
 # and shared (few panels, channel blocks split over items), weights past 1 MB (pairs of panels).
@@ -431,6 +431,8 @@ WINO = [
     (1, 24, 34, 36, 45, (1, 1, 1, 1)),     # 11 panels: each item transforms its own
     (1, 160, 8, 8, 120, (1, 1, 1, 1)),     # weights > 1 MB: panel pairs
     (1, 3, 40, 7, 1, (1, 0, 1, 0)),        # one output channel, tall narrow plane
+    (1, 20, 7, 7, 33, (1, 1, 1, 1)),       # 16 tiles (F(2x2)) or 4 (F(4x4)): one narrow panel
+    (1, 9, 23, 5, 18, (1, 1, 1, 1)),       # 3-tile rows: a vector spans many row ends
 ]
 
 
@@ -467,15 +469,17 @@ def test_winograd_isa_threads(isa, threads, tile):
             # sums of 9c products of unit normals (~sqrt(9c) before the activation): the transforms
             # combine up to 4 (F(2x2)) or 36 with factors up to 8 (F(4x4)) of them, so the absolute
             # error scales with that
-            atol = (4e-6 if tile == 2 else 4e-5) * (9 * c) ** 0.5
+            atol = (4e-6 if tile == 2 else 6e-5) * (9 * c) ** 0.5
             np.testing.assert_allclose(y, ref, rtol=1e-4, atol=atol, err_msg=f"{isa} {WINO[i]} {act}")
     finally:
         lib.tcc_cpu_set_num_threads(0)
 
 
 def test_winograd_chosen_and_matches(tmp_path):
-    # ResNet's 3x3 layers on the AVX-512 build: F(4x4) on 56x56 and 28x28 planes, F(2x2) on 14x14,
-    # the direct packed kernel on 7x7 planes and for strided convolutions
+    # ResNet's 3x3 layers on the AVX-512 build: F(4x4) on 56x56 and 28x28 planes, F(2x2) on 14x14
+    # (256 channels: F(4x4)'s weights would pass 8 MB), the direct packed kernel on 7x7 (512
+    # channels: 17 MB even with F(2x2)) and for strided convolutions; with few channels small
+    # planes take narrow 16-tile panels
     from tcc.accelerators.cpu import build
     from tcc.accelerators.cpu.codegen import wino_tile
     from tcc.accelerators.cpu.runtime import c_source
@@ -483,9 +487,10 @@ def test_winograd_chosen_and_matches(tmp_path):
     def tile(hw, c=64, s=1, isa="avx512"):
         return wino_tile((1, c, hw * s, hw * s), (c, c, 3, 3), (1, c, hw, hw), (s, s), (1, 1), (1,) * 4, 1, isa)
     assert (tile(56), tile(28), tile(14, 256), tile(7, 512), tile(28, s=2), tile(56, isa="avx2")) == (4, 4, 2, 0, 0, 0)
+    assert (tile(14), tile(7)) == (4, 2)
     if build.best_isa() != "avx512":
         pytest.skip("Winograd is chosen for the AVX-512 build")
-    for hw, t in ((28, 4), (14, 2)):
+    for hw, t in ((28, 4), (14, 4), (7, 2)):
         mdl, feeds = conv_model(1, 32, hw, hw, 48, 3, pads=(1, 1, 1, 1), act="Relu", residual=True)
         ours, ref, sess = run_both(mdl, feeds, tmp_path)
         np.testing.assert_allclose(ours[0], ref[0], rtol=1e-4, atol=3e-5 * (9 * 32) ** 0.5)
