@@ -102,6 +102,32 @@ static void deinterleave_row(float *ev, long nev, float *od, long nod, const flo
 #endif
 }
 
+#if defined(__AVX512F__)
+/* d_k[m] = padded row column 4m + k for m < n (k = 0..3; NULL: skipped),
+ * where padded column c is s[c - pl] inside [0, W) and zero outside: four
+ * masked loads and eight two-source permutes per 16 columns of each phase. */
+static void deinterleave4_row(float *d0, float *d1, float *d2, float *d3, long n, const float *s, long pl, long W) {
+    const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i io = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    for (long m = 0; m < n; m += VL) {
+        __m512 v[4];
+        for (int k = 0; k < 4; k++) {
+            const long c0 = 4 * m + k * VL - pl; /* input column of lane 0 */
+            const long lo = clampl(-c0, 0, VL), hi = clampl(W - c0, 0, VL);
+            const __mmask16 mk = hi > lo ? (__mmask16)(((1u << hi) - 1) & ~((1u << lo) - 1)) : 0;
+            v[k] = _mm512_maskz_loadu_ps(mk, s + c0);
+        }
+        const __m512 e01 = _mm512_permutex2var_ps(v[0], ie, v[1]), o01 = _mm512_permutex2var_ps(v[0], io, v[1]);
+        const __m512 e23 = _mm512_permutex2var_ps(v[2], ie, v[3]), o23 = _mm512_permutex2var_ps(v[2], io, v[3]);
+        const int c = (int)clampl(n - m, 0, VL);
+        if (d0) v_st_n(d0 + m, (vf)_mm512_permutex2var_ps(e01, ie, e23), c);
+        if (d2) v_st_n(d2 + m, (vf)_mm512_permutex2var_ps(e01, io, e23), c);
+        if (d1) v_st_n(d1 + m, (vf)_mm512_permutex2var_ps(o01, ie, o23), c);
+        if (d3) v_st_n(d3 + m, (vf)_mm512_permutex2var_ps(o01, io, o23), c);
+    }
+}
+#endif
+
 static float *plane_row(const cv_layout *l, const tcc_conv_params *p, float *dst, long pr, long pc, long i) {
     int slot = l->slot[pr * p->sw + pc];
     return slot < 0 ? NULL : dst + (slot * l->hq + i) * l->wq;
@@ -125,6 +151,11 @@ static void pack_channel(const cv_layout *l, const tcc_conv_params *p, const flo
             deinterleave_row(d0 ? d0 + o0 : NULL, clampl(wq - o0, 0, (W + 1) / 2), d1 ? d1 + o1 : NULL,
                              clampl(wq - o1, 0, W / 2), s, W);
         } else if (sw == 4 && wq <= 1024) {
+            /* whole phase rows, the padding columns included (zero_padding leaves them) */
+#if defined(__AVX512F__)
+            deinterleave4_row(plane_row(l, p, dst, pr, 0, i), plane_row(l, p, dst, pr, 1, i),
+                              plane_row(l, p, dst, pr, 2, i), plane_row(l, p, dst, pr, 3, i), wq, s, pl, W);
+#else
             /* the padded row, then two even/odd splits: phase c % 4 of column c */
             float t[4 * 1024], ev[2 * 1024], od[2 * 1024];
             const long L = 4 * wq, n = W < L - pl ? W : L - pl;
@@ -133,6 +164,7 @@ static void pack_channel(const cv_layout *l, const tcc_conv_params *p, const flo
             deinterleave_row(ev, 2 * wq, od, 2 * wq, t, L);
             deinterleave_row(plane_row(l, p, dst, pr, 0, i), wq, plane_row(l, p, dst, pr, 2, i), wq, ev, 2 * wq);
             deinterleave_row(plane_row(l, p, dst, pr, 1, i), wq, plane_row(l, p, dst, pr, 3, i), wq, od, 2 * wq);
+#endif
         } else {
             for (long col = 0; col < W; col++) {
                 const long C = col + pl, j = C / sw;
@@ -162,6 +194,7 @@ static void zero_padding(const cv_layout *l, const tcc_conv_params *p, float *ds
             }
             memset(d, 0, i0 * wq * sizeof(float));
             memset(d + i1 * wq, 0, (hq - i1) * wq * sizeof(float));
+            if (p->sw == 4 && wq <= 1024) continue; /* pack_channel writes whole rows there */
             for (long i = i0; i < i1; i++) {
                 for (long j = 0; j < j0; j++) d[i * wq + j] = 0.f;
                 for (long j = j1; j < wq; j++) d[i * wq + j] = 0.f;

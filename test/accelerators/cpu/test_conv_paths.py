@@ -69,6 +69,7 @@ ACTS = [None, "Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh"]
     (1, 3, 23, 29, 9, 7, (2, 2), (1, 1), (3, 2, 3, 4), 1),    # stem-like 7x7 stride 2
     (1, 4, 19, 20, 6, 3, (3, 2), (1, 1), (1, 2, 0, 1), 1),    # stride 3 rows (generic packing)
     (1, 5, 17, 18, 7, 3, (1, 3), (1, 1), (2, 1, 1, 2), 1),    # stride 3 columns
+    (1, 4, 21, 23, 6, 5, (4, 4), (1, 1), (2, 1, 0, 3), 1),    # stride 4: four-way column split
     (1, 4, 15, 14, 5, 3, (1, 1), (2, 3), (2, 3, 2, 3), 1),    # dilations
     (1, 4, 15, 14, 5, 3, (2, 2), (2, 2), (1, 1, 2, 2), 1),    # stride and dilation: all taps in one phase
     (1, 6, 10, 9, 9, 3, (1, 1), (1, 1), (0, 0, 0, 0), 1),     # unpadded: input read in place, junk columns
@@ -266,6 +267,8 @@ PACKED = [
     (1, 8, 15, 16, 24, 3, (2, 2), (1, 1), (0, 1, 1, 0), 1),    # asymmetric pads
     (1, 3, 30, 29, 20, 7, (2, 2), (1, 1), (3, 3, 3, 3), 1),    # stem-like 7x7: tap table
     (1, 6, 13, 14, 18, 3, (1, 1), (2, 2), (2, 2, 2, 2), 1),    # dilations
+    (1, 8, 30, 70, 20, 4, (4, 4), (1, 1), (0, 0, 0, 0), 1),    # patchify: stride 4, rows > 64 columns
+    (1, 5, 19, 37, 12, 3, (2, 4), (1, 1), (1, 3, 1, 2), 1),    # stride 4 columns, left pad 3
     (1, 6, 13, 14, 18, 5, (1, 1), (1, 1), (2, 1, 2, 1), 1),    # 5x5
     (2, 36, 9, 9, 40, 1, (2, 2), (1, 1), (0, 0, 0, 0), 1),     # 1x1 stride 2
     (1, 6, 10, 9, 9, 3, (1, 1), (1, 1), (0, 0, 0, 0), 1),      # unpadded: input read in place
