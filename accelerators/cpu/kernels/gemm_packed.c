@@ -182,7 +182,7 @@ static inline __attribute__((always_inline)) void tile(const packed_job *j, long
 
 typedef void (*tile_fn)(const packed_job *, long, long, long);
 #define TILES(MR)                                                                                                \
-    static void tile##MR##_1(const packed_job *j, long i0, long p, long r) { tile(j, i0, p, r, MR, 1); }                  \
+    static void tile##MR##_1(const packed_job *j, long i0, long p, long r) { tile(j, i0, p, r, MR, 1); }      \
     static void tile##MR##_2(const packed_job *j, long i0, long p, long r) { tile(j, i0, p, r, MR, 2); }
 TILES(1) TILES(2) TILES(3) TILES(4) TILES(5) TILES(6) TILES(7) TILES(8) TILES(9) TILES(10) TILES(11) TILES(12)
 TILES(13) TILES(14)
