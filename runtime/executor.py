@@ -103,9 +103,9 @@ class PlanSession(SignatureMixin):
         calls, in_slots, out_slots = self._direct
         with self._lock:
             for v, slots in zip(arrays, in_slots):
-                try:  # 3x cheaper than v.ctypes.data; read-only arrays refuse it
+                try:  # 3x cheaper than v.ctypes.data; read-only and empty arrays refuse it
                     p = _addressof(_char_at(v))
-                except TypeError:
+                except (TypeError, ValueError):
                     p = v.ctypes.data
                 for args, i in slots:
                     args[i] = p

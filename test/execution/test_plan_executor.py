@@ -193,9 +193,10 @@ def test_cpu_plan_runs_as_direct_calls(tmp_path, rng):
     """A plan living in host memory (cpu accelerator steps) runs as direct
     native calls: the caller's input read in place wherever it lies (at the
     very end of a page: nothing read past it), outputs written in place and
-    recycled only once dropped, the same numbers as the general path; inputs
-    it does not take as they are (strided, another dtype or shape, a list)
-    go through the general path's conversions and one-line errors."""
+    recycled only once dropped, the same numbers as the general path (also
+    for a read-only input); inputs it does not take as they are (strided,
+    another dtype or shape, a list) go through the general path's
+    conversions and one-line errors."""
     from tcc.runtime.session import InputError
     # the first layer (K 301, N 12) runs gemm_narrow.c's vector loads over the input's rows
     m = samples.mlp_matmul(batch=7, sizes=(301, 12, 30), seed=int(rng.integers(1 << 30)))
@@ -213,6 +214,8 @@ def test_cpu_plan_runs_as_direct_calls(tmp_path, rng):
     edge, mm = _at_page_end(x)
     np.testing.assert_array_equal(sess.run({"x": edge})[0], direct)
     np.testing.assert_array_equal(sess.run([edge])[0], direct)
+    readonly = np.frombuffer(x.tobytes(), np.float32).reshape(x.shape)
+    np.testing.assert_array_equal(sess.run({"x": readonly})[0], direct)
     del edge
     mm.close()
     wide = np.zeros((7, 602), np.float32)
