@@ -134,4 +134,9 @@ def tcc_target_kind():
 def tcc_load_runtime_module(module, device):
     """Load a `RuntimeModule` (as stored in an artifact) for execution on
     `device`; return an object with `get_function(name)` whose functions take
-    device buffers (inputs then outputs) and a stream."""
+    device buffers (inputs then outputs) and a stream. Optional, for a device
+    whose buffers are host memory: a function may carry `host_entry =
+    (cfunc, weights, workspace, lock)`, meaning that `cfunc(args, weights,
+    workspace)` called under `lock`, `args` a ctypes array of the buffers'
+    addresses, runs it synchronously; the executor then skips the streams and
+    buffer objects on every run (the cpu accelerator's functions do)."""

@@ -142,6 +142,14 @@ class SignatureMixin:
     def _arrange(self, inputs):
         specs = self._inputs
         if isinstance(inputs, dict):
+            names = self.__dict__.get("_in_names")
+            if names is None:
+                names = self._in_names = tuple(t.name for t in specs)
+            if len(inputs) == len(names):  # then every name present means no unknown one
+                try:
+                    return [inputs[n] for n in names]
+                except KeyError:
+                    pass
             unknown = [k for k in inputs if k not in {t.name for t in specs}]
             if unknown:
                 raise InputError(f"unknown input '{unknown[0]}'; the model takes {_fmt(specs)}")

@@ -77,6 +77,34 @@ def pack_b(b):
     return out.reshape(k, panels, PANEL).transpose(1, 0, 2)
 
 
+def narrow_ldb(k):
+    """gemm_narrow.c's B^T row stride: K rounded up to a vector, plus one, so
+    that rows a multiple of 4 KB long do not all fall in one L1 set."""
+    return -(-k // 16) * 16 + 16
+
+
+def pack_bt(b):
+    """A constant (K, N) operand -> gemm_narrow.c's B^T: N rows of
+    narrow_ldb(K) floats, zero past K."""
+    b = np.asarray(b, np.float32)
+    k, n = b.shape
+    out = np.zeros((n, narrow_ldb(k)), np.float32)
+    out[:, :k] = b.T
+    return out
+
+
+def narrow_gemm(isa, n, k):
+    """Whether a constant-B product with n columns and depth k runs
+    gemm_narrow.c's dot-product tiles rather than gemm_packed.c's panels.
+    Measured crossovers (1 thread, 64 rows, weights cold): with AVX-512 the
+    panels win from 14 columns at K = 256..512 (16 at 1024) and from 10 at
+    K = 128; the portable panels are 3-10x slower than the dot products up
+    to 16 columns."""
+    if isa == "avx512":
+        return (n <= 12 and k >= 256) or (n <= 8 and k >= 128)
+    return n <= 16 and k >= 128
+
+
 def pack_conv(w, group):
     """Constant OIHW conv weights -> conv_ocv.c's panels: per group, pack_b of
     its (C/G*KH*KW, M/G) matrix."""
@@ -292,6 +320,11 @@ class FunctionCodegen:
         bias = self.ptr(rest.pop(0)) if mode else None
         res = self.ptr(rest.pop(0)) if op.get_attr("has_residual") else None
         self.emit("{ " + self.epilogue(op, bias, mode, op.get_attr("beta"), res))
+        bt = None if ta else self.narrow(b, m, n, k, tb)
+        if bt is not None:
+            self.emit(f"  tcc_cpu_gemm_narrow({m}, {n}, {k}, {flit(op.get_attr('alpha'))}, {self.ptr(a)}, {k}, "
+                      f"{bt}, {narrow_ldb(k)}, {self.ptr(y)}, {n}, &ep); }}")
+            return
         bp = self.packed(b, m, tb)
         if bp is not None:
             rsa, csa = (1, m) if ta else (k, 1)
@@ -312,6 +345,18 @@ class FunctionCodegen:
                                      lambda: pack_b(np.asarray(const_value(b)).T if transposed else const_value(b)))
         return f"((float *)W[{idx}])"
 
+    def narrow(self, b, m, n, k, transposed=False):
+        """A constant 2-D B with few columns as gemm_narrow.c's B^T (a C
+        expression), else None (see narrow_gemm; not for products of at
+        most SMALL_M rows, as in `packed`)."""
+        p = getattr(b, "op", None)
+        if p is None or p.name != "onnx.Constant" or len(b.type.shape) != 2 or m <= SMALL_M \
+                or not narrow_gemm(self.isa, n, k):
+            return None
+        idx = self.weights.add_array(("narrow", id(b), transposed),
+                                     lambda: pack_bt(np.asarray(const_value(b)).T if transposed else const_value(b)))
+        return f"((float *)W[{idx}])"
+
     def op_matmul(self, op):
         a, b = op.operands[0], op.operands[1]
         y = op.results[0]
@@ -329,6 +374,11 @@ class FunctionCodegen:
         if nb == 1 or (all(d == 1 for d in b2[:-2]) and tuple(a2[:-2]) == tuple(batch)):
             # one GEMM: A's batch folds into its rows (B is shared)
             self.emit("{ " + ep)
+            bt = self.narrow(b, nb * m, n, k) if len(bsh) == 2 else None
+            if bt is not None:
+                self.emit(f"  tcc_cpu_gemm_narrow({nb * m}, {n}, {k}, 1.0f, {self.ptr(a)}, {k}, {bt}, "
+                          f"{narrow_ldb(k)}, {self.ptr(y)}, {n}, &ep); }}")
+                return
             bp = self.packed(b, nb * m) if len(bsh) == 2 else None
             if bp is not None:
                 self.emit(f"  tcc_cpu_gemm_packed({nb * m}, {n}, {k}, 1.0f, {self.ptr(a)}, {k}, 1, {bp}, "

@@ -117,6 +117,10 @@ class CpuModule:
             if stream is not None:
                 stream.sync()
             work()
+        # The executor's fast path for plans living in host memory
+        # (runtime/executor.py): the entry called directly, with the
+        # buffers' addresses in an args array it keeps between runs.
+        run.host_entry = (entry, wptrs, workspace.ctypes.data, lock)
         return run
 
 

@@ -170,3 +170,72 @@ def test_placed_outputs_are_recycled_only_when_dropped(plugins, rng, tmp_path):
     np.testing.assert_array_equal(first, keep)
     addresses = {sess.run({"x": xs[2]})[0].ctypes.data for _ in range(3)}
     assert len(addresses) == 1
+
+
+def _at_page_end(x):
+    """`x` copied to the very end of a mapped page whose next page is
+    inaccessible: reading one byte past it faults."""
+    import ctypes
+    import mmap
+    page = mmap.PAGESIZE
+    size = -(-x.nbytes // page) * page
+    mm = mmap.mmap(-1, size + page)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(mm))
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    assert libc.mprotect(base + size, page, 0) == 0  # PROT_NONE
+    y = np.frombuffer(mm, x.dtype, x.size, size - x.nbytes).reshape(x.shape)
+    y[...] = x
+    return y, mm
+
+
+def test_cpu_plan_runs_as_direct_calls(tmp_path, rng):
+    """A plan living in host memory (cpu accelerator steps) runs as direct
+    native calls: the caller's input read in place wherever it lies (at the
+    very end of a page: nothing read past it), outputs written in place and
+    recycled only once dropped, the same numbers as the general path (also
+    for a read-only input); inputs it does not take as they are (strided,
+    another dtype or shape, a list) go through the general path's
+    conversions and one-line errors."""
+    from tcc.runtime.session import InputError
+    # the first layer (K 301, N 12) runs gemm_narrow.c's vector loads over the input's rows
+    m = samples.mlp_matmul(batch=7, sizes=(301, 12, 30), seed=int(rng.integers(1 << 30)))
+    sess = tcc.load(tcc.compile(m, maccel=["cpu"], output=str(tmp_path / "m.tcc")))
+    assert sess._direct is not None
+    x = rng.standard_normal((7, 301)).astype(np.float32)
+    ref = ort.InferenceSession(m.SerializeToString()).run(None, {"x": x})[0]
+    direct = sess.run({"x": x})[0]
+    np.testing.assert_allclose(direct, ref, rtol=1e-4, atol=1e-5)
+    calls = sess._direct
+    sess._direct = None
+    general = sess.run({"x": x})[0]
+    sess._direct = calls
+    np.testing.assert_array_equal(direct, general)
+    edge, mm = _at_page_end(x)
+    np.testing.assert_array_equal(sess.run({"x": edge})[0], direct)
+    np.testing.assert_array_equal(sess.run([edge])[0], direct)
+    readonly = np.frombuffer(x.tobytes(), np.float32).reshape(x.shape)
+    np.testing.assert_array_equal(sess.run({"x": readonly})[0], direct)
+    del edge
+    mm.close()
+    wide = np.zeros((7, 602), np.float32)
+    wide[:, ::2] = x
+    np.testing.assert_array_equal(sess.run({"x": wide[:, ::2]})[0], direct)
+    np.testing.assert_allclose(sess.run({"x": x.tolist()})[0], direct, rtol=1e-6)
+    with pytest.raises(InputError, match="input 'x' has shape"):
+        sess.run({"x": x[:3]})
+    with pytest.raises(InputError, match="input 'x' has dtype float64"):
+        sess.run({"x": x.astype(np.float64)})
+    with pytest.raises(InputError, match="unknown input 'y'"):
+        sess.run({"y": x})
+    with pytest.raises(InputError, match="unknown output 'z'"):
+        sess.run({"x": x}, output_names=["z"])
+    # outputs: a kept one is never overwritten; a dropped one's memory is reused
+    xs = [rng.standard_normal((7, 301)).astype(np.float32) for _ in range(3)]
+    first = sess.run({"x": xs[0]})[0]
+    keep = first.copy()
+    second = sess.run({"x": xs[1]})[0]
+    assert not np.shares_memory(first, second)
+    np.testing.assert_array_equal(first, keep)
+    addresses = {sess.run({"x": xs[2]})[0].ctypes.data for _ in range(3)}
+    assert len(addresses) == 1

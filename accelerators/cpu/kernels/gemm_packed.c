@@ -102,11 +102,24 @@ __attribute__((noinline)) static void tile_epilogue(const packed_job *j, long i0
 
 #define REP14(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13)
 
-/* MR rows from i0 x NV vectors of panel p. Named accumulators (not an
- * array): GCC keeps arrays of more than 8 row pairs in memory. Rows 7.. are
- * addressed from a second base so that both halves share the row offsets
- * (13 offsets in 13 registers left too few: reloads in the loop). */
-static inline __attribute__((always_inline)) void tile(const packed_job *j, long i0, long p, const int MR,
+/* MR rows from i0 x NV vectors of panel p (row block r of the panel's
+ * mblocks). Named accumulators (not an array): GCC keeps arrays of more
+ * than 8 row pairs in memory. Rows 7.. are addressed from a second base so
+ * that both halves share the row offsets (13 offsets in 13 registers left
+ * too few: reloads in the loop).
+ *
+ * Packed panels: while the row blocks of panel p pass over it (from L2),
+ * each prefetches its share of panel p + 1 into L2 (prefetcht1, spread
+ * over its K loop), so the next panel's first row block does not wait on
+ * L3: a model's weights (the MLP's 7 MB) stream from L3 on every run, and
+ * one row block alone reads a panel row (128 bytes) every 14 cycles, about
+ * the L3 bandwidth of one core (24 GB/s). Measured on the MLP's 64x1024x1024
+ * layer: 4 % faster. `pos` is that share's line index in 16.16 fixed point.
+ * With A's rows contiguous the K loop is unrolled by 4, offsets folded into
+ * the addressing: the loop's scalar work (pointer steps, prefetch address,
+ * branch) competed with the FMAs for issue slots; 6-7 % faster (~165
+ * GFLOP/s, the FMA peak, with B in L2). */
+static inline __attribute__((always_inline)) void tile(const packed_job *j, long i0, long p, long r, const int MR,
                                                         const int NV) {
     const long K = j->K, rs = j->rsa, cs = j->csa, ldb = j->ldb;
     const long c0 = p * PN, nr = j->N - c0 < PN ? j->N - c0 : PN;
@@ -114,20 +127,48 @@ static inline __attribute__((always_inline)) void tile(const packed_job *j, long
     const __mmask16 m1 = nr >= 32 ? 0xFFFF : nr <= 16 ? 0 : (__mmask16)((1u << (nr - 16)) - 1);
     const float *a = j->A + i0 * rs, *a7 = a + 7 * rs, *b = j->Bp + p * j->pstride;
     const __m512 z = _mm512_setzero_ps();
+    const int next = j->padded && j->mblocks > 1 && c0 + PN < j->N;
+    const char *nb = (const char *)(next ? b + j->pstride : b); /* without a next panel: this one's first line */
+    unsigned long pos = next ? (unsigned long)r * K * (2ul << 16) / j->mblocks : 0;
+    const unsigned long step = next ? (2ul << 16) / j->mblocks : 0;
 #define DECL(i) __m512 c##i##0 = z, c##i##1 = z;
     REP14(DECL)
-    for (long k = 0; k < K; k++, a += cs, a7 += cs, b += ldb) {
+#define FMA(i, u)                                                                                                \
+    if (MR > i) {                                                                                                \
+        const __m512 av = _mm512_set1_ps(i < 7 ? a[i * rs + (u)] : a7[(i - 7) * rs + (u)]);                     \
+        c##i##0 = _mm512_fmadd_ps(av, b0, c##i##0);                                                              \
+        if (NV > 1) c##i##1 = _mm512_fmadd_ps(av, b1, c##i##1);                                                  \
+    }
+#define FMA0(i) FMA(i, 0)
+#define FMA1(i) FMA(i, 1)
+#define FMA2(i) FMA(i, 2)
+#define FMA3(i) FMA(i, 3)
+#define STEP(u)                                                                                                  \
+    {                                                                                                            \
+        const __m512 b0 = _mm512_loadu_ps(b + (u) * PN), b1 = NV > 1 ? _mm512_loadu_ps(b + (u) * PN + 16) : z;  \
+        REP14(FMA##u)                                                                                            \
+    }
+    long k = 0;
+    if (j->padded && cs == 1)
+        for (; k + 4 <= K; k += 4, a += 4, a7 += 4, b += 4 * PN) {
+            STEP(0)
+            _mm_prefetch(nb + (pos >> 16) * 64, _MM_HINT_T1);
+            STEP(1)
+            _mm_prefetch(nb + (pos >> 16) * 64 + 64, _MM_HINT_T1);
+            pos += 4 * step;
+            STEP(2)
+            STEP(3)
+        }
+    for (; k < K; k++, a += cs, a7 += cs, b += ldb) {
         /* masked: a row-major B ends at column N (packed panels are zero there) */
         const __m512 b0 = _mm512_maskz_loadu_ps(m0, b), b1 = NV > 1 ? _mm512_maskz_loadu_ps(m1, b + 16) : z;
         _mm_prefetch((const char *)(b + PF_K * ldb), _MM_HINT_T0);
         if (NV > 1) _mm_prefetch((const char *)(b + PF_K * ldb + 16), _MM_HINT_T0);
-#define FMA(i)                                                                                                   \
-    if (MR > i) {                                                                                                \
-        const __m512 av = _mm512_set1_ps(i < 7 ? a[i * rs] : a7[(i - 7) * rs]);                                 \
-        c##i##0 = _mm512_fmadd_ps(av, b0, c##i##0);                                                              \
-        if (NV > 1) c##i##1 = _mm512_fmadd_ps(av, b1, c##i##1);                                                  \
-    }
-        REP14(FMA)
+        if (next) {
+            _mm_prefetch(nb + (pos >> 16) * 64, _MM_HINT_T1);
+            pos += step;
+        }
+        REP14(FMA0)
     }
     float *C = j->C + i0 * j->ldc + c0;
 #define STORE(i)                                                                                                 \
@@ -139,10 +180,10 @@ static inline __attribute__((always_inline)) void tile(const packed_job *j, long
     if (j->ep || j->alpha != 1.f) tile_epilogue(j, i0, MR, c0, nr);
 }
 
-typedef void (*tile_fn)(const packed_job *, long, long);
+typedef void (*tile_fn)(const packed_job *, long, long, long);
 #define TILES(MR)                                                                                                \
-    static void tile##MR##_1(const packed_job *j, long i0, long p) { tile(j, i0, p, MR, 1); }                  \
-    static void tile##MR##_2(const packed_job *j, long i0, long p) { tile(j, i0, p, MR, 2); }
+    static void tile##MR##_1(const packed_job *j, long i0, long p, long r) { tile(j, i0, p, r, MR, 1); }      \
+    static void tile##MR##_2(const packed_job *j, long i0, long p, long r) { tile(j, i0, p, r, MR, 2); }
 TILES(1) TILES(2) TILES(3) TILES(4) TILES(5) TILES(6) TILES(7) TILES(8) TILES(9) TILES(10) TILES(11) TILES(12)
 TILES(13) TILES(14)
 static const tile_fn tiles[2][MR_MAX + 1] = {
@@ -151,8 +192,8 @@ static const tile_fn tiles[2][MR_MAX + 1] = {
     {NULL, tile1_2, tile2_2, tile3_2, tile4_2, tile5_2, tile6_2, tile7_2, tile8_2, tile9_2, tile10_2, tile11_2,
      tile12_2, tile13_2, tile14_2}};
 
-static void run_tile(const packed_job *j, long i0, long mr, long p) {
-    tiles[j->N - p * PN > 16][mr](j, i0, p);
+static void run_tile(const packed_job *j, long i0, long mr, long p, long r) {
+    tiles[j->N - p * PN > 16][mr](j, i0, p, r);
 }
 #else
 /* Portable C: the compiler vectorizes the 32-column rows. */
@@ -169,7 +210,8 @@ static inline __attribute__((always_inline)) void accumulate(const packed_job *j
     }
 }
 
-static void run_tile(const packed_job *j, long i0, long mr, long p) {
+static void run_tile(const packed_job *j, long i0, long mr, long p, long r) {
+    (void)r;
     const long c0 = p * PN, nr = j->N - c0 < PN ? j->N - c0 : PN;
     const float *b = j->Bp + p * j->pstride;
     float *C = j->C + i0 * j->ldc + c0;
@@ -188,7 +230,7 @@ static void packed_task(void *arg, long b, long e) {
     const packed_job *j = arg;
     for (long t = b; t < e; t++) {
         const long r = t % j->mblocks, i0 = r * j->M / j->mblocks, i1 = (r + 1) * j->M / j->mblocks;
-        run_tile(j, i0, i1 - i0, t / j->mblocks);
+        run_tile(j, i0, i1 - i0, t / j->mblocks, r);
     }
 }
 

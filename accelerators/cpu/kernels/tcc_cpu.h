@@ -50,6 +50,10 @@ void tcc_cpu_gemm(int transA, int transB, long M, long N, long K, float alpha, c
  * constant packed at compile time as [ceil(N/32)][K][32] panels (zero past N). */
 void tcc_cpu_gemm_packed(long M, long N, long K, float alpha, const float *A, long rsa, long csa,
                          const float *Bp, float *C, long ldc, const tcc_epilogue *ep);
+/* The same for a narrow constant B (few columns) given transposed: Bt is N x K
+ * with row stride ldbt >= K (codegen.pack_bt); A's rows contiguous (row stride lda). */
+void tcc_cpu_gemm_narrow(long M, long N, long K, float alpha, const float *A, long lda, const float *Bt, long ldbt,
+                         float *C, long ldc, const tcc_epilogue *ep);
 /* `batch` GEMMs with per-batch element offsets (broadcast MatMul). */
 void tcc_cpu_gemm_batch(long batch, const long *offA, const long *offB, const long *offC, int transA,
                         int transB, long M, long N, long K, float alpha, const float *A, long lda,

@@ -4,14 +4,19 @@ height (M = 1..30: exact-row tiles, several row blocks), column tails (N
 below, at and past 16 and 32), K from 1, every epilogue (bias modes,
 residual, each activation), alpha != 1, strided and transposed A, ldc > N
 (columns past N untouched); and its tiles on a row-major B (tcc_cpu_gemm
-with a small B)."""
+with a small B). The narrow-B GEMM (kernels/gemm_narrow.c) the same way:
+N = 1..40 (column groups of every width), M = 1..70 (row-block tails), K
+below, at and past a vector, odd; and the compiler choosing it for a
+classifier's last layer (MatMul and Gemm with transB)."""
+import zipfile
 import ctypes
 
 import numpy as np
 import pytest
 
-from tcc.accelerators.cpu.codegen import pack_b
+from tcc.accelerators.cpu.codegen import narrow_ldb, pack_b, pack_bt
 
+from .helpers import check, model, rand
 from .test_pool_paths import _lib
 
 L, F, P = ctypes.c_long, ctypes.c_float, ctypes.c_void_p
@@ -120,3 +125,61 @@ def test_gemm_small_b_in_place(isa, threads):
                 ref = 0.5 * (av.T if ta else av).astype(np.float64) @ (bv.T if tb else bv)
                 np.testing.assert_allclose(c[:, :n], ref, rtol=1e-4, atol=1e-4, err_msg=f"{m, n, k, ta, tb}")
                 assert (c[:, n:] == 7).all()
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("isa", ["avx512", "avx2", "generic"])
+def test_gemm_narrow(isa, threads):
+    lib = lib_at(isa, threads)
+    f = lib.tcc_cpu_gemm_narrow
+    f.argtypes = [L, L, L, F, P, L, P, L, P, L, P]
+    f.restype = None
+    ks = [1, 5, 15, 16, 17, 33, 127, 301, 1024]
+    cases = [(m, 1 + (m * 7) % 40, ks[m % len(ks)], EPILOGUES[m % len(EPILOGUES)]) for m in range(1, 71)]
+    cases += [(9, n, 77, EPILOGUES[n % len(EPILOGUES)]) for n in range(1, 41)]
+    cases += [(64, 10, 1024, (1, False, 0)), (5, 3, 0, (1, False, RELU))]
+    for i, (m, n, k, epi) in enumerate(cases):
+        b = rng.standard_normal((k, n)).astype(np.float32)
+        # the compiler's padded B^T, or one with rows exactly K long (the last ends the buffer)
+        bt = np.ascontiguousarray(pack_bt(b)) if i % 2 else np.ascontiguousarray(b.T)
+        ldbt = narrow_ldb(k) if i % 2 else k
+        lda = k + (i % 3) * 5  # A's rows padded
+        buf = rng.standard_normal((m, lda)).astype(np.float32)
+        a = buf[:, :k]
+        alpha = 1.0 if m % 2 else -1.5
+        ldc = n + 3
+        c = np.full((m, ldc), 7, np.float32)
+        ref = alpha * (a.astype(np.float64) @ b)
+        keep = []
+        ep, ref = _epilogue(*epi, ref, m, n, ldc, keep) if epi else (None, ref)
+        f(m, n, k, alpha, buf.ctypes.data, lda, bt.ctypes.data, ldbt, c.ctypes.data, ldc,
+          ctypes.byref(ep) if ep else None)
+        np.testing.assert_allclose(c[:, :n], ref, rtol=1e-4, atol=1e-4, err_msg=f"{m, n, k, epi}")
+        assert (c[:, n:] == 7).all(), (m, n, k, epi)
+
+
+def _c_source(sess, tmp_path):
+    from tcc.accelerators.cpu.runtime import c_source
+    with zipfile.ZipFile(tmp_path / "m.tcc") as z:
+        return c_source(z.read(sess.manifest["accelerators"]["cpu"]["member"]))
+
+
+def test_narrow_chosen_for_classifier_layers(tmp_path):
+    """MatMul+Add (a batch of 3 x 7 rows folded into one GEMM) and Gemm with
+    transB, alpha and beta, 10 columns of depth 300: the narrow kernel; 40
+    columns: the packed panels."""
+    from onnx import helper as H
+    a, w, bias = rand(3, 7, 300), rand(300, 10), rand(10)
+    mdl = model([H.make_node("MatMul", ["a", "w"], ["m"]), H.make_node("Add", ["m", "b"], ["y"])],
+                [("a", a.shape)], [("y", (3, 7, 10))], [("w", w), ("b", bias)])
+    sess = check(mdl, {"a": a}, tmp_path=tmp_path)
+    assert "tcc_cpu_gemm_narrow(21, 10, 300," in _c_source(sess, tmp_path)
+    x, wt, c = rand(13, 300), rand(10, 300), rand(10)
+    mdl = model([H.make_node("Gemm", ["x", "w", "c"], ["y"], transB=1, alpha=0.5, beta=2.0)],
+                [("x", x.shape)], [("y", (13, 10))], [("w", wt), ("c", c)])
+    sess = check(mdl, {"x": x}, tmp_path=tmp_path)
+    assert "tcc_cpu_gemm_narrow(13, 10, 300, 0.5f," in _c_source(sess, tmp_path)
+    w40 = rand(300, 40)
+    mdl = model([H.make_node("MatMul", ["x", "w"], ["y"])], [("x", x.shape)], [("y", (13, 40))], [("w", w40)])
+    sess = check(mdl, {"x": x}, tmp_path=tmp_path)
+    assert "tcc_cpu_gemm_narrow" not in _c_source(sess, tmp_path)
