@@ -18,7 +18,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_models import _interleaved_ms  # noqa: E402  (one timing method for every table)
 
-MODELS = ["mlp", "resnet18", "mobilenetv2", "bert"]
+MODELS = ["mlp", "resnet18", "mobilenetv2", "bert", "chain", "softmax_ln"]
 
 
 def build_model(name):
@@ -31,6 +31,10 @@ def build_model(name):
         return samples.mobilenetv2(seed=0)
     if name == "bert":
         return samples.transformer(batch=1, seq=128, d=256, heads=4, layers=4, seed=0)
+    if name == "chain":  # the host path's memory-bound rows: their lead must hold on the cpu accelerator
+        return samples.elementwise_chain()
+    if name == "softmax_ln":
+        return samples.softmax_layernorm()
     raise ValueError(name)
 
 

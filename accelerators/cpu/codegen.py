@@ -427,7 +427,8 @@ class FunctionCodegen:
 
     def op_layernorm(self, op):
         bias = self.ptr(op.operands[2]) if len(op.operands) > 2 else "NULL"
-        self.emit(f"tcc_cpu_layernorm({op.get_attr('rows')}, {op.get_attr('cols')}, {self.ptr(op.operands[0])}, "
+        fn = "tcc_cpu_softmax_layernorm" if op.get_attr("softmax") else "tcc_cpu_layernorm"
+        self.emit(f"{fn}({op.get_attr('rows')}, {op.get_attr('cols')}, {self.ptr(op.operands[0])}, "
                   f"{self.ptr(op.operands[1])}, {bias}, {flit(op.get_attr('epsilon'))}, {self.ptr(op.results[0])});")
 
     def op_transpose(self, op):

@@ -7,7 +7,7 @@ generated loop nest), with their epilogues fused:
     cpu.matmul(a, b, [bias], [residual]) {bias_mode, act, ...}   (batched, broadcasting)
     cpu.maxpool / cpu.avgpool(x)         {kernel, strides, pads, dilations, count_include_pad}
     cpu.global_avgpool(x)
-    cpu.softmax(x) {axis, log}           cpu.layernorm(x, scale, [bias]) {axis, epsilon}
+    cpu.softmax(x) {axis, log}           cpu.layernorm(x, scale, [bias]) {axis, epsilon, [softmax]}
     cpu.transpose(x) {perm}              cpu.reshape(x)   (a view: no copy unless it is an output)
     cpu.elementwise(inputs...) ({^bb0(args): onnx elementwise ops ... cpu.yield(r)})
 
@@ -16,7 +16,8 @@ folded into its weights and bias (other BNs become Mul+Add); Add of a
 per-channel constant becomes the bias, Add of a same-shaped tensor the
 residual, and Relu/Clip/Sigmoid/Tanh/LeakyRelu the activation of the
 Conv/Gemm/MatMul before them; chains and trees of single-use elementwise
-ops become one cpu.elementwise (one pass over memory)."""
+ops become one cpu.elementwise (one pass over memory); a LayerNormalization
+of a single-use Softmax over the same rows takes it in (softmax = 1)."""
 from __future__ import annotations
 
 import numpy as np
@@ -295,8 +296,16 @@ class Lowering:
         cols = int(np.prod(x.type.shape[axis:], dtype=np.int64))
         attrs = {"rows": A.IntegerAttr(x.type.num_elements // max(cols, 1)), "cols": A.IntegerAttr(cols),
                  "epsilon": A.FloatAttr(float(self.attr(op, "epsilon", 1e-5)))}
+        src = getattr(x, "op", None)
+        if (src is not None and src.name == "cpu.softmax" and len(x.uses) == 1 and src.get_attr("inner") == 1
+                and not src.get_attr("log") and src.get_attr("axis") == cols):
+            # a Softmax over the same rows: one pass (the probabilities never reach memory)
+            x = src.operands[0]
+            attrs["softmax"] = A.IntegerAttr(1)
         operands = [x, op.operands[1]] + ([op.operands[2]] if self._present(op, 2) else [])
         self._replace_simple(op, "cpu.layernorm", operands, attrs)
+        if "softmax" in attrs:
+            src.erase()
 
     # -- elementwise fusion ---------------------------------------------------------
     def fuse_elementwise(self):

@@ -133,3 +133,67 @@ void tcc_cpu_layernorm(long rows, long cols, const float *x, const float *scale,
     row_job j = {cols, 1, x, y, 0, scale, bias, eps};
     tcc_cpu_parallel_for(rows, 4096 / (cols + 1) + 1, layernorm_rows, &j);
 }
+
+/* LayerNormalization of a Softmax over the same rows in one pass: the
+ * probabilities stay in a row buffer (L1), so the tensor is read once and
+ * written once instead of twice each. Large outputs are written with
+ * non-temporal stores on AVX-512 (no read for ownership of lines that are
+ * only written), as the host path's stream-outputs does. */
+typedef struct {
+    long C;
+    const float *x, *scale, *bias;
+    float *y;
+    float eps;
+    int stream;
+} smln_job;
+
+static void softmax_layernorm_rows(void *arg, long b, long e) {
+    const smln_job *j = arg;
+    const long C = j->C;
+    float *t = cv_tls_buffer(1, (size_t)C + VL);
+    for (long r = b; r < e; r++) {
+        const float *x = j->x + r * C;
+        float *y = j->y + r * C;
+        float m = -INFINITY;
+        if (C >= VL) m = row_max(x, C);
+        else for (long k = 0; k < C; k++) m = x[k] > m ? x[k] : m;
+        for (long k = 0; k < C; k++) t[k] = tcc_exp_(x[k] - m);
+        const float inv = 1.f / row_sum(t, C);
+        for (long k = 0; k < C; k++) t[k] *= inv;
+        const float mean = row_sum(t, C) / (float)C;
+        vf vs = (vf){0};
+        long k = 0;
+        for (; k + VL <= C; k += VL) {
+            vf d = v_ld(t + k) - mean;
+            vs += d * d;
+        }
+        float v = 0.f;
+        for (int l = 0; l < VL; l++) v += vs[l];
+        for (; k < C; k++) v += (t[k] - mean) * (t[k] - mean);
+        const float rstd = 1.f / sqrtf(v / (float)C + j->eps);
+        k = 0;
+#if defined(__AVX512F__)
+        if (j->stream && ((unsigned long)y & 63) == 0) {
+            for (; k + VL <= C; k += VL) {
+                vf o = (v_ld(t + k) - mean) * rstd * v_ld(j->scale + k);
+                if (j->bias) o += v_ld(j->bias + k);
+                _mm512_stream_ps(y + k, (__m512)o);
+            }
+        }
+#endif
+        if (j->bias)
+            for (; k < C; k++) y[k] = (t[k] - mean) * rstd * j->scale[k] + j->bias[k];
+        else
+            for (; k < C; k++) y[k] = (t[k] - mean) * rstd * j->scale[k];
+    }
+#if defined(__AVX512F__)
+    if (j->stream) _mm_sfence();
+#endif
+}
+
+void tcc_cpu_softmax_layernorm(long rows, long cols, const float *x, const float *scale, const float *bias, float eps,
+                               float *y) {
+    /* past 8 MB the output would only evict what is still to be read */
+    smln_job j = {cols, x, scale, bias, y, eps, (double)rows * cols * sizeof(float) > 8e6 && x != y};
+    tcc_cpu_parallel_for(rows, 4096 / (cols + 1) + 1, softmax_layernorm_rows, &j);
+}

@@ -104,6 +104,10 @@ void tcc_cpu_softmax(long outer, long axis, long inner, const float *x, float *y
  * and bias of cols elements; bias may be NULL). */
 void tcc_cpu_layernorm(long rows, long cols, const float *x, const float *scale, const float *bias, float eps,
                        float *y);
+/* layernorm(softmax(x)) over the same rows of `cols` (softmax over the last
+ * axis, not log), one pass. */
+void tcc_cpu_softmax_layernorm(long rows, long cols, const float *x, const float *scale, const float *bias, float eps,
+                               float *y);
 
 /* ---- data movement ---------------------------------------------------------- */
 void tcc_cpu_copy(float *dst, const float *src, long n);

@@ -185,6 +185,42 @@ def test_layernorm(axis, bias):
                 [("y", x.shape)], inits), {"x": x})
 
 
+# Softmax then LayerNormalization over the same rows: one pass (tcc_cpu_softmax_layernorm), with
+# and without bias, rows shorter than a vector and long ones past 8 MB in all (streamed stores);
+# not fused when the softmax is also an output, is a LogSoftmax, or runs over another axis.
+@pytest.mark.parametrize("rows,cols,bias", [(5, 7, True), (33, 64, False), (2100, 1024, True)])
+def test_softmax_layernorm_fused(rows, cols, bias, tmp_path):
+    import zipfile
+
+    from tcc.accelerators.cpu.runtime import c_source
+    x = rand(rows, cols, scale=3.0)
+    ins = ["p", "s"] + (["b"] if bias else [])
+    inits = [("s", rand(cols)), ("b", rand(cols))][:len(ins) - 1]
+    nodes = [H("Softmax", ["x"], ["p"], axis=-1), H("LayerNormalization", ins, ["y"], axis=-1, epsilon=1e-5)]
+    # layernorm divides by the probabilities' spread (~1/cols): errors scale by it
+    sess = check(model(nodes, [("x", x.shape)], [("y", x.shape)], inits), {"x": x}, rtol=1e-4, atol=1e-5,
+                 tmp_path=tmp_path)
+    with zipfile.ZipFile(tmp_path / "m.tcc") as z:
+        src = c_source(z.read(sess.manifest["accelerators"]["cpu"]["member"]))
+    assert "tcc_cpu_softmax_layernorm(" in src and "tcc_cpu_softmax(" not in src
+
+
+@pytest.mark.parametrize("case", ["softmax_is_output", "log", "other_axis"])
+def test_softmax_layernorm_not_fused(case, tmp_path):
+    import zipfile
+
+    from tcc.accelerators.cpu.runtime import c_source
+    x = rand(6, 10, 12, scale=3.0)
+    sm = H("LogSoftmax" if case == "log" else "Softmax", ["x"], ["p"], axis=1 if case == "other_axis" else -1)
+    outs = [("y", x.shape)] + ([("p", x.shape)] if case == "softmax_is_output" else [])
+    nodes = [sm, H("LayerNormalization", ["p", "s"], ["y"], axis=-1, epsilon=1e-5)]
+    sess = check(model(nodes, [("x", x.shape)], outs, [("s", rand(12))]), {"x": x}, rtol=1e-4, atol=1e-5,
+                 tmp_path=tmp_path)
+    with zipfile.ZipFile(tmp_path / "m.tcc") as z:
+        src = c_source(z.read(sess.manifest["accelerators"]["cpu"]["member"]))
+    assert "tcc_cpu_softmax_layernorm(" not in src and "tcc_cpu_softmax(" in src
+
+
 # ---- elementwise ----------------------------------------------------------------------------------
 def test_elementwise_chain_broadcast():
     x, c, r = rand(2, 3, 5, 7), rand(3, 1, 1), rand(7)

@@ -1,4 +1,4 @@
-"""Softmax/layernorm rows (kernels/norm.c) and transposes (kernels/copy.c),
+"""Softmax/layernorm rows (kernels/norm.c, and the two fused) and transposes (kernels/copy.c),
 called directly in every ISA build against numpy on fresh random data: row
 lengths below, at and past the vector width, in-place softmax; transposes
 of rank 1-5 with strided and contiguous last dimensions, partial 16 x 16
@@ -38,6 +38,15 @@ def test_norm_rows(isa):
             y = np.empty_like(x)
             lib.tcc_cpu_layernorm(5, cols, x.ctypes.data, s.ctypes.data, bp, 1e-5, y.ctypes.data)
             np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-5, err_msg=f"layernorm {cols}")
+        # layernorm(softmax(x)) in one pass; the probabilities' spread is ~1/cols, so the
+        # normalization scales their rounding error by up to cols
+        lib.tcc_cpu_softmax_layernorm.argtypes = [L, L, P, P, P, F, P]
+        pm, pv = sm.mean(1, keepdims=True), sm.var(1, keepdims=True)
+        snorm = (sm - pm) / np.sqrt(pv + 1e-5) * s
+        for bp, want in ((None, snorm), (bias.ctypes.data, snorm + bias)):
+            y = np.empty_like(x)
+            lib.tcc_cpu_softmax_layernorm(5, cols, x.ctypes.data, s.ctypes.data, bp, 1e-5, y.ctypes.data)
+            np.testing.assert_allclose(y, want, rtol=1e-4, atol=2e-6 * cols, err_msg=f"softmax_layernorm {cols}")
 
 
 @pytest.mark.parametrize("threads", [1, 2])
