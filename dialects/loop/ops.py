@@ -10,7 +10,7 @@ an empty `func.return`.
     loop.dealloc(memref)
     loop.global() -> memref                          {value = dense|dense_resource}
     loop.for(lb: index, ub: index) ({^bb0(%i: index): ... "loop.yield"()})
-                                                     {step = 1, parallel?, vectorize?}
+                                                     {step = 1, parallel?, vectorize?, nounroll?}
     loop.if(cond: i1) ({then ... loop.yield}, {else ... loop.yield})
     loop.yield()
     loop.load(memref, idx: index...) -> element
@@ -80,8 +80,10 @@ LOOP_OPS = [
           summary="a constant buffer (weights)"),
     OpDef("loop.for", [OperandDef("lb", constraint=_idx), OperandDef("ub", constraint=_idx)], [],
           {"step": AttrDef("step", "int", default=1), "parallel": AttrDef("parallel", "unit"),
-           "vectorize": AttrDef("vectorize", "unit")}, num_regions=1, verifier=_verify_for,
-          summary="for %i = lb to ub step s; `parallel` marks iterations independent"),
+           "vectorize": AttrDef("vectorize", "unit"), "nounroll": AttrDef("nounroll", "unit")},
+          num_regions=1, verifier=_verify_for,
+          summary="for %i = lb to ub step s; `parallel` marks iterations independent, "
+                  "`nounroll` keeps LLVM from unrolling the loop"),
     OpDef("loop.if", [OperandDef("cond")], [], num_regions=2, summary="structured conditional"),
     OpDef("loop.yield", traits=frozenset({TERMINATOR, PURE}), summary="ends a loop or if body"),
     OpDef("loop.load", [OperandDef("buffer", constraint=_mem), OperandDef("indices", "variadic", _idx)],

@@ -1,13 +1,17 @@
 """Restoring def-before-use order in a block after outlining or grouping."""
 from __future__ import annotations
 
+from ..ir.errors import PassError
+
 
 def topological_sort(block):
-    """Stable topological order of a block's ops (the terminator stays last)."""
+    """Stable topological order of a block's ops (the terminator stays last).
+    Raises PassError when the ops' uses form a cycle (no order exists)."""
     ops = list(block.ops)
     term = ops.pop() if ops and ops[-1].name in ("func.return", "onnx.Yield") else None
     pos = {op: i for i, op in enumerate(ops)}
     placed, order = set(), []
+    open_ = set()  # ops whose operands are being placed: the current path
 
     def visit(op):
         if op in placed:
@@ -18,9 +22,14 @@ def topological_sort(block):
             if cur in placed:
                 continue
             if ready:
+                open_.discard(cur)
                 placed.add(cur)
                 order.append(cur)
                 continue
+            if cur in open_:
+                where = cur.loc.describe() if cur.loc is not None else "unknown location"
+                raise PassError(f"'{cur.name}' ({where}) depends on its own result: the block's ops form a cycle")
+            open_.add(cur)
             stack.append((cur, True))
             deps = [getattr(v, "op", None) for v in cur.operands]
             for d in sorted({d for d in deps if d is not None and d in pos and d not in placed},

@@ -112,8 +112,22 @@ class MergeRegionsPass(Pass):
 
     def run(self, module, ctx):
         block = _main_block(module)
-        region_of, deps, members = {}, {}, {}
+        # deps[op]: the regions with a path of ops into op; rdeps[r]: the
+        # union of its members' deps. Each region becomes one call, so r
+        # reaches op when r is in the closure of deps[op] over rdeps: a path
+        # may enter a region at one op and leave it at another.
+        region_of, deps, members, rdeps = {}, {}, {}, {}
         next_id = 0
+
+        def upstream(regions):
+            seen, todo = set(), list(regions)
+            while todo:
+                r = todo.pop()
+                if r not in seen:
+                    seen.add(r)
+                    todo.extend(rdeps[r])
+            return seen
+
         for op in _placeable(block):
             producers = [p for p in (_producer(v) for v in op.operands) if p is not None and p in deps]
             my_deps = set()
@@ -130,15 +144,19 @@ class MergeRegionsPass(Pass):
                         continue
                     # Joining r is safe unless another input of op depends on r
                     # through something outside it: that path would form a cycle.
-                    if all(region_of.get(q) == r or r not in deps[q] for q in producers):
+                    if all(region_of.get(q) == r or
+                           r not in upstream(deps[q] | ({region_of[q]} if q in region_of else set()))
+                           for q in producers):
                         chosen = r
                         break
                 if chosen is None:
                     chosen, next_id = next_id, next_id + 1
                     members[chosen] = (acc, [])
+                    rdeps[chosen] = set()
                 region_of[op] = chosen
                 members[chosen][1].append(op)
                 my_deps.discard(chosen)
+                rdeps[chosen] |= my_deps
             deps[op] = my_deps
         self._merge_siblings(members, region_of)
         self._drop_unprofitable(module, ctx, members, region_of)
@@ -153,16 +171,21 @@ class MergeRegionsPass(Pass):
         them (three projections of one input, say) stay apart, each its own
         call. Two regions of one accelerator merge when no path leaves one
         and reaches the other through an op outside both: such a path would
-        become a cycle."""
+        become a cycle. A path that enters a third region goes on from all
+        of that region's ops (it becomes one call)."""
         def reaches(src, dst):
             a, b = set(members[src][1]), set(members[dst][1])
             todo = [u for op in a for r in op.results for u, _ in r.uses if u not in a and u not in b]
-            seen = set()
+            seen, entered = set(), {src, dst}
             while todo:
                 op = todo.pop()
                 if op in seen:
                     continue
                 seen.add(op)
+                rid = region_of.get(op)
+                if rid is not None and rid not in entered:
+                    entered.add(rid)
+                    todo.extend(members[rid][1])
                 for r in op.results:
                     for u, _ in r.uses:
                         if u in b:

@@ -122,3 +122,40 @@ def test_siblings_joined_through_the_host_stay_apart(place):
              helper.make_node("Neg", ["s"], ["c"]), helper.make_node("Add", ["a", "c"], ["y"])]
     m = place(graph(nodes), Plugin("acc", {"onnx.Relu", "onnx.Neg"}))
     assert sorted(partitions(m).values()) == [["onnx.Neg"], ["onnx.Relu"]]
+
+
+
+def graph_outputs(nodes, outputs):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 4])
+    outs = [helper.make_tensor_value_info(o, TensorProto.FLOAT, [4, 4]) for o in outputs]
+    return helper.make_model(helper.make_graph(nodes, "g", [x], outs), opset_imports=[helper.make_opsetid("", 18)])
+
+
+def partition_nodes(m):
+    """The ONNX node names in each partition, sorted."""
+    return sorted(sorted(o.loc.name for o in f.regions[0].blocks[0].ops
+                         if o.name.startswith("onnx.") and o.name != "onnx.Constant")
+                  for f in m.functions() if f.get_attr("tcc.accelerator"))
+
+
+def test_joining_a_region_sees_paths_through_other_regions(place):
+    # c joins a's region, which so depends on b's; d (fed by b and, through
+    # the host op m, by a) must not then join b's region: {b, d} -> {a, c} ->
+    # m -> {b, d} would be a cycle of calls (partitioning looped forever).
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="a"), helper.make_node("Relu", ["x"], ["b"], name="b"),
+             helper.make_node("Add", ["a", "b"], ["c"], name="c"), helper.make_node("Mul", ["a", "x"], ["m"], name="m"),
+             helper.make_node("Add", ["m", "b"], ["d"], name="d")]
+    m = place(graph_outputs(nodes, ["c", "d"]), Plugin("acc", {"onnx.Relu", "onnx.Add"}))
+    assert partition_nodes(m) == [["a", "b", "c"], ["d"]]
+
+
+def test_sibling_merge_sees_paths_through_other_regions(place):
+    # a -> m(host) -> c in the region {b, c}, and b -> s(host) -> e: merging
+    # a's and e's regions (no path of ops between a and e) would close the
+    # cycle {a, e} -> m -> {b, c} -> s -> {a, e} of calls.
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="a"), helper.make_node("Mul", ["x", "a"], ["m"], name="m"),
+             helper.make_node("Relu", ["x"], ["b"], name="b"), helper.make_node("Add", ["m", "b"], ["c"], name="c"),
+             helper.make_node("Sigmoid", ["b"], ["s"], name="s"), helper.make_node("Relu", ["s"], ["e"], name="e"),
+             helper.make_node("Relu", ["m"], ["f"], name="f")]
+    m = place(graph_outputs(nodes, ["c", "e", "f"]), Plugin("acc", {"onnx.Relu", "onnx.Add"}))
+    assert partition_nodes(m) == [["a"], ["b", "c", "f"], ["e"]]

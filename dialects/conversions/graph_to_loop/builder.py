@@ -119,7 +119,7 @@ class LoopBuilder:
 
     # -- control flow ---------------------------------------------------------------
     @contextmanager
-    def loop(self, lb, ub, step=1, parallel=False, vectorize=False):
+    def loop(self, lb, ub, step=1, parallel=False, vectorize=False, unroll=True):
         body = Block([INDEX])
         attrs = {}
         if step != 1:
@@ -128,6 +128,8 @@ class LoopBuilder:
             attrs["parallel"] = UnitAttr()
         if vectorize:
             attrs["vectorize"] = UnitAttr()
+        if not unroll:
+            attrs["nounroll"] = UnitAttr()
         self.b.create("loop.for", [self.ix(lb), self.ix(ub)], [], attrs, [Region([body])], loc=self.loc)
         self.stack.append(Builder(block=body))
         try:

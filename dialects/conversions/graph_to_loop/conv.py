@@ -16,6 +16,7 @@ LLVM to optimize)."""
 from __future__ import annotations
 
 import itertools
+import math
 
 from ...ir.types import INDEX, NONE, f32
 from .builder import LOW_FLOATS, is_float
@@ -72,7 +73,7 @@ def direct_conv(cx, g, acc, t, init, load_w, load_x):
                 def body(oi, ii, w=w, ic=ic):
                     idx = [nn, m] + oi
                     L.store(L.op(add, [L.load(acc, idx), L.op(mul, [w, load_x(nn, ic, ii)], t)], t), acc, idx)
-                window_nest(L, g.out_sp, g.in_sp, g.strides, offs, body)
+                window_nest(L, g.out_sp, g.in_sp, g.strides, offs, body, taps=math.prod(g.kernel))
 
 
 @lowering("Conv")

@@ -14,6 +14,7 @@ inner loop stores with the stride, so it does not vectorize."""
 from __future__ import annotations
 
 import itertools
+import math
 from contextlib import ExitStack
 
 from ...ir.types import NONE, f32
@@ -104,7 +105,7 @@ def lower_conv_transpose(cx, op):
                 idx = [nn, m] + oi
                 L.store(L.op(add, [L.load(acc, idx), L.load(colv, [nn, m, kp] + ii)], t), acc, idx)
             # iterate the inputs, each sent to the output i*stride + offset
-            window_nest(L, in_sp, out_sp, strides, offs, body)
+            window_nest(L, in_sp, out_sp, strides, offs, body, taps=math.prod(kernel))
     L.op("loop.dealloc", [cols])
     if low:
         _finish(cx, acc, out)

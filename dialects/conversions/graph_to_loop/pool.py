@@ -6,6 +6,7 @@ so they are a compile-time constant table."""
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 
@@ -80,7 +81,7 @@ def lower_pool(cx, op):
                         L.op("arith.powf", [v, L.c(float(p_norm), t)], t)
                 idx = [nc] + oi
                 L.store(L.op(comb, [L.load(av, idx), v], t), av, idx)
-            window_nest(L, out_sp, in_sp, strides, offs, body)
+            window_nest(L, out_sp, in_sp, strides, offs, body, taps=math.prod(kernel))
         if kind != "MaxPool":
             with L.loop(0, P, vectorize=True) as p:
                 v = L.load(flat, [nc, p])

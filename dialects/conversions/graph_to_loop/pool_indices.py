@@ -8,6 +8,7 @@ NaNs never win, as onnxruntime's and onnx.reference's scans do."""
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 
@@ -67,7 +68,7 @@ def lower_maxpool_indices(cx, op, params, minval):
                 pos = L.affine([(s, i) for i, s in zip(ii, sp_strides)], 0)
                 pos = L.op("arith.index_cast", [L.add(base, pos)], ie)
                 L.store(L.op("arith.select", [win, pos, L.load(iv, idx)], ie), iv, idx)
-            window_nest(L, out_sp, in_sp, strides, offs, body)
+            window_nest(L, out_sp, in_sp, strides, offs, body, taps=math.prod(kernel))
     if low:
         from .matmul import _finish
         _finish(cx, acc, out)

@@ -14,7 +14,7 @@ Shape of the generated code:
   vectorizer;
 - loops are emitted with one i64 induction variable counting up by a constant
   step (the form LLVM's loop passes expect); `vectorize` loops carry
-  `llvm.loop.vectorize.enable`;
+  `llvm.loop.vectorize.enable`, `nounroll` ones `llvm.loop.unroll.disable`;
 - planned allocs are GEPs into the workspace; unplanned ones inside parallel
   bodies live on the worker's stack (up to 256 KiB) or the heap;
 - a nest whose root carries `tcc.library_call` (graph_to_loop/kernels.py:
@@ -483,7 +483,7 @@ class _Lowering:
         return fn
 
     # -- loops -------------------------------------------------------------------------
-    def counted_loop(self, env, lb, ub, step, body, vectorize=False):
+    def counted_loop(self, env, lb, ub, step, body, vectorize=False, unroll=True):
         """for (iv = lb; iv < ub; iv += step) body(iv)"""
         b = env.b
         pre = b.block
@@ -500,14 +500,19 @@ class _Lowering:
         nxt = b.add(iv, ir.Constant(I64, step), flags=["nsw"])
         iv.add_incoming(nxt, b.block)
         br = b.branch(header)
-        if vectorize:
-            br.set_metadata("llvm.loop", self._loop_md())
+        if vectorize or not unroll:
+            br.set_metadata("llvm.loop", self._loop_md(vectorize, unroll))
         b.position_at_end(exit_)
 
-    def _loop_md(self):
+    def _loop_md(self, vectorize=True, unroll=True):
         self.loop_md += 1
-        vec = self.mod.add_metadata([ir.MetaDataString(self.mod, "llvm.loop.vectorize.enable"), ir.Constant(I1, 1)])
-        return self.mod.add_metadata([ir.MetaDataString(self.mod, f"tcc.loop.{self.loop_md}"), vec])
+        hints = []
+        if vectorize:
+            hints.append(self.mod.add_metadata([ir.MetaDataString(self.mod, "llvm.loop.vectorize.enable"),
+                                                ir.Constant(I1, 1)]))
+        if not unroll:
+            hints.append(self.mod.add_metadata([ir.MetaDataString(self.mod, "llvm.loop.unroll.disable")]))
+        return self.mod.add_metadata([ir.MetaDataString(self.mod, f"tcc.loop.{self.loop_md}")] + hints)
 
     def emit_for(self, op, env):
         blk = op.regions[0].blocks[0]
@@ -517,7 +522,8 @@ class _Lowering:
             env.vmap[blk.args[0]] = iv
             self.emit_block(blk, env)
 
-        self.counted_loop(env, lb, ub, op.get_attr("step", 1), body, _wants_vectorize(op))
+        self.counted_loop(env, lb, ub, op.get_attr("step", 1), body, _wants_vectorize(op),
+                          "nounroll" not in op.attributes)
 
     # -- outlining ------------------------------------------------------------------------
     def _capture(self, op, env):
