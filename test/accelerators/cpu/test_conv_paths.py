@@ -503,7 +503,7 @@ def test_winograd_chosen_and_matches(tmp_path):
     for hw, t in ((28, 4), (14, 4), (7, 2)):
         mdl, feeds = conv_model(1, 32, hw, hw, 48, 3, pads=(1, 1, 1, 1), act="Relu", residual=True)
         ours, ref, sess = run_both(mdl, feeds, tmp_path)
-        np.testing.assert_allclose(ours[0], ref[0], rtol=1e-4, atol=3e-5 * (9 * 32) ** 0.5)
+        np.testing.assert_allclose(ours[0], ref[0], rtol=1e-4, atol=6e-5 * (9 * 32) ** 0.5)  # as in the kernel test
         with zipfile.ZipFile(tmp_path / "m.tcc") as z:
             src = c_source(z.read(sess.manifest["accelerators"]["cpu"]["member"]))
         assert f"tcc_cpu_conv2d_wino(&p, {t}," in src
