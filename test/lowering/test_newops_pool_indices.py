@@ -57,3 +57,13 @@ def test_maxpool_bad_storage_order():
               {"x": f(1, 1, 4)}, {"y": np.float32, "i": np.int64}, opset=12)
     with pytest.raises(PassError, match="storage_order 2"):
         lowered(m)
+
+
+@pytest.mark.parametrize("dt", [np.uint8, np.int8])
+def test_maxpool_indices_window_at_type_minimum(dt):
+    # every tap of some windows equals the type's lowest value (the running maximum's start):
+    # the index must still be the window's first tap, not the plane's first element
+    x = RNG.integers(0, 2, (2, 3, 6, 6)).astype(dt) * (1 if dt == np.uint8 else 0) + np.iinfo(dt).min
+    x[0, 0, 4:, 4:] += 1
+    check([h.make_node("MaxPool", ["x"], ["y", "i"], kernel_shape=[3, 3], strides=[2, 1], pads=[1, 1, 0, 1])],
+          {"x": x}, {"y": dt, "i": np.int64}, opset=12)

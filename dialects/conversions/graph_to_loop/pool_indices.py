@@ -3,8 +3,9 @@ window's maximum, (n*C + c) * prod(spatial) + the spatial offset, row-major
 (storage_order 0) or column-major (1) over the spatial dims.
 
 Kernel offsets are visited in row-major order and a tap replaces the
-running maximum only when strictly greater, so ties keep the first tap and
-NaNs never win, as onnxruntime's and onnx.reference's scans do."""
+running maximum only when strictly greater (or when it is the first non-NaN
+tap), so ties keep the first tap and NaNs never win, as onnxruntime's and
+onnx.reference's scans do."""
 from __future__ import annotations
 
 import itertools
@@ -55,19 +56,24 @@ def lower_maxpool_indices(cx, op, params, minval):
         base = L.mul(nc, S)
         with L.loop(0, P, vectorize=True) as p:
             L.store(L.c(minval(t), t), flat, [nc, p])
-            L.store(L.op("arith.index_cast", [base], ie), iflat, [nc, p])
+            L.store(L.c(-1, ie), iflat, [nc, p])  # no tap taken yet
         for kp in itertools.product(*[range(k) for k in kernel]):
             offs = [k * d - b for k, d, b in zip(kp, dil, begin)]
 
             def body(oi, ii):
                 v = load_as(L, xv, [nc] + ii, t)
                 idx = [nc] + oi
-                cur = L.load(av, idx)
-                win = L.op(gt, [v, cur], i1, predicate=pred)
+                cur, cur_i = L.load(av, idx), L.load(iv, idx)
+                # the first tap wins even when it only equals the initial value (the
+                # type's lowest: an all-zero uint8 window); a NaN still does not
+                first = L.op("arith.cmpi", [cur_i, L.c(-1, ie)], i1, predicate="eq")
+                if is_float(t):
+                    first = L.op("arith.andi", [first, L.op("arith.cmpf", [v, v], i1, predicate="ord")], i1)
+                win = L.op("arith.ori", [L.op(gt, [v, cur], i1, predicate=pred), first], i1)
                 L.store(L.op("arith.select", [win, v, cur], t), av, idx)
                 pos = L.affine([(s, i) for i, s in zip(ii, sp_strides)], 0)
                 pos = L.op("arith.index_cast", [L.add(base, pos)], ie)
-                L.store(L.op("arith.select", [win, pos, L.load(iv, idx)], ie), iv, idx)
+                L.store(L.op("arith.select", [win, pos, cur_i], ie), iv, idx)
             window_nest(L, out_sp, in_sp, strides, offs, body, taps=math.prod(kernel))
     if low:
         from .matmul import _finish
