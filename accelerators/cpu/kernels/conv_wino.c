@@ -135,40 +135,17 @@ CV_INLINE vf wg_ld(const float *x, const wg_lanes *ln) {
 
 #define WG_MAXV (WT / VL)
 
-/* V[xi][c][wt] = B^T d B for the panel's tiles, every channel. F(2x2):
- * B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1]. */
-static void wg_input2(const wg_job *j, long pn, float *vb) {
-    const cv_layout *l = j->l;
-    const long C = j->C, cs = l->cs, *off = l->off, W = j->wt, xs = C * W; /* xs: one xi to the next */
-    wg_lanes ln[WG_MAXV];
-    for (int v = 0; v < j->nv; v++) wg_lanes_at(j, pn * W + v * VL, &ln[v]);
-    const float *x = j->x;
-    for (long c = 0; c < C; c++, x += cs) {
-        for (int v = 0; v < j->nv; v++) {
-            const float *xv = x + ln[v].q0;
-            vf d[4][4], t[4][4];
-            for (int a = 0; a < 4; a++)
-                for (int b = 0; b < 4; b++) d[a][b] = wg_ld(xv + off[a * 4 + b], &ln[v]);
-            for (int b = 0; b < 4; b++) {
-                t[0][b] = d[0][b] - d[2][b];
-                t[1][b] = d[1][b] + d[2][b];
-                t[2][b] = d[2][b] - d[1][b];
-                t[3][b] = d[1][b] - d[3][b];
-            }
-            float *o = vb + c * W + v * VL;
-            for (int a = 0; a < 4; a++) {
-                v_st(o + (a * 4 + 0) * xs, t[a][0] - t[a][2]);
-                v_st(o + (a * 4 + 1) * xs, t[a][1] + t[a][2]);
-                v_st(o + (a * 4 + 2) * xs, t[a][2] - t[a][1]);
-                v_st(o + (a * 4 + 3) * xs, t[a][1] - t[a][3]);
-            }
-        }
+/* B^T times one column of a patch. F(2x2): B^T = [1 0 -1 0; 0 1 1 0;
+ * 0 -1 1 0; 0 1 0 -1]. F(4x4), rows: [4 0 -5 0 1 0], [0 -4 -4 1 1 0],
+ * [0 4 -4 -1 1 0], [0 -2 -1 2 1 0], [0 2 -1 -2 1 0], [0 4 0 -5 0 1]. */
+CV_INLINE void wg_bt(const vf d[6], vf r[6], const int T) {
+    if (T == 2) {
+        r[0] = d[0] - d[2];
+        r[1] = d[1] + d[2];
+        r[2] = d[2] - d[1];
+        r[3] = d[1] - d[3];
+        return;
     }
-}
-
-/* F(4x4)'s B^T, rows: [4 0 -5 0 1 0], [0 -4 -4 1 1 0], [0 4 -4 -1 1 0],
- * [0 -2 -1 2 1 0], [0 2 -1 -2 1 0], [0 4 0 -5 0 1]. */
-CV_INLINE void wg_bt6(const vf d[6], vf r[6]) {
     const vf t1 = d[4] - 4.f * d[2], t2 = d[3] - 4.f * d[1], t3 = d[4] - d[2], t4 = 2.f * (d[3] - d[1]);
     r[0] = 4.f * d[0] - 5.f * d[2] + d[4];
     r[1] = t1 + t2;
@@ -178,9 +155,12 @@ CV_INLINE void wg_bt6(const vf d[6], vf r[6]) {
     r[5] = 4.f * d[1] - 5.f * d[3] + d[5];
 }
 
-static void wg_input4(const wg_job *j, long pn, float *vb) {
+/* V[xi][c][wt] = B^T d B for the panel's tiles, every channel: B^T down
+ * each column of the (T+2)^2 patch, then along each row. */
+CV_INLINE void wg_input_t(const wg_job *j, long pn, float *vb, const int T) {
+    const int N = T + 2;
     const cv_layout *l = j->l;
-    const long C = j->C, cs = l->cs, *off = l->off, W = j->wt, xs = C * W;
+    const long C = j->C, cs = l->cs, *off = l->off, W = j->wt, xs = C * W; /* xs: one xi to the next */
     wg_lanes ln[WG_MAXV];
     for (int v = 0; v < j->nv; v++) wg_lanes_at(j, pn * W + v * VL, &ln[v]);
     const float *x = j->x;
@@ -188,25 +168,25 @@ static void wg_input4(const wg_job *j, long pn, float *vb) {
         for (int v = 0; v < j->nv; v++) {
             const float *xv = x + ln[v].q0;
             vf t[6][6]; /* t[a][b]: B^T applied down column b */
-            for (int b = 0; b < 6; b++) {
+            for (int b = 0; b < N; b++) {
                 vf d[6], r[6];
-                for (int a = 0; a < 6; a++) d[a] = wg_ld(xv + off[a * 6 + b], &ln[v]);
-                wg_bt6(d, r);
-                for (int a = 0; a < 6; a++) t[a][b] = r[a];
+                for (int a = 0; a < N; a++) d[a] = wg_ld(xv + off[a * N + b], &ln[v]);
+                wg_bt(d, r, T);
+                for (int a = 0; a < N; a++) t[a][b] = r[a];
             }
             float *o = vb + c * W + v * VL;
-            for (int a = 0; a < 6; a++) {
+            for (int a = 0; a < N; a++) {
                 vf r[6];
-                wg_bt6(t[a], r);
-                for (int b = 0; b < 6; b++) v_st(o + (a * 6 + b) * xs, r[b]);
+                wg_bt(t[a], r, T);
+                for (int b = 0; b < N; b++) v_st(o + (a * N + b) * xs, r[b]);
             }
         }
     }
 }
 
 static void wg_input(const wg_job *j, long pn, float *vb) {
-    if (j->T == 2) wg_input2(j, pn, vb);
-    else wg_input4(j, pn, vb);
+    if (j->T == 2) wg_input_t(j, pn, vb, 2);
+    else wg_input_t(j, pn, vb, 4);
 }
 
 /* Runs of a panel's tiles within one tile row: lanes [l, l + len) are tiles

@@ -41,15 +41,59 @@ static inline float row_sum(const float *x, long n) {
     return t;
 }
 
+/* Any row length (row_max needs one full vector). */
+static inline float row_max_any(const float *x, long n) {
+    if (n >= VL) return row_max(x, n);
+    float m = -INFINITY;
+    for (long k = 0; k < n; k++) m = x[k] > m ? x[k] : m;
+    return m;
+}
+
+/* LayerNormalization's statistics of one row: the mean, and 1/std in *rstd. */
+static inline float row_mean_rstd(const float *x, long C, float eps, float *rstd) {
+    const float mean = row_sum(x, C) / (float)C;
+    vf vs = (vf){0};
+    long k = 0;
+    for (; k + VL <= C; k += VL) {
+        vf d = v_ld(x + k) - mean;
+        vs += d * d;
+    }
+    float v = 0.f;
+    for (int l = 0; l < VL; l++) v += vs[l];
+    for (; k < C; k++) v += (x[k] - mean) * (x[k] - mean);
+    *rstd = 1.f / sqrtf(v / (float)C + eps);
+    return mean;
+}
+
+/* y = (x - mean) * rstd * scale (+ bias); non-temporal stores on AVX-512
+ * when `stream` and y is 64-byte aligned. */
+static inline void row_affine(float *y, const float *x, long C, float mean, float rstd, const float *scale,
+                              const float *bias, int stream) {
+    long k = 0;
+#if defined(__AVX512F__)
+    if (stream && ((unsigned long)y & 63) == 0) {
+        for (; k + VL <= C; k += VL) {
+            vf o = (v_ld(x + k) - mean) * rstd * v_ld(scale + k);
+            if (bias) o += v_ld(bias + k);
+            _mm512_stream_ps(y + k, (__m512)o);
+        }
+    }
+#else
+    (void)stream;
+#endif
+    if (bias)
+        for (; k < C; k++) y[k] = (x[k] - mean) * rstd * scale[k] + bias[k];
+    else
+        for (; k < C; k++) y[k] = (x[k] - mean) * rstd * scale[k];
+}
+
 static void softmax_rows(void *arg, long b, long e) {
     row_job *j = arg;
     const long A = j->axis;
     for (long r = b; r < e; r++) {
         const float *x = j->x + r * A;
         float *y = j->y + r * A;
-        float m = -INFINITY;
-        if (A >= VL) m = row_max(x, A);
-        else for (long k = 0; k < A; k++) m = x[k] > m ? x[k] : m;
+        const float m = row_max_any(x, A);
         if (j->log) { /* y may be x: nothing stored before the sum */
             /* lane-wise partial sums: one running float sum over a long row
              * drifts by ~sqrt(A) ulps, which log(s) turns into absolute error */
@@ -110,21 +154,9 @@ static void layernorm_rows(void *arg, long b, long e) {
     for (long r = b; r < e; r++) {
         const float *x = j->x + r * C;
         float *y = j->y + r * C;
-        const float mean = row_sum(x, C) / (float)C;
-        vf vs = (vf){0};
-        long k = 0;
-        for (; k + VL <= C; k += VL) {
-            vf d = v_ld(x + k) - mean;
-            vs += d * d;
-        }
-        float v = 0.f;
-        for (int l = 0; l < VL; l++) v += vs[l];
-        for (; k < C; k++) v += (x[k] - mean) * (x[k] - mean);
-        float rstd = 1.f / sqrtf(v / (float)C + j->eps);
-        if (j->bias)
-            for (long k = 0; k < C; k++) y[k] = (x[k] - mean) * rstd * j->scale[k] + j->bias[k];
-        else
-            for (long k = 0; k < C; k++) y[k] = (x[k] - mean) * rstd * j->scale[k];
+        float rstd;
+        const float mean = row_mean_rstd(x, C, j->eps, &rstd);
+        row_affine(y, x, C, mean, rstd, j->scale, j->bias, 0);
     }
 }
 
@@ -154,37 +186,13 @@ static void softmax_layernorm_rows(void *arg, long b, long e) {
     for (long r = b; r < e; r++) {
         const float *x = j->x + r * C;
         float *y = j->y + r * C;
-        float m = -INFINITY;
-        if (C >= VL) m = row_max(x, C);
-        else for (long k = 0; k < C; k++) m = x[k] > m ? x[k] : m;
+        const float m = row_max_any(x, C);
         for (long k = 0; k < C; k++) t[k] = tcc_exp_(x[k] - m);
         const float inv = 1.f / row_sum(t, C);
         for (long k = 0; k < C; k++) t[k] *= inv;
-        const float mean = row_sum(t, C) / (float)C;
-        vf vs = (vf){0};
-        long k = 0;
-        for (; k + VL <= C; k += VL) {
-            vf d = v_ld(t + k) - mean;
-            vs += d * d;
-        }
-        float v = 0.f;
-        for (int l = 0; l < VL; l++) v += vs[l];
-        for (; k < C; k++) v += (t[k] - mean) * (t[k] - mean);
-        const float rstd = 1.f / sqrtf(v / (float)C + j->eps);
-        k = 0;
-#if defined(__AVX512F__)
-        if (j->stream && ((unsigned long)y & 63) == 0) {
-            for (; k + VL <= C; k += VL) {
-                vf o = (v_ld(t + k) - mean) * rstd * v_ld(j->scale + k);
-                if (j->bias) o += v_ld(j->bias + k);
-                _mm512_stream_ps(y + k, (__m512)o);
-            }
-        }
-#endif
-        if (j->bias)
-            for (; k < C; k++) y[k] = (t[k] - mean) * rstd * j->scale[k] + j->bias[k];
-        else
-            for (; k < C; k++) y[k] = (t[k] - mean) * rstd * j->scale[k];
+        float rstd;
+        const float mean = row_mean_rstd(t, C, j->eps, &rstd);
+        row_affine(y, t, C, mean, rstd, j->scale, j->bias, j->stream);
     }
 #if defined(__AVX512F__)
     if (j->stream) _mm_sfence();
