@@ -268,11 +268,41 @@ class FunctionCodegen:
     def emit(self, s):
         self.lines.append("    " + s)
 
-    def epilogue(self, op, bias, bias_mode, bias_scale, residual):
-        act = op.get_attr("act")
-        return (f"tcc_epilogue ep = {{{bias or 'NULL'}, {bias_mode if bias else 0}, {flit(bias_scale)}, "
-                f"{residual or 'NULL'}, {ACT_CODES[act]}, {flit(op.get_attr('act_a0', 0.0))}, "
-                f"{flit(op.get_attr('act_a1', 0.0))}}};")
+    def epilogue(self, op, bias, bias_mode, bias_scale, residual, name="ep", prefix=""):
+        act = op.get_attr(prefix + "act")
+        return (f"tcc_epilogue {name} = {{{bias or 'NULL'}, {bias_mode if bias else 0}, {flit(bias_scale)}, "
+                f"{residual or 'NULL'}, {ACT_CODES[act]}, {flit(op.get_attr(prefix + 'act_a0', 0.0))}, "
+                f"{flit(op.get_attr(prefix + 'act_a1', 0.0))}}};")
+
+    @staticmethod
+    def conv_params(x_shape, w_shape, y_shape, strides, dilations, pads, group):
+        """A tcc_conv_params initializer."""
+        n, c, h, wd = x_shape
+        m, _, kh, kw = w_shape
+        oh, ow = y_shape[2:]
+        return (f"{{{n}, {c}, {h}, {wd}, {m}, {kh}, {kw}, {oh}, {ow}, {strides[0]}, {strides[1]}, "
+                f"{dilations[0]}, {dilations[1]}, {pads[0]}, {pads[1]}, {pads[2]}, {pads[3]}, {group}}}")
+
+    def op_conv_pw_dw(self, op):
+        """The pointwise output (N, hidden, H, W) is the depthwise input and no value of the IR."""
+        x, w_pw = op.operands[0], op.operands[1]
+        rest = list(op.operands[2:])
+        b_pw = self.ptr(rest.pop(0)) if op.get_attr("pw_has_bias") else None
+        w_dw = rest.pop(0)
+        bias = self.ptr(rest.pop(0)) if op.get_attr("has_bias") else None
+        res = self.ptr(rest.pop(0)) if op.get_attr("has_residual") else None
+        y = op.results[0]
+        n, _, h, wd = x.type.shape
+        mid = (n, w_pw.type.shape[0], h, wd)
+        pp = self.conv_params(x.type.shape, w_pw.type.shape, mid, (1, 1), (1, 1), (0, 0, 0, 0), 1)
+        pd = self.conv_params(mid, w_dw.type.shape, y.type.shape, op.get_attr("strides"), op.get_attr("dilations"),
+                              op.get_attr("pads"), op.get_attr("group"))
+        idx = self.weights.add_array(("pw", id(w_pw)), lambda: pack_pw(const_value(w_pw)))
+        self.emit(f"{{ static const tcc_conv_params pp = {pp}, pd = {pd};")
+        self.emit("  " + self.epilogue(op, b_pw, 2, 1.0, None, "epp", "pw_"))
+        self.emit("  " + self.epilogue(op, bias, 2, 1.0, res))
+        self.emit(f"  tcc_cpu_conv2d_pw_dw(&pp, {self.ptr(x)}, (float *)W[{idx}], &epp, &pd, {self.ptr(w_dw)}, "
+                  f"{self.ptr(y)}, &ep); }}")
 
     def op_conv(self, op):
         x, w = op.operands[0], op.operands[1]
@@ -280,17 +310,15 @@ class FunctionCodegen:
         rest = list(op.operands[2:])
         bias = self.ptr(rest.pop(0)) if op.get_attr("has_bias") else None
         res = self.ptr(rest.pop(0)) if op.get_attr("has_residual") else None
-        n, c, h, wd = x.type.shape
-        m, _, kh, kw = w.type.shape
-        oh, ow = y.type.shape[2:]
+        kh, kw = w.type.shape[2:]
         sh, sw = op.get_attr("strides")
         dh, dw = op.get_attr("dilations")
         pt, pl, pb, pr = op.get_attr("pads")
         g = op.get_attr("group")
         self.scratch = max(self.scratch, conv_scratch(x.type.shape, w.type.shape, y.type.shape, (sh, sw),
                                                       (pt, pl, pb, pr), g))
-        self.emit(f"{{ static const tcc_conv_params p = {{{n}, {c}, {h}, {wd}, {m}, {kh}, {kw}, {oh}, {ow}, "
-                  f"{sh}, {sw}, {dh}, {dw}, {pt}, {pl}, {pb}, {pr}, {g}}};")
+        params = self.conv_params(x.type.shape, w.type.shape, y.type.shape, (sh, sw), (dh, dw), (pt, pl, pb, pr), g)
+        self.emit(f"{{ static const tcc_conv_params p = {params};")
         self.emit("  " + self.epilogue(op, bias, 2, 1.0, res))
         wop = getattr(w, "op", None)
         const_w = wop is not None and wop.name == "onnx.Constant"

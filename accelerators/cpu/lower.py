@@ -3,6 +3,8 @@ become `cpu` dialect ops, each one call into the kernel library (or one
 generated loop nest), with their epilogues fused:
 
     cpu.conv(x, w, [bias], [residual])   {strides, pads, dilations, group, act, act_a0, act_a1, has_bias, has_residual}
+    cpu.conv_pw_dw(x, w_pw, [b_pw], w_dw, [bias], [residual])
+                                         {pw_has_bias, pw_act, pw_act_a0, pw_act_a1, and the depthwise conv's}
     cpu.gemm(a, b, [c], [residual])      {trans_a, trans_b, alpha, beta, bias_mode, act, ...}
     cpu.matmul(a, b, [bias], [residual]) {bias_mode, act, ...}   (batched, broadcasting)
     cpu.maxpool / cpu.avgpool(x)         {kernel, strides, pads, dilations, count_include_pad}
@@ -17,7 +19,9 @@ per-channel constant becomes the bias, Add of a same-shaped tensor the
 residual, and Relu/Clip/Sigmoid/Tanh/LeakyRelu the activation of the
 Conv/Gemm/MatMul before them; chains and trees of single-use elementwise
 ops become one cpu.elementwise (one pass over memory); a LayerNormalization
-of a single-use Softmax over the same rows takes it in (softmax = 1)."""
+of a single-use Softmax over the same rows takes it in (softmax = 1); a
+pointwise conv read only by a depthwise one becomes one cpu.conv_pw_dw (the
+expanded tensor of an inverted residual block never reaches memory)."""
 from __future__ import annotations
 
 import numpy as np
@@ -36,7 +40,7 @@ def dialect():
     def op(name, regions=0, traits=frozenset({PURE})):
         return OpDef(name, [OperandDef("inputs", "variadic")], [OperandDef("result")], traits=traits,
                      num_regions=regions)
-    ops = [op(f"cpu.{n}") for n in ("conv", "gemm", "matmul", "maxpool", "avgpool", "global_avgpool", "softmax",
+    ops = [op(f"cpu.{n}") for n in ("conv", "conv_pw_dw", "gemm", "matmul", "maxpool", "avgpool", "global_avgpool", "softmax",
                                      "layernorm", "transpose", "reshape")]
     ops.append(op("cpu.elementwise", 1, frozenset({PURE, ISOLATED})))
     ops.append(OpDef("cpu.yield", [OperandDef("values", "variadic")], traits=frozenset({TERMINATOR, PURE})))
@@ -210,6 +214,51 @@ class Lowering:
         attrs.update(act or {})
         self._replace(op, chain, "cpu.conv", operands, attrs)
 
+    # -- pointwise -> depthwise -------------------------------------------------------
+    PW_DW_MAX_PLANE = 32768  # kernels/conv_pw.c buffers 8 expanded planes per thread: at most 1 MB, in L2
+
+    def fuse_pw_dw(self):
+        for b in list(self.block.ops):
+            if b.name != "cpu.conv" or b.parent is None:
+                continue
+            x = b.operands[0]
+            a = getattr(x, "op", None)
+            if a is None or a.name != "cpu.conv" or len(x.uses) != 1 or not self._fusable_pw(a):
+                continue
+            if not self._fusable_dw(b):
+                continue
+            operands = [a.operands[0], a.operands[1]]
+            if a.get_attr("has_bias"):
+                operands.append(a.operands[2])
+            operands += list(b.operands[1:])
+            attrs = dict(b.attributes)
+            attrs["pw_has_bias"] = A.IntegerAttr(int(a.get_attr("has_bias")))
+            attrs["pw_act"] = A.StringAttr(a.get_attr("act")) if a.get_attr("act") else None
+            attrs["pw_act_a0"] = A.FloatAttr(float(a.get_attr("act_a0", 0.0) or 0.0))
+            attrs["pw_act_a1"] = A.FloatAttr(float(a.get_attr("act_a1", 0.0) or 0.0))
+            attrs = {k: v for k, v in attrs.items() if v is not None}
+            self._replace_simple(b, "cpu.conv_pw_dw", operands, attrs)
+            a.erase()
+
+    @staticmethod
+    def _const(v):
+        p = getattr(v, "op", None)
+        return p is not None and p.name == "onnx.Constant"
+
+    def _fusable_pw(self, op):
+        x, w = op.operands[0], op.operands[1]
+        return (x.type.rank == 4 and w.type.shape[2:] == (1, 1) and self._const(w) and op.get_attr("group") == 1
+                and list(op.get_attr("strides")) == [1, 1] and not any(op.get_attr("pads"))
+                and not op.get_attr("has_residual")
+                and x.type.shape[2] * x.type.shape[3] <= self.PW_DW_MAX_PLANE)
+
+    def _fusable_dw(self, op):
+        x, w = op.operands[0], op.operands[1]
+        c, m, kh, kw = x.type.shape[1], w.type.shape[0], w.type.shape[2], w.type.shape[3]
+        sh, sw = op.get_attr("strides")
+        return (op.get_attr("group") == c == m > 1 and w.type.shape[1] == 1 and self._const(w)
+                and kh * kw <= 64 and sh * sw <= 64)
+
     def lower_gemm(self, op):
         has_c = self._present(op, 2)
         chain, bias, res, act = self.absorb(op, -1, allow_bias=not has_c)
@@ -374,6 +423,7 @@ class Lowering:
                 self.lower_gemm(op)
             elif n == "onnx.MatMul":
                 self.lower_matmul(op)
+        self.fuse_pw_dw()
         left = []
         for op in list(self.block.ops):
             n = op.name

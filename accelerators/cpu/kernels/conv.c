@@ -521,3 +521,14 @@ void tcc_cpu_conv2d_pw(const tcc_conv_params *p, const float *x, const float *wp
     cv_ep e = resolve_ep(ep);
     cv_pointwise(p, x, wp, y, &e);
 }
+
+void tcc_cpu_conv2d_pw_dw(const tcc_conv_params *pp, const float *x, const float *wp, const tcc_epilogue *epp,
+                          const tcc_conv_params *pd, const float *wd, float *y, const tcc_epilogue *epd) {
+    long off[64];
+    cv_layout l;
+    cv_layout_init(&l, pd, off); /* codegen fuses only depthwise convolutions the phase table covers */
+    const cv_ep ep = resolve_ep(epp), ed = resolve_ep(epd);
+    cv_dw d;
+    cv_dw_init(&d, pd, &l, wd, &ed);
+    cv_pointwise_depthwise(pp, x, wp, &ep, &d, y);
+}

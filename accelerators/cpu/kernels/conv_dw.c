@@ -9,18 +9,15 @@
  * row is swept in vectors. Either way DG independent vectors are in flight
  * (short rows would otherwise leave one FMA chain latency-bound), taps are
  * shifted loads times a broadcast weight, and the epilogue is applied in
- * registers before a (masked) store straight into y. */
+ * registers before a (masked) store straight into y.
+ *
+ * A call is prepared once (cv_dw_init: the path and its tables), then any
+ * plane runs on its own (cv_dw_plane), so conv_pw.c's fused pointwise ->
+ * depthwise kernel feeds planes it has just computed into L2. */
 #include "conv_vec.h"
 
 #define DG 4 /* output vectors in flight: independent FMA chains */
 
-typedef struct {
-    const tcc_conv_params *p;
-    const cv_layout *l;
-    const float *x, *w;
-    float *y;
-    const cv_ep *e;
-} dw_job;
 
 /* One channel plane's state while its outputs are computed. */
 typedef struct {
@@ -102,34 +99,23 @@ static void dw_run_plane(dw_plane *d, const cv_layout *l, const tcc_conv_params 
     dw_flush(d);
 }
 
-static void dw_task(void *arg, long b, long e) {
-    const dw_job *j = arg;
-    const tcc_conv_params *p = j->p;
-    const cv_layout *l = j->l;
-    const long hw = p->h * p->w, ohw = p->oh * p->ow;
-    float *pack = NULL;
-    if (!l->direct) {
-        pack = cv_tls_buffer(0, l->cs);
-        memset(pack, 0, l->cs * sizeof(float)); /* padding stays zero: only the interior is repacked */
+static void dw_packed_plane(const cv_dw *d, const float *x, long c, float *y, const float *res, float *pack) {
+    const tcc_conv_params *p = d->p;
+    const cv_layout *l = d->l;
+    dw_plane s;
+    s.off = l->off;
+    s.taps = l->taps;
+    s.e = d->e;
+    s.xp = x;
+    if (pack) {
+        cv_pack(l, p, x, pack, 0, 1, 0);
+        s.xp = pack;
     }
-    dw_plane d;
-    d.off = l->off;
-    d.taps = l->taps;
-    d.e = j->e;
-    for (long pc = b; pc < e; pc++) {
-        const long c = pc % p->c;
-        d.xp = j->x + pc * hw;
-        if (pack) {
-            cv_pack(l, p, d.xp, pack, 0, 1, 0);
-            d.xp = pack;
-        }
-        d.w = j->w + c * l->taps;
-        d.y = j->y + pc * ohw;
-        d.res = j->e->res ? j->e->res + pc * ohw : NULL;
-        d.bias = cv_bias(j->e, c);
-        dw_run_plane(&d, l, p);
-        if (!cv_vec_act(j->e->act)) cv_ep_run(d.y, d.y, ohw, 0.f, NULL, j->e);
-    }
+    s.w = d->w + c * l->taps;
+    s.y = y;
+    s.res = res;
+    s.bias = cv_bias(d->e, c);
+    dw_run_plane(&s, l, p);
 }
 
 #if defined(__AVX512F__)
@@ -145,15 +131,6 @@ static int dwf_fits(const tcc_conv_params *p) {
            p->h * p->w < (1L << 22);
 }
 
-typedef struct {
-    const tcc_conv_params *p;
-    const float *x, *w;
-    float *y;
-    const cv_ep *e;
-    long taps, nv;
-    const __mmask16 *mk; /* dwf_masks, once per call: shared by every task */
-    long off[64];
-} dwf_job;
 
 /* mk[v * taps + t]: lanes of output vector v whose tap t lies in the plane. */
 static void dwf_masks(const tcc_conv_params *p, long taps, long nv, __mmask16 *mk) {
@@ -179,7 +156,7 @@ static void dwf_masks(const tcc_conv_params *p, long taps, long nv, __mmask16 *m
     }
 }
 
-CV_INLINE void dwf_plane(const dwf_job *j, const float *x, const float *w, float *y, const float *res, float bias,
+CV_INLINE void dwf_plane(const cv_dw *j, const float *x, const float *w, float *y, const float *res, float bias,
                          const __mmask16 *mk, const long T) {
     const long nv = j->nv, HW = j->p->h * j->p->w, *off = j->off;
     const cv_ep *e = j->e;
@@ -219,29 +196,15 @@ CV_INLINE void dwf_plane(const dwf_job *j, const float *x, const float *w, float
     }
 }
 
-static void dwf_plane_3x3(const dwf_job *j, const float *x, const float *w, float *y, const float *res, float bias,
+static void dwf_plane_3x3(const cv_dw *j, const float *x, const float *w, float *y, const float *res, float bias,
                           const __mmask16 *mk) {
     dwf_plane(j, x, w, y, res, bias, mk, 9);
 }
-static void dwf_plane_any(const dwf_job *j, const float *x, const float *w, float *y, const float *res, float bias,
+static void dwf_plane_any(const cv_dw *j, const float *x, const float *w, float *y, const float *res, float bias,
                           const __mmask16 *mk) {
     dwf_plane(j, x, w, y, res, bias, mk, j->taps);
 }
 
-static void dwf_task(void *arg, long b, long e) {
-    const dwf_job *j = arg;
-    const tcc_conv_params *p = j->p;
-    const long hw = p->h * p->w, T = j->taps;
-    const __mmask16 *mk = j->mk;
-    for (long pc = b; pc < e; pc++) {
-        const long c = pc % p->c;
-        float *y = j->y + pc * hw;
-        const float *res = j->e->res ? j->e->res + pc * hw : NULL;
-        if (T == 9) dwf_plane_3x3(j, j->x + pc * hw, j->w + c * T, y, res, cv_bias(j->e, c), mk);
-        else dwf_plane_any(j, j->x + pc * hw, j->w + c * T, y, res, cv_bias(j->e, c), mk);
-        if (!cv_vec_act(j->e->act)) cv_ep_run(y, y, hw, 0.f, NULL, j->e);
-    }
-}
 
 /* ---- in place: stride 2 along rows, 3 taps per row --------------------------
  * Output row vectors of VL columns; each tap row loads the 2*VL input
@@ -253,15 +216,6 @@ static void dwf_task(void *arg, long b, long e) {
 #define DWS2_KH 8
 static int dws2_fits(const tcc_conv_params *p) { return p->sw == 2 && p->kw == 3 && p->dw == 1 && p->kh <= DWS2_KH; }
 
-typedef struct {
-    const tcc_conv_params *p;
-    const float *x, *w;
-    float *y;
-    const cv_ep *e;
-    long ncv;            /* vectors per output row */
-    const __mmask16 *cm; /* dws2_masks, once per call */
-    const float *zr;     /* a zero row as wide as the input */
-} dws2_job;
 
 /* cm[cv * 4 + i]: lanes of the loads at column 2*cv*VL - pl + {0, VL, 2, VL + 2} inside [0, w). */
 static void dws2_masks(const tcc_conv_params *p, long ncv, __mmask16 *cm) {
@@ -280,7 +234,7 @@ static void dws2_masks(const tcc_conv_params *p, long ncv, __mmask16 *cm) {
 /* DG output rows from oh0, every vector along them. Tap rows outside the
  * input read zr (a zero row), rows past the plane's end repeat the last
  * one and are not stored: no per-load row masks. */
-CV_INLINE void dws2_rows(const dws2_job *j, const float *x, const float *w, float *y, const float *res, float bias,
+CV_INLINE void dws2_rows(const cv_dw *j, const float *x, const float *w, float *y, const float *res, float bias,
                          const __mmask16 *cm, const long KH, const long oh0) {
     const tcc_conv_params *p = j->p;
     const long H = p->h, W = p->w, OH = p->oh, OW = p->ow, sh = p->sh, dh = p->dh, pt = p->pt;
@@ -326,63 +280,103 @@ CV_INLINE void dws2_rows(const dws2_job *j, const float *x, const float *w, floa
     }
 }
 
-CV_INLINE void dws2_plane(const dws2_job *j, const float *x, const float *w, float *y, const float *res, float bias,
+CV_INLINE void dws2_plane(const cv_dw *j, const float *x, const float *w, float *y, const float *res, float bias,
                           const __mmask16 *cm, const long KH) {
     /* the DG rows' input rows stay in L1 while every vector along them is done */
     for (long oh0 = 0; oh0 < j->p->oh; oh0 += DG) dws2_rows(j, x, w, y, res, bias, cm, KH, oh0);
 }
 
-static void dws2_plane_3x3(const dws2_job *j, const float *x, const float *w, float *y, const float *res,
+static void dws2_plane_3x3(const cv_dw *j, const float *x, const float *w, float *y, const float *res,
                            float bias, const __mmask16 *cm) {
     dws2_plane(j, x, w, y, res, bias, cm, 3);
 }
-static void dws2_plane_any(const dws2_job *j, const float *x, const float *w, float *y, const float *res,
+static void dws2_plane_any(const cv_dw *j, const float *x, const float *w, float *y, const float *res,
                            float bias, const __mmask16 *cm) {
     dws2_plane(j, x, w, y, res, bias, cm, j->p->kh);
 }
 
-static void dws2_task(void *arg, long b, long e) {
-    const dws2_job *j = arg;
-    const tcc_conv_params *p = j->p;
-    const long hw = p->h * p->w, ohw = p->oh * p->ow, T = p->kh * 3;
-    const __mmask16 *cm = j->cm;
-    for (long pc = b; pc < e; pc++) {
-        const long c = pc % p->c;
-        float *y = j->y + pc * ohw;
-        const float *res = j->e->res ? j->e->res + pc * ohw : NULL;
-        if (p->kh == 3) dws2_plane_3x3(j, j->x + pc * hw, j->w + c * T, y, res, cv_bias(j->e, c), cm);
-        else dws2_plane_any(j, j->x + pc * hw, j->w + c * T, y, res, cv_bias(j->e, c), cm);
-        if (!cv_vec_act(j->e->act)) cv_ep_run(y, y, ohw, 0.f, NULL, j->e);
-    }
-}
 #endif
+
+enum { DW_PACKED, DW_FLAT, DW_S2 };
+
+void cv_dw_init(cv_dw *d, const tcc_conv_params *p, const cv_layout *l, const float *w, const cv_ep *e) {
+    memset(d, 0, sizeof *d);
+    d->p = p;
+    d->l = l;
+    d->w = w;
+    d->e = e;
+    d->taps = p->kh * p->kw;
+    d->path = DW_PACKED;
+#if defined(__AVX512F__)
+    if (dwf_fits(p)) {
+        d->path = DW_FLAT;
+        d->nv = (p->h * p->w + VL - 1) / VL;
+        __mmask16 *mk = (__mmask16 *)cv_tls_buffer(1, (size_t)(d->nv * d->taps + 1) / 2);
+        dwf_masks(p, d->taps, d->nv, mk);
+        d->mk = mk;
+        for (long ki = 0; ki < p->kh; ki++)
+            for (long kj = 0; kj < p->kw; kj++)
+                d->off[ki * p->kw + kj] = (ki * p->dh - p->pt) * p->w + kj * p->dw - p->pl;
+    } else if (dws2_fits(p)) {
+        d->path = DW_S2;
+        d->ncv = (p->ow + VL - 1) / VL;
+        __mmask16 *cm = (__mmask16 *)cv_tls_buffer(1, (size_t)(d->ncv * 4 + 1) / 2);
+        float *zr = cv_tls_buffer(0, (size_t)p->w);
+        dws2_masks(p, d->ncv, cm);
+        memset(zr, 0, (size_t)p->w * sizeof(float));
+        d->mk = cm;
+        d->zr = zr;
+    }
+#endif
+}
+
+/* The calling thread's buffer for packed planes, its padding zeroed (only
+ * the interior is repacked per plane); NULL when planes are read in place. */
+float *cv_dw_pack_buffer(const cv_dw *d) {
+    if (d->path != DW_PACKED || d->l->direct) return NULL;
+    float *pack = cv_tls_buffer(0, d->l->cs);
+    memset(pack, 0, d->l->cs * sizeof(float));
+    return pack;
+}
+
+void cv_dw_plane(const cv_dw *d, const float *x, long c, float *y, const float *res, float *pack) {
+    const tcc_conv_params *p = d->p;
+    const float *w = d->w + c * d->taps, bias = cv_bias(d->e, c);
+#if defined(__AVX512F__)
+    const __mmask16 *mk = (const __mmask16 *)d->mk;
+    if (d->path == DW_FLAT) {
+        if (d->taps == 9) dwf_plane_3x3(d, x, w, y, res, bias, mk);
+        else dwf_plane_any(d, x, w, y, res, bias, mk);
+    } else if (d->path == DW_S2) {
+        if (p->kh == 3) dws2_plane_3x3(d, x, w, y, res, bias, mk);
+        else dws2_plane_any(d, x, w, y, res, bias, mk);
+    } else
+#endif
+        dw_packed_plane(d, x, c, y, res, pack);
+    (void)bias;
+    if (!cv_vec_act(d->e->act)) cv_ep_run(y, y, p->oh * p->ow, 0.f, NULL, d->e);
+}
+
+typedef struct {
+    const cv_dw *d;
+    const float *x;
+    float *y;
+} dw_job;
+
+static void dw_task(void *arg, long b, long e) {
+    const dw_job *j = arg;
+    const tcc_conv_params *p = j->d->p;
+    const long hw = p->h * p->w, ohw = p->oh * p->ow;
+    const float *res = j->d->e->res;
+    float *pack = cv_dw_pack_buffer(j->d);
+    for (long pc = b; pc < e; pc++)
+        cv_dw_plane(j->d, j->x + pc * hw, pc % p->c, j->y + pc * ohw, res ? res + pc * ohw : NULL, pack);
+}
 
 void cv_depthwise(const tcc_conv_params *p, const cv_layout *l, const float *x, const float *w, float *y,
                   const cv_ep *e) {
-#if defined(__AVX512F__)
-    if (dwf_fits(p)) {
-        dwf_job j = {p, x, w, y, e, p->kh * p->kw, (p->h * p->w + VL - 1) / VL, NULL, {0}};
-        __mmask16 *mk = (__mmask16 *)cv_tls_buffer(1, (size_t)(j.nv * j.taps + 1) / 2);
-        dwf_masks(p, j.taps, j.nv, mk);
-        j.mk = mk;
-        for (long ki = 0; ki < p->kh; ki++)
-            for (long kj = 0; kj < p->kw; kj++)
-                j.off[ki * p->kw + kj] = (ki * p->dh - p->pt) * p->w + kj * p->dw - p->pl;
-        tcc_cpu_parallel_for(p->n * p->c, 1, dwf_task, &j);
-        return;
-    }
-    if (dws2_fits(p)) {
-        dws2_job j = {p, x, w, y, e, (p->ow + VL - 1) / VL, NULL, NULL};
-        __mmask16 *cm = (__mmask16 *)cv_tls_buffer(1, (size_t)(j.ncv * 4 + 1) / 2);
-        float *zr = cv_tls_buffer(0, (size_t)p->w);
-        dws2_masks(p, j.ncv, cm);
-        memset(zr, 0, (size_t)p->w * sizeof(float));
-        j.cm = cm;
-        j.zr = zr;
-        tcc_cpu_parallel_for(p->n * p->c, 1, dws2_task, &j);
-        return;
-    }
-#endif
-    dw_job j = {p, l, x, w, y, e};
+    cv_dw d;
+    cv_dw_init(&d, p, l, w, e);
+    dw_job j = {&d, x, y};
     tcc_cpu_parallel_for(p->n * p->c, 1, dw_task, &j);
 }

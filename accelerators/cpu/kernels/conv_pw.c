@@ -50,8 +50,9 @@ CV_INLINE vf pw_ep(const pw_job *j, vf a, float b, const float *res, int n) {
     return cv_vec_act(j->e->act) ? cv_act_v(a, j->e->act, j->e->a0, j->e->a1) : a;
 }
 
-CV_INLINE void pw_tile(const pw_job *j, long img, long m0, const float *w, long q0, const int nr, const int masked,
-                       int rem, const int pf) {
+/* y0, res0: the tile's first output row at q0 (rows P apart), res0 NULL when none. */
+CV_INLINE void pw_tile(const pw_job *j, long img, long m0, const float *w, long q0, float *y0, const float *res0,
+                       const int nr, const int masked, int rem, const int pf) {
     const long C = j->C, P = j->P;
     const float *x = j->x + img * C * P + q0;
     vf acc[TR][NR];
@@ -63,6 +64,7 @@ CV_INLINE void pw_tile(const pw_job *j, long img, long m0, const float *w, long 
         vf xv[NR];
 #pragma GCC unroll 4
         for (int v = 0; v < nr; v++) xv[v] = (masked && v == nr - 1) ? v_ld_n(x + v * VL, rem) : v_ld(x + v * VL);
+        __builtin_prefetch(w + 32 * PR);
         if (pf)
 #pragma GCC unroll 4
             for (int v = 0; v <= NR; v++) __builtin_prefetch(x + TW + v * VL);
@@ -78,49 +80,54 @@ CV_INLINE void pw_tile(const pw_job *j, long img, long m0, const float *w, long 
     for (int i = 0; i < TR; i++) {
         const long m = m0 + i;
         if (m >= j->M) break;
-        const long o = (img * j->M + m) * P + q0;
+        float *yr = y0 + i * P;
+        const float *rr = res0 ? res0 + i * P : NULL;
         const float b = cv_bias(j->e, m);
 #pragma GCC unroll 4
         for (int v = 0; v < nr; v++) {
             const int k = masked && v == nr - 1 ? rem : VL;
-            const vf a = pw_ep(j, acc[i][v], b, j->res ? j->res + o + v * VL : NULL, k);
-            if (k < VL) v_st_n(j->y + o + v * VL, a, k);
-            else v_st(j->y + o + v * VL, a);
+            const vf a = pw_ep(j, acc[i][v], b, rr ? rr + v * VL : NULL, k);
+            if (k < VL) v_st_n(yr + v * VL, a, k);
+            else v_st(yr + v * VL, a);
         }
-        if (!cv_vec_act(j->e->act)) cv_ep_run(j->y + o, j->y + o, n, 0.f, NULL, j->e);
+        if (!cv_vec_act(j->e->act)) cv_ep_run(yr, yr, n, 0.f, NULL, j->e);
     }
 }
 
-__attribute__((noinline)) static void pw_full(const pw_job *j, long img, long m0, const float *w, long q0) {
-    pw_tile(j, img, m0, w, q0, NR, 0, VL, 0);
+__attribute__((noinline)) static void pw_full(const pw_job *j, long img, long m0, const float *w, long q0, float *y0,
+                                              const float *res0) {
+    pw_tile(j, img, m0, w, q0, y0, res0, NR, 0, VL, 0);
 }
 /* The same, the next tile's input prefetched along the way: pays when that
  * comes from L3 (an input larger than L2: 5-15 % on those layers), while
  * from L2 it only evicts this tile's input from L1. */
-__attribute__((noinline)) static void pw_full_pf(const pw_job *j, long img, long m0, const float *w, long q0) {
-    pw_tile(j, img, m0, w, q0, NR, 0, VL, 1);
+__attribute__((noinline)) static void pw_full_pf(const pw_job *j, long img, long m0, const float *w, long q0,
+                                                 float *y0, const float *res0) {
+    pw_tile(j, img, m0, w, q0, y0, res0, NR, 0, VL, 1);
 }
 #define PW_TAIL(nr)                                                                                                \
     __attribute__((noinline)) static void pw_tail##nr(const pw_job *j, long img, long m0, const float *w, long q0, \
-                                                      int rem) {                                                   \
-        pw_tile(j, img, m0, w, q0, nr, 1, rem, 0);                                                                 \
+                                                      float *y0, const float *res0, int rem) {                     \
+        pw_tile(j, img, m0, w, q0, y0, res0, nr, 1, rem, 0);                                                       \
     }
 PW_TAIL(1)
 PW_TAIL(2)
 PW_TAIL(3)
 
-/* The rest positions [qmain, P) (nr of them) of RB packed blocks from
- * blk (fewer at the end: the last is repeated, not stored), run after the
- * main tiles of the last of them (their weights still in L2): rows in lanes,
+/* The rest positions [qmain, P) (nr of them) of NB packed blocks from blk
+ * (nb of them real: the last is repeated, not stored), run after the main
+ * tiles of the last of them (their weights still in L2): rows in lanes,
  * each x value broadcast once for every block, CH chains along C per
- * block and position so enough FMAs are in flight. */
-CV_INLINE void pw_rest(const pw_job *j, long img, long blk, const int nr, const int CH) {
-    const long C = j->C, P = j->P, q0 = j->qmain, nb = j->nblk - blk < RB ? j->nblk - blk : RB;
+ * block and position so enough FMAs are in flight. yb, resb: block blk's
+ * first row at position 0, blocks PR rows of P apart. */
+CV_INLINE void pw_rest(const pw_job *j, long img, long blk, long nb, float *yb, const float *resb, const int NB,
+                       const int nr, const int CH) {
+    const long C = j->C, P = j->P, q0 = j->qmain;
     const float *x = j->x + img * C * P + q0, *w[RB];
-    for (int b = 0; b < RB; b++) w[b] = j->wp + (blk + (b < nb ? b : nb - 1)) * C * PR;
+    for (int b = 0; b < NB; b++) w[b] = j->wp + (blk + (b < nb ? b : nb - 1)) * C * PR;
     v8 acc[RB][REST_MAX][2];
 #pragma GCC unroll 4
-    for (int b = 0; b < RB; b++)
+    for (int b = 0; b < NB; b++)
 #pragma GCC unroll 4
         for (int r = 0; r < nr; r++)
 #pragma GCC unroll 2
@@ -130,7 +137,7 @@ CV_INLINE void pw_rest(const pw_job *j, long img, long blk, const int nr, const 
 #pragma GCC unroll 2
         for (int h = 0; h < CH; h++)
 #pragma GCC unroll 4
-            for (int b = 0; b < RB; b++) {
+            for (int b = 0; b < NB; b++) {
                 v8 wv;
                 memcpy(&wv, w[b] + (c + h) * PR, sizeof wv);
 #pragma GCC unroll 4
@@ -138,7 +145,7 @@ CV_INLINE void pw_rest(const pw_job *j, long img, long blk, const int nr, const 
             }
     for (; c < C; c++)
 #pragma GCC unroll 4
-        for (int b = 0; b < RB; b++) {
+        for (int b = 0; b < NB; b++) {
             v8 wv;
             memcpy(&wv, w[b] + c * PR, sizeof wv);
 #pragma GCC unroll 4
@@ -153,24 +160,63 @@ CV_INLINE void pw_rest(const pw_job *j, long img, long blk, const int nr, const 
             memcpy(s[r], &t, sizeof t);
         }
         for (int i = 0; i < PR && m0 + i < j->M; i++) {
-            const long o = (img * j->M + m0 + i) * P + q0;
+            const long o = (b * PR + i) * P + q0;
             const float bias = cv_bias(j->e, m0 + i);
             for (int r = 0; r < nr; r++) {
-                const float v = s[r][i] + bias + (j->res ? j->res[o + r] : 0.f);
-                j->y[o + r] = cv_vec_act(j->e->act) ? cv_act_v((vf){0} + v, j->e->act, j->e->a0, j->e->a1)[0] : v;
+                const float v = s[r][i] + bias + (resb ? resb[o + r] : 0.f);
+                yb[o + r] = cv_vec_act(j->e->act) ? cv_act_v((vf){0} + v, j->e->act, j->e->a0, j->e->a1)[0] : v;
             }
-            if (!cv_vec_act(j->e->act)) cv_ep_run(j->y + o, j->y + o, nr, 0.f, NULL, j->e);
+            if (!cv_vec_act(j->e->act)) cv_ep_run(yb + o, yb + o, nr, 0.f, NULL, j->e);
         }
     }
 }
 
+/* RB blocks of the NCHW output from blk. */
 static void pw_rest_any(const pw_job *j, long img, long blk) {
+    const long nb = j->nblk - blk < RB ? j->nblk - blk : RB, o = (img * j->M + blk * PR) * j->P;
+    float *yb = j->y + o;
+    const float *rb = j->res ? j->res + o : NULL;
     switch (j->P - j->qmain) {
-    case 1: pw_rest(j, img, blk, 1, 2); break;
-    case 2: pw_rest(j, img, blk, 2, 1); break;
-    case 3: pw_rest(j, img, blk, 3, 1); break;
-    case 4: pw_rest(j, img, blk, 4, 1); break;
+    case 1: pw_rest(j, img, blk, nb, yb, rb, RB, 1, 2); break;
+    case 2: pw_rest(j, img, blk, nb, yb, rb, RB, 2, 1); break;
+    case 3: pw_rest(j, img, blk, nb, yb, rb, RB, 3, 1); break;
+    case 4: pw_rest(j, img, blk, nb, yb, rb, RB, 4, 1); break;
     default: break;
+    }
+}
+
+/* One block into its own buffer yb (no residual). */
+static void pw_rest_one(const pw_job *j, long img, long blk, float *yb) {
+    switch (j->P - j->qmain) {
+    case 1: pw_rest(j, img, blk, 1, yb, NULL, 1, 1, 2); break;
+    case 2: pw_rest(j, img, blk, 1, yb, NULL, 1, 2, 2); break;
+    case 3: pw_rest(j, img, blk, 1, yb, NULL, 1, 3, 2); break;
+    case 4: pw_rest(j, img, blk, 1, yb, NULL, 1, 4, 2); break;
+    default: break;
+    }
+}
+
+/* Positions [q0, q1) of packed block blk: yb, resb its first row at
+ * position 0 (rows P apart). */
+static void pw_block(const pw_job *j, long img, long blk, long q0, long q1, float *yb, const float *resb) {
+    for (int h = 0; h < PR / TR; h++) {
+        const long m0 = blk * PR + h * TR;
+        if (m0 >= j->M) break;
+        const float *w = j->wp + blk * j->C * PR + h * TR;
+        float *yh = yb + h * TR * j->P;
+        const float *rh = resb ? resb + h * TR * j->P : NULL;
+        long q = q0;
+        for (; q + TW <= q1; q += TW) {
+            if (j->pf && q + 2 * TW <= q1) pw_full_pf(j, img, m0, w, q, yh + q, rh ? rh + q : NULL);
+            else pw_full(j, img, m0, w, q, yh + q, rh ? rh + q : NULL);
+        }
+        if (q < q1) {
+            const long n = q1 - q;
+            const int nr = (int)((n + VL - 1) / VL), rem = (int)(n - (nr - 1) * VL);
+            if (nr == 1) pw_tail1(j, img, m0, w, q, yh + q, rh ? rh + q : NULL, rem);
+            else if (nr == 2) pw_tail2(j, img, m0, w, q, yh + q, rh ? rh + q : NULL, rem);
+            else pw_tail3(j, img, m0, w, q, yh + q, rh ? rh + q : NULL, rem);
+        }
     }
 }
 
@@ -180,23 +226,8 @@ static void pw_task(void *arg, long b, long e) {
     for (long it = b; it < e; it++) {
         const long blk = it % j->nblk, qc = it / j->nblk % j->nqc, img = it / j->nblk / j->nqc;
         const long q0 = qc * j->qchunk, q1 = q0 + j->qchunk < j->qmain ? q0 + j->qchunk : j->qmain;
-        for (int h = 0; h < PR / TR; h++) {
-            const long m0 = blk * PR + h * TR;
-            if (m0 >= j->M) break;
-            const float *w = j->wp + blk * j->C * PR + h * TR;
-            long q = q0;
-            for (; q + TW <= q1; q += TW) {
-                if (j->pf && q + 2 * TW <= q1) pw_full_pf(j, img, m0, w, q);
-                else pw_full(j, img, m0, w, q);
-            }
-            if (q < q1) {
-                const long n = q1 - q;
-                const int nr = (int)((n + VL - 1) / VL), rem = (int)(n - (nr - 1) * VL);
-                if (nr == 1) pw_tail1(j, img, m0, w, q, rem);
-                else if (nr == 2) pw_tail2(j, img, m0, w, q, rem);
-                else pw_tail3(j, img, m0, w, q, rem);
-            }
-        }
+        const long o = (img * j->M + blk * PR) * j->P;
+        pw_block(j, img, blk, q0, q1, j->y + o, j->res ? j->res + o : NULL);
         if (qc == j->nqc - 1 && j->qmain < j->P && (blk % RB == RB - 1 || blk == j->nblk - 1))
             pw_rest_any(j, img, blk - blk % RB);
     }
@@ -220,4 +251,43 @@ void cv_pointwise(const tcc_conv_params *p, const float *x, const float *wp, flo
     j.qchunk = (nvec + nqc - 1) / nqc * VL;
     j.nqc = j.qmain ? (j.qmain + j.qchunk - 1) / j.qchunk : 1;
     tcc_cpu_parallel_for(p->n * j.nqc * j.nblk, 1, pw_task, &j);
+}
+
+/* ---- pointwise -> depthwise -----------------------------------------------------
+ * An inverted residual block's expansion: a pointwise convolution read only
+ * by a depthwise one. One item computes one packed block of PR expanded
+ * channels over a whole plane into a per-thread buffer (it stays in L2),
+ * then the depthwise convolution of those PR planes: the expanded tensor,
+ * the block's largest, never goes to memory and back. */
+typedef struct {
+    pw_job pw;
+    const cv_dw *dw;
+    float *y;
+} pwdw_job;
+
+static void pwdw_task(void *arg, long b, long e) {
+    const pwdw_job *f = arg;
+    const pw_job *j = &f->pw;
+    const long ohw = f->dw->p->oh * f->dw->p->ow;
+    const float *res = f->dw->e->res;
+    float *buf = cv_tls_buffer(2, (size_t)(PR * j->P));
+    float *pack = cv_dw_pack_buffer(f->dw);
+    for (long it = b; it < e; it++) {
+        const long blk = it % j->nblk, img = it / j->nblk;
+        pw_block(j, img, blk, 0, j->qmain, buf, NULL);
+        if (j->qmain < j->P) pw_rest_one(j, img, blk, buf);
+        for (long i = 0; i < PR && blk * PR + i < j->M; i++) {
+            const long c = blk * PR + i, o = (img * j->M + c) * ohw;
+            cv_dw_plane(f->dw, buf + i * j->P, c, f->y + o, res ? res + o : NULL, pack);
+        }
+    }
+}
+
+void cv_pointwise_depthwise(const tcc_conv_params *p, const float *x, const float *wp, const cv_ep *e,
+                            const cv_dw *dw, float *y) {
+    const long C = p->c, M = p->m, P = p->oh * p->ow, rest = P % VL;
+    pwdw_job f = {{x, wp, NULL, NULL, e, C, M, P, P, P, 1, (M + PR - 1) / PR, C * P * (long)sizeof(float) > L2_BUDGET},
+                  dw, y};
+    if (rest <= REST_MAX) f.pw.qmain = P - rest;
+    tcc_cpu_parallel_for(p->n * f.pw.nblk, 1, pwdw_task, &f);
 }

@@ -136,8 +136,30 @@ void cv_store_rows(const cv_layout *l, const tcc_conv_params *p, float *y, const
 
 void cv_depthwise(const tcc_conv_params *p, const cv_layout *l, const float *x, const float *w, float *y,
                   const cv_ep *e) CV_HIDDEN;
+/* A depthwise call prepared once (cv_dw_init: the path, and its tables in
+ * the calling thread's buffers 0 and 1), then run plane by plane on any
+ * thread (cv_dw_plane: channel c's plane x -> y, res NULL or y's residual;
+ * pack: that thread's cv_dw_pack_buffer). */
+typedef struct {
+    const tcc_conv_params *p;
+    const cv_layout *l;
+    const float *w;
+    const cv_ep *e;
+    int path;
+    long taps, nv, ncv;       /* taps; AVX-512 paths: vectors per plane, per output row */
+    const unsigned short *mk; /* AVX-512 paths: load masks */
+    const float *zr;          /* stride-2 path: a zero row */
+    long off[64];             /* flat path: each tap's offset in the plane */
+} cv_dw;
+void cv_dw_init(cv_dw *d, const tcc_conv_params *p, const cv_layout *l, const float *w, const cv_ep *e) CV_HIDDEN;
+float *cv_dw_pack_buffer(const cv_dw *d) CV_HIDDEN;
+void cv_dw_plane(const cv_dw *d, const float *x, long c, float *y, const float *res, float *pack) CV_HIDDEN;
+
 /* Pointwise, group 1, weights packed (tcc_cpu_conv2d_pw). */
 void cv_pointwise(const tcc_conv_params *p, const float *x, const float *wp, float *y, const cv_ep *e) CV_HIDDEN;
+/* The same fused with the depthwise convolution `dw` that reads its output (tcc_cpu_conv2d_pw_dw). */
+void cv_pointwise_depthwise(const tcc_conv_params *p, const float *x, const float *wp, const cv_ep *e,
+                            const cv_dw *dw, float *y) CV_HIDDEN;
 
 /* The same without an epilogue (already applied in registers). */
 void cv_copy_rows(const cv_layout *l, const tcc_conv_params *p, float *y, const float *src, long q0, long n)

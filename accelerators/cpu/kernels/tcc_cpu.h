@@ -81,6 +81,11 @@ void tcc_cpu_conv2d_packed(const tcc_conv_params *p, const float *x, const float
 /* A pointwise convolution (1x1, stride 1, no pads, group 1) with the weights
  * packed at compile time as [ceil(m/8)][c][8] (rows past m zero). */
 void tcc_cpu_conv2d_pw(const tcc_conv_params *p, const float *x, const float *wp, float *y, const tcc_epilogue *ep);
+/* A pointwise convolution (pp, as tcc_cpu_conv2d_pw) whose output only the
+ * depthwise convolution pd (group == c == m, kh*kw <= 64, sh*sw <= 64, OIHW
+ * weights wd) reads: y = dw(pw(x)), the pointwise output never stored. */
+void tcc_cpu_conv2d_pw_dw(const tcc_conv_params *pp, const float *x, const float *wp, const tcc_epilogue *epp,
+                          const tcc_conv_params *pd, const float *wd, float *y, const tcc_epilogue *epd);
 /* 3x3, stride 1, dilation 1, group 1 as Winograd F(tile x tile, 3x3), tile
  * 2 or 4, the weights transformed at compile time (codegen.pack_wino): per
  * xi of (tile + 2)^2, per block b of nb = ceil(m / 14) output channel rows

@@ -1,0 +1,125 @@
+"""A pointwise conv read only by a depthwise one runs as one kernel
+(kernels/conv_pw.c's cv_pointwise_depthwise: each 8-channel block of the
+expanded tensor is computed into a per-thread buffer, then convolved
+depthwise straight from it), against onnxruntime on fresh random data:
+called directly on every ISA build at 1 and 2 threads through each
+depthwise path (in place at stride 1, stride-2 rows, phase-plane packing),
+and end to end through the lowering, which fuses only what it may."""
+import ctypes
+import zipfile
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import helper, numpy_helper
+
+from .helpers import check, model, rand, run_both
+from .test_conv_paths import ConvParams, Epilogue, out_size, pw_lib  # noqa: F401 (fixture)
+
+H = helper.make_node
+ACT_NODES = {"Relu": lambda i, o: [H("Relu", [i], [o])], "Sigmoid": lambda i, o: [H("Sigmoid", [i], [o])],
+             "Tanh": lambda i, o: [H("Tanh", [i], [o])], "Clip": lambda i, o: [H("Clip", [i, "lo", "hi"], [o])],
+             None: lambda i, o: [H("Identity", [i], [o])]}
+ACT_CODES = {None: (0, 0.0, 0.0), "Relu": (1, 0.0, 0.0), "Clip": (2, 0.0, 6.0), "Sigmoid": (3, 0.0, 0.0),
+             "Tanh": (4, 0.0, 0.0)}
+
+
+def block_model(n, c, h, w, hidden, k, s=(1, 1), d=(1, 1), pads=(1, 1, 1, 1), act1="Clip", act2="Clip",
+                residual=False, pw_bias=True):
+    """x -> Conv 1x1 (+ bias) -> act1 -> depthwise Conv k (+ bias) [+ residual] -> act2."""
+    oh, ow = out_size(h, k, s[0], d[0], pads[0], pads[2]), out_size(w, k, s[1], d[1], pads[1], pads[3])
+    inits = [("w1", rand(hidden, c, 1, 1)), ("w2", rand(hidden, 1, k, k)), ("b2", rand(hidden)),
+             ("lo", np.array(0.0, np.float32)), ("hi", np.array(6.0, np.float32))]
+    if pw_bias:
+        inits.append(("b1", rand(hidden)))
+    nodes = [H("Conv", ["x", "w1"] + (["b1"] if pw_bias else []), ["e"])] + ACT_NODES[act1]("e", "ea")
+    nodes.append(H("Conv", ["ea", "w2", "b2"], ["d"], kernel_shape=[k, k], strides=list(s), dilations=list(d),
+                   pads=list(pads), group=hidden))
+    inputs, feeds, cur = [("x", (n, c, h, w))], {"x": rand(n, c, h, w)}, "d"
+    if residual:
+        nodes.append(H("Add", [cur, "r"], ["dr"]))
+        inputs.append(("r", (n, hidden, oh, ow)))
+        feeds["r"] = rand(n, hidden, oh, ow)
+        cur = "dr"
+    nodes += ACT_NODES[act2](cur, "y")
+    return model(nodes, inputs, [("y", (n, hidden, oh, ow))], inits), feeds
+
+
+# hidden not a multiple of 8 (a block's tail), planes whose last 1..4 positions are dot products
+# (P % 16), batch 2, each depthwise path, activations applied in registers and after the store
+CASES = [
+    ((1, 8, 14, 14, 20, 3), {}),                                                  # 196: 4 rest, 20 = 2.5 blocks
+    ((2, 5, 9, 11, 16, 3), {"s": (2, 2)}),                                        # stride-2 rows, batch 2
+    ((1, 16, 7, 7, 24, 3), {"residual": True, "act2": None}),                     # 49: one rest position
+    ((1, 4, 17, 18, 9, 5), {"s": (2, 2), "pads": (2, 1, 2, 1), "act1": "Relu"}),  # 5 tap rows, stride 2
+    ((1, 6, 12, 13, 8, 3), {"s": (2, 1), "act1": None, "pw_bias": False}),        # phase planes (packed)
+    ((1, 6, 12, 13, 11, 3), {"d": (2, 2), "pads": (2, 2, 2, 2)}),                 # dilated, in place
+    ((1, 3, 40, 40, 16, 3), {"act1": "Sigmoid", "act2": "Tanh"}),                 # activations after the store
+    ((1, 7, 3, 2, 10, 3), {"s": (2, 2), "pads": (0, 1, 1, 0)}),                   # plane under one vector
+]
+
+
+@pytest.mark.parametrize("isa", ["avx512", "avx2", "generic"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_pw_dw_kernel_isa_threads(isa, threads, pw_lib):
+    from tcc.accelerators.cpu.codegen import pack_pw
+    for (n, c, h, w, hidden, k), kw in CASES:
+        mdl, feeds = block_model(n, c, h, w, hidden, k, **kw)
+        ref = ort.InferenceSession(mdl.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+        inits = {i.name: numpy_helper.to_array(i) for i in mdl.graph.initializer}
+        wp, w2 = np.ascontiguousarray(pack_pw(inits["w1"])), np.ascontiguousarray(inits["w2"])
+        b1 = inits.get("b1")
+        s, d = kw.get("s", (1, 1)), kw.get("d", (1, 1))
+        pads = kw.get("pads", (1, 1, 1, 1))
+        pp = ConvParams(n, c, h, w, hidden, 1, 1, h, w, 1, 1, 1, 1, 0, 0, 0, 0, 1)
+        pd = ConvParams(n, hidden, h, w, hidden, k, k, ref.shape[2], ref.shape[3], *s, *d, *pads, hidden)
+        code1, a01, a11 = ACT_CODES[kw.get("act1", "Clip")]
+        code2, a02, a12 = ACT_CODES[kw.get("act2", "Clip")]
+        e1 = Epilogue(b1.ctypes.data if b1 is not None else None, 2 if b1 is not None else 0, 1.0, None, code1,
+                      a01, a11)
+        e2 = Epilogue(inits["b2"].ctypes.data, 2, 1.0, feeds["r"].ctypes.data if "r" in feeds else None, code2,
+                      a02, a12)
+        y = np.full_like(ref, np.nan)
+        ptr = ctypes.c_void_p
+        pw_lib.tcc_cpu_conv2d_pw_dw(ctypes.byref(pp), ptr(feeds["x"].ctypes.data), ptr(wp.ctypes.data),
+                                    ctypes.byref(e1), ctypes.byref(pd), ptr(w2.ctypes.data), ptr(y.ctypes.data),
+                                    ctypes.byref(e2))
+        np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4, err_msg=f"{isa} {(n, c, h, w, hidden, k)} {kw}")
+
+
+def _source(sess, tmp_path):
+    from tcc.accelerators.cpu.runtime import c_source
+    with zipfile.ZipFile(tmp_path / "m.tcc") as z:
+        return c_source(z.read(sess.manifest["accelerators"]["cpu"]["member"]))
+
+
+@pytest.mark.parametrize("case", CASES[:4])
+def test_pw_dw_fused_end_to_end(case, tmp_path):
+    (n, c, h, w, hidden, k), kw = case
+    mdl, feeds = block_model(n, c, h, w, hidden, k, **kw)
+    sess = check(mdl, feeds, atol=1e-4, tmp_path=tmp_path)
+    src = _source(sess, tmp_path)
+    assert src.count("tcc_cpu_conv2d_pw_dw(") == 1 and "tcc_cpu_conv2d(" not in src
+
+
+def test_pw_dw_not_fused_when_expansion_is_read_twice(tmp_path):
+    # the expanded tensor is also an output: it must reach memory, so the two convs stay apart
+    mdl, feeds = block_model(1, 6, 10, 10, 16, 3)
+    g = mdl.graph
+    g.output.append(helper.make_tensor_value_info("ea", 1, (1, 16, 10, 10)))
+    ours, ref, sess = run_both(mdl, feeds, tmp_path)
+    for a, b in zip(ours, ref):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+    src = _source(sess, tmp_path)
+    assert "tcc_cpu_conv2d_pw_dw(" not in src and "tcc_cpu_conv2d_pw(" in src
+
+
+def test_pw_dw_not_fused_after_a_strided_pointwise(tmp_path):
+    # a 1x1 conv with stride 2 is no pointwise kernel's: the lowering leaves the pair alone
+    x = rand(1, 4, 12, 12)
+    inits = [("w1", rand(8, 4, 1, 1)), ("w2", rand(8, 1, 3, 3))]
+    nodes = [H("Conv", ["x", "w1"], ["e"], strides=[2, 2]),
+             H("Conv", ["e", "w2"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], group=8)]
+    mdl = model(nodes, [("x", x.shape)], [("y", (1, 8, 6, 6))], inits)
+    sess = check(mdl, {"x": x}, atol=1e-4, tmp_path=tmp_path)
+    assert "tcc_cpu_conv2d_pw_dw(" not in _source(sess, tmp_path)
