@@ -304,6 +304,26 @@ class FunctionCodegen:
         self.emit(f"  tcc_cpu_conv2d_pw_dw(&pp, {self.ptr(x)}, (float *)W[{idx}], &epp, &pd, {self.ptr(w_dw)}, "
                   f"{self.ptr(y)}, &ep); }}")
 
+    def op_conv_dw_pw(self, op):
+        """The depthwise output (N, C, OH, OW) is the pointwise input and no value of the IR."""
+        x, w_dw = op.operands[0], op.operands[1]
+        rest = list(op.operands[2:])
+        b_dw = self.ptr(rest.pop(0)) if op.get_attr("dw_has_bias") else None
+        w_pw = rest.pop(0)
+        bias = self.ptr(rest.pop(0)) if op.get_attr("has_bias") else None
+        res = self.ptr(rest.pop(0)) if op.get_attr("has_residual") else None
+        y = op.results[0]
+        mid = (y.type.shape[0], x.type.shape[1]) + tuple(y.type.shape[2:])
+        pd = self.conv_params(x.type.shape, w_dw.type.shape, mid, op.get_attr("strides"), op.get_attr("dilations"),
+                              op.get_attr("pads"), op.get_attr("group"))
+        pq = self.conv_params(mid, w_pw.type.shape, y.type.shape, (1, 1), (1, 1), (0, 0, 0, 0), 1)
+        idx = self.weights.add_array(("pw", id(w_pw)), lambda: pack_pw(const_value(w_pw)))
+        self.emit(f"{{ static const tcc_conv_params pd = {pd}, pq = {pq};")
+        self.emit("  " + self.epilogue(op, b_dw, 2, 1.0, None, "epd", "dw_"))
+        self.emit("  " + self.epilogue(op, bias, 2, 1.0, res))
+        self.emit(f"  tcc_cpu_conv2d_dw_pw(&pd, {self.ptr(x)}, {self.ptr(w_dw)}, &epd, &pq, (float *)W[{idx}], "
+                  f"{self.ptr(y)}, &ep); }}")
+
     def op_conv(self, op):
         x, w = op.operands[0], op.operands[1]
         y = op.results[0]

@@ -5,6 +5,9 @@ generated loop nest), with their epilogues fused:
     cpu.conv(x, w, [bias], [residual])   {strides, pads, dilations, group, act, act_a0, act_a1, has_bias, has_residual}
     cpu.conv_pw_dw(x, w_pw, [b_pw], w_dw, [bias], [residual])
                                          {pw_has_bias, pw_act, pw_act_a0, pw_act_a1, and the depthwise conv's}
+    cpu.conv_dw_pw(x, w_dw, [b_dw], w_pw, [bias], [residual])
+                                         {dw_has_bias, dw_act, dw_act_a0, dw_act_a1, the depthwise conv's
+                                          strides, pads, dilations, group; the pointwise conv's}
     cpu.gemm(a, b, [c], [residual])      {trans_a, trans_b, alpha, beta, bias_mode, act, ...}
     cpu.matmul(a, b, [bias], [residual]) {bias_mode, act, ...}   (batched, broadcasting)
     cpu.maxpool / cpu.avgpool(x)         {kernel, strides, pads, dilations, count_include_pad}
@@ -21,7 +24,9 @@ Conv/Gemm/MatMul before them; chains and trees of single-use elementwise
 ops become one cpu.elementwise (one pass over memory); a LayerNormalization
 of a single-use Softmax over the same rows takes it in (softmax = 1); a
 pointwise conv read only by a depthwise one becomes one cpu.conv_pw_dw (the
-expanded tensor of an inverted residual block never reaches memory)."""
+expanded tensor of an inverted residual block never reaches memory), and
+a depthwise conv left alone and read only by a pointwise one, one
+cpu.conv_dw_pw (in bands of rows: each thread reads back what it computed)."""
 from __future__ import annotations
 
 import numpy as np
@@ -40,7 +45,7 @@ def dialect():
     def op(name, regions=0, traits=frozenset({PURE})):
         return OpDef(name, [OperandDef("inputs", "variadic")], [OperandDef("result")], traits=traits,
                      num_regions=regions)
-    ops = [op(f"cpu.{n}") for n in ("conv", "conv_pw_dw", "gemm", "matmul", "maxpool", "avgpool", "global_avgpool", "softmax",
+    ops = [op(f"cpu.{n}") for n in ("conv", "conv_pw_dw", "conv_dw_pw", "gemm", "matmul", "maxpool", "avgpool", "global_avgpool", "softmax",
                                      "layernorm", "transpose", "reshape")]
     ops.append(op("cpu.elementwise", 1, frozenset({PURE, ISOLATED})))
     ops.append(OpDef("cpu.yield", [OperandDef("values", "variadic")], traits=frozenset({TERMINATOR, PURE})))
@@ -239,17 +244,33 @@ class Lowering:
             attrs = {k: v for k, v in attrs.items() if v is not None}
             self._replace_simple(b, "cpu.conv_pw_dw", operands, attrs)
             a.erase()
+        for c in list(self.block.ops):
+            if c.name != "cpu.conv" or c.parent is None:
+                continue
+            x = c.operands[0]
+            b = getattr(x, "op", None)
+            if (b is None or b.name != "cpu.conv" or len(x.uses) != 1 or b.get_attr("has_residual")
+                    or not self._fusable_dw(b) or not self._dw_in_place(b)
+                    or not self._fusable_pw(c, residual=True)):
+                continue
+            attrs = {k: v for k, v in b.attributes.items() if k in ("strides", "pads", "dilations", "group")}
+            for k in ("has_bias", "act", "act_a0", "act_a1"):
+                if k in b.attributes:
+                    attrs["dw_" + k] = b.attributes[k]
+            attrs.update({k: v for k, v in c.attributes.items() if k.startswith(("act", "has_"))})
+            self._replace_simple(c, "cpu.conv_dw_pw", list(b.operands) + list(c.operands[1:]), attrs)
+            b.erase()
 
     @staticmethod
     def _const(v):
         p = getattr(v, "op", None)
         return p is not None and p.name == "onnx.Constant"
 
-    def _fusable_pw(self, op):
+    def _fusable_pw(self, op, residual=False):
         x, w = op.operands[0], op.operands[1]
         return (x.type.rank == 4 and w.type.shape[2:] == (1, 1) and self._const(w) and op.get_attr("group") == 1
                 and list(op.get_attr("strides")) == [1, 1] and not any(op.get_attr("pads"))
-                and not op.get_attr("has_residual")
+                and (residual or not op.get_attr("has_residual"))
                 and x.type.shape[2] * x.type.shape[3] <= self.PW_DW_MAX_PLANE)
 
     def _fusable_dw(self, op):
@@ -258,6 +279,19 @@ class Lowering:
         sh, sw = op.get_attr("strides")
         return (op.get_attr("group") == c == m > 1 and w.type.shape[1] == 1 and self._const(w)
                 and kh * kw <= 64 and sh * sw <= 64)
+
+    @staticmethod
+    def _dw_in_place(op):
+        """Whether kernels/conv_dw.c reads the input in place (the AVX-512
+        build's stride-1 same-size and stride-2 three-column paths): a band of
+        rows then costs only its rows; packed, each band repacks whole planes."""
+        from .build import best_isa
+        x, w, y = op.operands[0], op.operands[1], op.results[0]
+        kh, kw = w.type.shape[2:]
+        sh, sw = op.get_attr("strides")
+        dh, dw = op.get_attr("dilations")
+        same = (sh, sw) == (1, 1) and y.type.shape[2:] == x.type.shape[2:] and kh * kw <= 64
+        return best_isa() == "avx512" and (same or (sw == 2 and kw == 3 and dw == 1 and kh <= 8))
 
     def lower_gemm(self, op):
         has_c = self._present(op, 2)

@@ -532,3 +532,14 @@ void tcc_cpu_conv2d_pw_dw(const tcc_conv_params *pp, const float *x, const float
     cv_dw_init(&d, pd, &l, wd, &ed);
     cv_pointwise_depthwise(pp, x, wp, &ep, &d, y);
 }
+
+void tcc_cpu_conv2d_dw_pw(const tcc_conv_params *pd, const float *x, const float *wd, const tcc_epilogue *epd,
+                          const tcc_conv_params *pq, const float *wq, float *y, const tcc_epilogue *epq) {
+    long off[64];
+    cv_layout l;
+    cv_layout_init(&l, pd, off); /* codegen fuses only depthwise convolutions the phase table covers */
+    const cv_ep ed = resolve_ep(epd), eq = resolve_ep(epq);
+    cv_dw d;
+    cv_dw_init(&d, pd, &l, wd, &ed);
+    cv_depthwise_pointwise(&d, x, pq, wq, &eq, y);
+}

@@ -84,10 +84,10 @@ static void dw_flush(dw_plane *d) {
     d->cnt = 0;
 }
 
-/* Every output row in vectors of VL columns, DG vectors per step. */
-static void dw_run_plane(dw_plane *d, const cv_layout *l, const tcc_conv_params *p) {
+/* Output rows [r0, r1) in vectors of VL columns, DG vectors per step. */
+static void dw_run_plane(dw_plane *d, const cv_layout *l, const tcc_conv_params *p, long r0, long r1) {
     d->cnt = 0;
-    for (long oh = 0; oh < p->oh; oh++) {
+    for (long oh = r0; oh < r1; oh++) {
         for (long c0 = 0; c0 < p->ow; c0 += VL) {
             int g = d->cnt++;
             d->q[g] = oh * l->wq + c0;
@@ -99,7 +99,8 @@ static void dw_run_plane(dw_plane *d, const cv_layout *l, const tcc_conv_params 
     dw_flush(d);
 }
 
-static void dw_packed_plane(const cv_dw *d, const float *x, long c, float *y, const float *res, float *pack) {
+static void dw_packed_rows(const cv_dw *d, const float *x, long c, float *y, const float *res, long r0, long r1,
+                           float *pack) {
     const tcc_conv_params *p = d->p;
     const cv_layout *l = d->l;
     dw_plane s;
@@ -115,7 +116,7 @@ static void dw_packed_plane(const cv_dw *d, const float *x, long c, float *y, co
     s.y = y;
     s.res = res;
     s.bias = cv_bias(d->e, c);
-    dw_run_plane(&s, l, p);
+    dw_run_plane(&s, l, p, r0, r1);
 }
 
 #if defined(__AVX512F__)
@@ -156,12 +157,19 @@ static void dwf_masks(const tcc_conv_params *p, long taps, long nv, __mmask16 *m
     }
 }
 
+/* Lanes of the vector at q inside [qlo, qhi). */
+CV_INLINE __mmask16 dwf_window(long q, long qlo, long qhi) {
+    const long lo = qlo - q < 0 ? 0 : qlo - q > VL ? VL : qlo - q, hi = qhi - q < 0 ? 0 : qhi - q > VL ? VL : qhi - q;
+    return (__mmask16)(((1u << hi) - 1) & ~((1u << lo) - 1));
+}
+
+/* Outputs [qlo, qhi) of the plane (the vectors covering them). */
 CV_INLINE void dwf_plane(const cv_dw *j, const float *x, const float *w, float *y, const float *res, float bias,
-                         const __mmask16 *mk, const long T) {
-    const long nv = j->nv, HW = j->p->h * j->p->w, *off = j->off;
+                         const __mmask16 *mk, const long T, long qlo, long qhi) {
+    const long nv = (qhi + VL - 1) / VL, *off = j->off;
     const cv_ep *e = j->e;
     const int act = cv_vec_act(e->act) ? e->act : TCC_ACT_NONE;
-    long v = 0;
+    long v = qlo / VL;
     for (; v + DG <= nv; v += DG) {
         __m512 acc[DG];
 #pragma GCC unroll 8
@@ -177,10 +185,10 @@ CV_INLINE void dwf_plane(const cv_dw *j, const float *x, const float *w, float *
 #pragma GCC unroll 8
         for (int g = 0; g < DG; g++) {
             const long q = (v + g) * VL;
-            const int n = HW - q < VL ? (int)(HW - q) : VL;
+            const __mmask16 k = dwf_window(q, qlo, qhi);
             vf a = (vf)acc[g];
-            if (res) a += v_ld_n(res + q, n);
-            v_st_n(y + q, cv_act_v(a, act, e->a0, e->a1), n);
+            if (res) a += (vf)_mm512_maskz_loadu_ps(k, res + q);
+            _mm512_mask_storeu_ps(y + q, k, (__m512)cv_act_v(a, act, e->a0, e->a1));
         }
     }
     for (; v < nv; v++) {
@@ -189,20 +197,20 @@ CV_INLINE void dwf_plane(const cv_dw *j, const float *x, const float *w, float *
         for (long t = 0; t < T; t++)
             acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk[v * T + t], x + v * VL + off[t]), _mm512_set1_ps(w[t]), acc);
         const long q = v * VL;
-        const int n = HW - q < VL ? (int)(HW - q) : VL;
+        const __mmask16 k = dwf_window(q, qlo, qhi);
         vf a = (vf)acc;
-        if (res) a += v_ld_n(res + q, n);
-        v_st_n(y + q, cv_act_v(a, act, e->a0, e->a1), n);
+        if (res) a += (vf)_mm512_maskz_loadu_ps(k, res + q);
+        _mm512_mask_storeu_ps(y + q, k, (__m512)cv_act_v(a, act, e->a0, e->a1));
     }
 }
 
 static void dwf_plane_3x3(const cv_dw *j, const float *x, const float *w, float *y, const float *res, float bias,
-                          const __mmask16 *mk) {
-    dwf_plane(j, x, w, y, res, bias, mk, 9);
+                          const __mmask16 *mk, long qlo, long qhi) {
+    dwf_plane(j, x, w, y, res, bias, mk, 9, qlo, qhi);
 }
 static void dwf_plane_any(const cv_dw *j, const float *x, const float *w, float *y, const float *res, float bias,
-                          const __mmask16 *mk) {
-    dwf_plane(j, x, w, y, res, bias, mk, j->taps);
+                          const __mmask16 *mk, long qlo, long qhi) {
+    dwf_plane(j, x, w, y, res, bias, mk, j->taps, qlo, qhi);
 }
 
 
@@ -232,10 +240,10 @@ static void dws2_masks(const tcc_conv_params *p, long ncv, __mmask16 *cm) {
 }
 
 /* DG output rows from oh0, every vector along them. Tap rows outside the
- * input read zr (a zero row), rows past the plane's end repeat the last
- * one and are not stored: no per-load row masks. */
+ * input read zr (a zero row), rows from r1 on (or past the plane's end,
+ * which repeat the last one) are not stored: no per-load row masks. */
 CV_INLINE void dws2_rows(const cv_dw *j, const float *x, const float *w, float *y, const float *res, float bias,
-                         const __mmask16 *cm, const long KH, const long oh0) {
+                         const __mmask16 *cm, const long KH, const long oh0, const long r1) {
     const tcc_conv_params *p = j->p;
     const long H = p->h, W = p->w, OH = p->oh, OW = p->ow, sh = p->sh, dh = p->dh, pt = p->pt;
     const cv_ep *e = j->e;
@@ -271,7 +279,7 @@ CV_INLINE void dws2_rows(const cv_dw *j, const float *x, const float *w, float *
         }
 #pragma GCC unroll 8
         for (int g = 0; g < DG; g++) {
-            if (oh0 + g >= OH) break;
+            if (oh0 + g >= r1) break;
             const long o = (oh0 + g) * OW + ow0;
             vf a = (vf)acc[g];
             if (res) a += v_ld_n(res + o, nout);
@@ -280,19 +288,20 @@ CV_INLINE void dws2_rows(const cv_dw *j, const float *x, const float *w, float *
     }
 }
 
+/* Output rows [r0, r1). */
 CV_INLINE void dws2_plane(const cv_dw *j, const float *x, const float *w, float *y, const float *res, float bias,
-                          const __mmask16 *cm, const long KH) {
+                          const __mmask16 *cm, const long KH, long r0, long r1) {
     /* the DG rows' input rows stay in L1 while every vector along them is done */
-    for (long oh0 = 0; oh0 < j->p->oh; oh0 += DG) dws2_rows(j, x, w, y, res, bias, cm, KH, oh0);
+    for (long oh0 = r0; oh0 < r1; oh0 += DG) dws2_rows(j, x, w, y, res, bias, cm, KH, oh0, r1);
 }
 
 static void dws2_plane_3x3(const cv_dw *j, const float *x, const float *w, float *y, const float *res,
-                           float bias, const __mmask16 *cm) {
-    dws2_plane(j, x, w, y, res, bias, cm, 3);
+                           float bias, const __mmask16 *cm, long r0, long r1) {
+    dws2_plane(j, x, w, y, res, bias, cm, 3, r0, r1);
 }
 static void dws2_plane_any(const cv_dw *j, const float *x, const float *w, float *y, const float *res,
-                           float bias, const __mmask16 *cm) {
-    dws2_plane(j, x, w, y, res, bias, cm, j->p->kh);
+                           float bias, const __mmask16 *cm, long r0, long r1) {
+    dws2_plane(j, x, w, y, res, bias, cm, j->p->kh, r0, r1);
 }
 
 #endif
@@ -310,7 +319,7 @@ void cv_dw_init(cv_dw *d, const tcc_conv_params *p, const cv_layout *l, const fl
 #if defined(__AVX512F__)
     if (dwf_fits(p)) {
         d->path = DW_FLAT;
-        d->nv = (p->h * p->w + VL - 1) / VL;
+        d->nv = (p->h * p->w + VL - 1) / VL; /* the output is the input's size */
         __mmask16 *mk = (__mmask16 *)cv_tls_buffer(1, (size_t)(d->nv * d->taps + 1) / 2);
         dwf_masks(p, d->taps, d->nv, mk);
         d->mk = mk;
@@ -339,22 +348,26 @@ float *cv_dw_pack_buffer(const cv_dw *d) {
     return pack;
 }
 
-void cv_dw_plane(const cv_dw *d, const float *x, long c, float *y, const float *res, float *pack) {
+void cv_dw_rows(const cv_dw *d, const float *x, long c, float *y, const float *res, long r0, long r1, float *pack) {
     const tcc_conv_params *p = d->p;
     const float *w = d->w + c * d->taps, bias = cv_bias(d->e, c);
 #if defined(__AVX512F__)
     const __mmask16 *mk = (const __mmask16 *)d->mk;
     if (d->path == DW_FLAT) {
-        if (d->taps == 9) dwf_plane_3x3(d, x, w, y, res, bias, mk);
-        else dwf_plane_any(d, x, w, y, res, bias, mk);
+        if (d->taps == 9) dwf_plane_3x3(d, x, w, y, res, bias, mk, r0 * p->ow, r1 * p->ow);
+        else dwf_plane_any(d, x, w, y, res, bias, mk, r0 * p->ow, r1 * p->ow);
     } else if (d->path == DW_S2) {
-        if (p->kh == 3) dws2_plane_3x3(d, x, w, y, res, bias, mk);
-        else dws2_plane_any(d, x, w, y, res, bias, mk);
+        if (p->kh == 3) dws2_plane_3x3(d, x, w, y, res, bias, mk, r0, r1);
+        else dws2_plane_any(d, x, w, y, res, bias, mk, r0, r1);
     } else
 #endif
-        dw_packed_plane(d, x, c, y, res, pack);
+        dw_packed_rows(d, x, c, y, res, r0, r1, pack);
     (void)bias;
-    if (!cv_vec_act(d->e->act)) cv_ep_run(y, y, p->oh * p->ow, 0.f, NULL, d->e);
+    if (!cv_vec_act(d->e->act)) cv_ep_run(y + r0 * p->ow, y + r0 * p->ow, (r1 - r0) * p->ow, 0.f, NULL, d->e);
+}
+
+void cv_dw_plane(const cv_dw *d, const float *x, long c, float *y, const float *res, float *pack) {
+    cv_dw_rows(d, x, c, y, res, 0, d->p->oh, pack);
 }
 
 typedef struct {

@@ -36,6 +36,7 @@ typedef struct {
     float *y;
     const cv_ep *e;
     long C, M, P;
+    long ys;         /* output (and residual) row stride: P, or a plane's when P is a band's */
     long qmain;      /* positions the tiles cover; the rest are dot products */
     long qchunk;     /* positions per chunk (a multiple of VL) */
     long nqc, nblk;  /* chunks per image, packed row blocks */
@@ -50,7 +51,7 @@ CV_INLINE vf pw_ep(const pw_job *j, vf a, float b, const float *res, int n) {
     return cv_vec_act(j->e->act) ? cv_act_v(a, j->e->act, j->e->a0, j->e->a1) : a;
 }
 
-/* y0, res0: the tile's first output row at q0 (rows P apart), res0 NULL when none. */
+/* y0, res0: the tile's first output row at q0 (rows ys apart), res0 NULL when none. */
 CV_INLINE void pw_tile(const pw_job *j, long img, long m0, const float *w, long q0, float *y0, const float *res0,
                        const int nr, const int masked, int rem, const int pf) {
     const long C = j->C, P = j->P;
@@ -80,8 +81,8 @@ CV_INLINE void pw_tile(const pw_job *j, long img, long m0, const float *w, long 
     for (int i = 0; i < TR; i++) {
         const long m = m0 + i;
         if (m >= j->M) break;
-        float *yr = y0 + i * P;
-        const float *rr = res0 ? res0 + i * P : NULL;
+        float *yr = y0 + i * j->ys;
+        const float *rr = res0 ? res0 + i * j->ys : NULL;
         const float b = cv_bias(j->e, m);
 #pragma GCC unroll 4
         for (int v = 0; v < nr; v++) {
@@ -160,7 +161,7 @@ CV_INLINE void pw_rest(const pw_job *j, long img, long blk, long nb, float *yb, 
             memcpy(s[r], &t, sizeof t);
         }
         for (int i = 0; i < PR && m0 + i < j->M; i++) {
-            const long o = (b * PR + i) * P + q0;
+            const long o = (b * PR + i) * j->ys + q0;
             const float bias = cv_bias(j->e, m0 + i);
             for (int r = 0; r < nr; r++) {
                 const float v = s[r][i] + bias + (resb ? resb[o + r] : 0.f);
@@ -173,7 +174,7 @@ CV_INLINE void pw_rest(const pw_job *j, long img, long blk, long nb, float *yb, 
 
 /* RB blocks of the NCHW output from blk. */
 static void pw_rest_any(const pw_job *j, long img, long blk) {
-    const long nb = j->nblk - blk < RB ? j->nblk - blk : RB, o = (img * j->M + blk * PR) * j->P;
+    const long nb = j->nblk - blk < RB ? j->nblk - blk : RB, o = (img * j->M + blk * PR) * j->ys;
     float *yb = j->y + o;
     const float *rb = j->res ? j->res + o : NULL;
     switch (j->P - j->qmain) {
@@ -203,8 +204,8 @@ static void pw_block(const pw_job *j, long img, long blk, long q0, long q1, floa
         const long m0 = blk * PR + h * TR;
         if (m0 >= j->M) break;
         const float *w = j->wp + blk * j->C * PR + h * TR;
-        float *yh = yb + h * TR * j->P;
-        const float *rh = resb ? resb + h * TR * j->P : NULL;
+        float *yh = yb + h * TR * j->ys;
+        const float *rh = resb ? resb + h * TR * j->ys : NULL;
         long q = q0;
         for (; q + TW <= q1; q += TW) {
             if (j->pf && q + 2 * TW <= q1) pw_full_pf(j, img, m0, w, q, yh + q, rh ? rh + q : NULL);
@@ -226,7 +227,7 @@ static void pw_task(void *arg, long b, long e) {
     for (long it = b; it < e; it++) {
         const long blk = it % j->nblk, qc = it / j->nblk % j->nqc, img = it / j->nblk / j->nqc;
         const long q0 = qc * j->qchunk, q1 = q0 + j->qchunk < j->qmain ? q0 + j->qchunk : j->qmain;
-        const long o = (img * j->M + blk * PR) * j->P;
+        const long o = (img * j->M + blk * PR) * j->ys;
         pw_block(j, img, blk, q0, q1, j->y + o, j->res ? j->res + o : NULL);
         if (qc == j->nqc - 1 && j->qmain < j->P && (blk % RB == RB - 1 || blk == j->nblk - 1))
             pw_rest_any(j, img, blk - blk % RB);
@@ -237,7 +238,8 @@ void cv_pointwise(const tcc_conv_params *p, const float *x, const float *wp, flo
     const long C = p->c, M = p->m, P = p->oh * p->ow;
     const long xbytes = C * P * (long)sizeof(float), wbytes = (M + PR - 1) / PR * PR * C * (long)sizeof(float);
     const int nt = tcc_cpu_num_threads();
-    pw_job j = {x, wp, e->res, y, e, C, M, P, P, 0, 1, (M + PR - 1) / PR, xbytes > L2_BUDGET};
+    pw_job j = {.x = x, .wp = wp, .res = e->res, .y = y, .e = e, .C = C, .M = M, .P = P, .ys = P, .qmain = P,
+                .nqc = 1, .nblk = (M + PR - 1) / PR, .pf = xbytes > L2_BUDGET};
     const long rest = P % VL;
     if (rest <= REST_MAX) j.qmain = P - rest;
     const long nvec = (j.qmain + VL - 1) / VL;
@@ -286,8 +288,68 @@ static void pwdw_task(void *arg, long b, long e) {
 void cv_pointwise_depthwise(const tcc_conv_params *p, const float *x, const float *wp, const cv_ep *e,
                             const cv_dw *dw, float *y) {
     const long C = p->c, M = p->m, P = p->oh * p->ow, rest = P % VL;
-    pwdw_job f = {{x, wp, NULL, NULL, e, C, M, P, P, P, 1, (M + PR - 1) / PR, C * P * (long)sizeof(float) > L2_BUDGET},
+    pwdw_job f = {{.x = x, .wp = wp, .e = e, .C = C, .M = M, .P = P, .ys = P, .qmain = P, .qchunk = P, .nqc = 1,
+                   .nblk = (M + PR - 1) / PR, .pf = C * P * (long)sizeof(float) > L2_BUDGET},
                   dw, y};
     if (rest <= REST_MAX) f.pw.qmain = P - rest;
     tcc_cpu_parallel_for(p->n * f.pw.nblk, 1, pwdw_task, &f);
+}
+
+/* ---- depthwise -> pointwise ---------------------------------------------------------
+ * A depthwise convolution read only by a pointwise one (a depthwise-
+ * separable convolution: MobileNet's first block, all of MobileNet v1's).
+ * An item is a band of output rows of one image: the depthwise outputs of
+ * every channel for the band go to a per-thread buffer (L2), which the
+ * pointwise convolution reads as its input. The depthwise output never
+ * reaches memory, and each thread reads back only what it computed. */
+#define DWPW_BUF_BYTES (256 * 1024)
+
+typedef struct {
+    const cv_dw *dw;
+    const float *x;   /* the depthwise input */
+    pw_job pw;        /* its x, P, qmain, y and res are set per band */
+    long rows, nband; /* output rows per band, bands per image */
+} dwpw_job;
+
+static void dwpw_task(void *arg, long b, long e) {
+    const dwpw_job *f = arg;
+    const tcc_conv_params *pd = f->dw->p;
+    const long C = pd->c, OW = pd->ow, OH = pd->oh, hw = pd->h * pd->w, ohw = OH * OW, M = f->pw.M;
+    float *buf = cv_tls_buffer(2, (size_t)(C * f->rows * OW));
+    float *pack = cv_dw_pack_buffer(f->dw);
+    for (long it = b; it < e; it++) {
+        const long img = it / f->nband, r0 = it % f->nband * f->rows, r1 = r0 + f->rows < OH ? r0 + f->rows : OH;
+        const long npos = (r1 - r0) * OW, rest = npos % VL;
+        for (long c = 0; c < C; c++)
+            cv_dw_rows(f->dw, f->x + (img * C + c) * hw, c, buf + c * npos - r0 * OW, NULL, r0, r1, pack);
+        pw_job j = f->pw;
+        j.x = buf;
+        j.P = npos;
+        j.qmain = rest <= REST_MAX ? npos - rest : npos;
+        j.y = j.y + img * M * ohw + r0 * OW;
+        j.res = j.res ? j.res + img * M * ohw + r0 * OW : NULL;
+        for (long blk = 0; blk < j.nblk; blk++) {
+            pw_block(&j, 0, blk, 0, j.qmain, j.y + blk * PR * ohw, j.res ? j.res + blk * PR * ohw : NULL);
+            if (j.qmain < npos && (blk % RB == RB - 1 || blk == j.nblk - 1)) pw_rest_any(&j, 0, blk - blk % RB);
+        }
+    }
+}
+
+void cv_depthwise_pointwise(const cv_dw *dw, const float *x, const tcc_conv_params *pq, const float *wq,
+                            const cv_ep *eq, float *y) {
+    const tcc_conv_params *pd = dw->p;
+    const long C = pd->c, OH = pd->oh, OW = pd->ow;
+    const int nt = tcc_cpu_num_threads();
+    /* bands as tall as fit the buffer, in a multiple of the thread count */
+    long rmax = DWPW_BUF_BYTES / (C * OW * (long)sizeof(float));
+    if (rmax < 1) rmax = 1;
+    long nband = (OH + rmax - 1) / rmax;
+    nband = (nband + nt - 1) / nt * nt;
+    if (nband > OH) nband = OH;
+    const long rows = (OH + nband - 1) / nband;
+    dwpw_job f = {dw, x,
+                  {.wp = wq, .res = eq->res, .y = y, .e = eq, .C = C, .M = pq->m, .ys = OH * OW, .nqc = 1,
+                   .nblk = (pq->m + PR - 1) / PR},
+                  rows, (OH + rows - 1) / rows};
+    tcc_cpu_parallel_for(pd->n * f.nband, 1, dwpw_task, &f);
 }

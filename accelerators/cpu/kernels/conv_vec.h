@@ -154,12 +154,20 @@ typedef struct {
 void cv_dw_init(cv_dw *d, const tcc_conv_params *p, const cv_layout *l, const float *w, const cv_ep *e) CV_HIDDEN;
 float *cv_dw_pack_buffer(const cv_dw *d) CV_HIDDEN;
 void cv_dw_plane(const cv_dw *d, const float *x, long c, float *y, const float *res, float *pack) CV_HIDDEN;
+/* Output rows [r0, r1) only; y and res still indexed as the whole plane
+ * (a band's buffer passed as its address less r0 * ow). */
+void cv_dw_rows(const cv_dw *d, const float *x, long c, float *y, const float *res, long r0, long r1, float *pack)
+    CV_HIDDEN;
 
 /* Pointwise, group 1, weights packed (tcc_cpu_conv2d_pw). */
 void cv_pointwise(const tcc_conv_params *p, const float *x, const float *wp, float *y, const cv_ep *e) CV_HIDDEN;
 /* The same fused with the depthwise convolution `dw` that reads its output (tcc_cpu_conv2d_pw_dw). */
 void cv_pointwise_depthwise(const tcc_conv_params *p, const float *x, const float *wp, const cv_ep *e,
                             const cv_dw *dw, float *y) CV_HIDDEN;
+/* A depthwise convolution dw of x fused with the pointwise convolution pq
+ * (weights packed as pw's) that reads its output (tcc_cpu_conv2d_dw_pw). */
+void cv_depthwise_pointwise(const cv_dw *dw, const float *x, const tcc_conv_params *pq, const float *wq,
+                            const cv_ep *eq, float *y) CV_HIDDEN;
 
 /* The same without an epilogue (already applied in registers). */
 void cv_copy_rows(const cv_layout *l, const tcc_conv_params *p, float *y, const float *src, long q0, long n)

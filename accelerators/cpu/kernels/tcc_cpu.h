@@ -86,6 +86,11 @@ void tcc_cpu_conv2d_pw(const tcc_conv_params *p, const float *x, const float *wp
  * weights wd) reads: y = dw(pw(x)), the pointwise output never stored. */
 void tcc_cpu_conv2d_pw_dw(const tcc_conv_params *pp, const float *x, const float *wp, const tcc_epilogue *epp,
                           const tcc_conv_params *pd, const float *wd, float *y, const tcc_epilogue *epd);
+/* A depthwise convolution pd (as above; no residual in epd) whose output
+ * only the pointwise convolution pq (weights packed as tcc_cpu_conv2d_pw's)
+ * reads: y = pw(dw(x)), the depthwise output never stored. */
+void tcc_cpu_conv2d_dw_pw(const tcc_conv_params *pd, const float *x, const float *wd, const tcc_epilogue *epd,
+                          const tcc_conv_params *pq, const float *wq, float *y, const tcc_epilogue *epq);
 /* 3x3, stride 1, dilation 1, group 1 as Winograd F(tile x tile, 3x3), tile
  * 2 or 4, the weights transformed at compile time (codegen.pack_wino): per
  * xi of (tile + 2)^2, per block b of nb = ceil(m / 14) output channel rows

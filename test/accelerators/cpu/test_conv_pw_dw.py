@@ -123,3 +123,96 @@ def test_pw_dw_not_fused_after_a_strided_pointwise(tmp_path):
     mdl = model(nodes, [("x", x.shape)], [("y", (1, 8, 6, 6))], inits)
     sess = check(mdl, {"x": x}, atol=1e-4, tmp_path=tmp_path)
     assert "tcc_cpu_conv2d_pw_dw(" not in _source(sess, tmp_path)
+
+
+# ---- depthwise -> pointwise (kernels/conv_pw.c's cv_depthwise_pointwise) ---------------------
+def dwpw_model(n, c, h, w, k, mo, s=(1, 1), d=(1, 1), pads=(1, 1, 1, 1), act1="Clip", act2=None, residual=False):
+    """x -> depthwise Conv k (+ bias) -> act1 -> Conv 1x1 to mo (+ bias) [+ residual] -> act2."""
+    oh, ow = out_size(h, k, s[0], d[0], pads[0], pads[2]), out_size(w, k, s[1], d[1], pads[1], pads[3])
+    inits = [("w1", rand(c, 1, k, k)), ("b1", rand(c)), ("w2", rand(mo, c, 1, 1)), ("b2", rand(mo)),
+             ("lo", np.array(0.0, np.float32)), ("hi", np.array(6.0, np.float32))]
+    nodes = [H("Conv", ["x", "w1", "b1"], ["d"], kernel_shape=[k, k], strides=list(s), dilations=list(d),
+               pads=list(pads), group=c)] + ACT_NODES[act1]("d", "da")
+    nodes.append(H("Conv", ["da", "w2", "b2"], ["p"]))
+    inputs, feeds, cur = [("x", (n, c, h, w))], {"x": rand(n, c, h, w)}, "p"
+    if residual:
+        nodes.append(H("Add", [cur, "r"], ["pr"]))
+        inputs.append(("r", (n, mo, oh, ow)))
+        feeds["r"] = rand(n, mo, oh, ow)
+        cur = "pr"
+    nodes += ACT_NODES[act2](cur, "y")
+    return model(nodes, inputs, [("y", (n, mo, oh, ow))], inits), feeds
+
+
+# bands of rows over the threads (one band: a plane smaller than a band; bands whose first or last
+# vector is shared with the next band), row tails of the projection (mo % 8), positions past the
+# last full vector as dot products, each depthwise path, residual and activations after the store
+DWPW_CASES = [
+    ((1, 32, 112, 112, 3, 16), {}),                                       # MobileNetV2's first block
+    ((2, 13, 9, 11, 3, 21), {"residual": True, "act2": "Relu"}),          # 99 positions: 3 rest
+    ((1, 40, 30, 37, 3, 9), {"s": (2, 2), "act2": "Sigmoid"}),            # stride-2 rows, odd width
+    ((1, 24, 25, 26, 5, 8), {"pads": (2, 2, 2, 2), "act1": "Tanh"}),      # 5x5 in place, tanh after
+    ((1, 16, 20, 21, 3, 12), {"s": (2, 1), "act1": None}),                # phase planes (packed)
+    ((1, 64, 7, 7, 3, 40), {"residual": True}),                           # 49: one rest position
+]
+
+
+@pytest.mark.parametrize("isa", ["avx512", "avx2", "generic"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_dw_pw_kernel_isa_threads(isa, threads, pw_lib):
+    from tcc.accelerators.cpu.codegen import pack_pw
+    for (n, c, h, w, k, mo), kw in DWPW_CASES:
+        mdl, feeds = dwpw_model(n, c, h, w, k, mo, **kw)
+        ref = ort.InferenceSession(mdl.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+        inits = {i.name: numpy_helper.to_array(i) for i in mdl.graph.initializer}
+        w1, w2 = np.ascontiguousarray(inits["w1"]), np.ascontiguousarray(pack_pw(inits["w2"]))
+        s, d = kw.get("s", (1, 1)), kw.get("d", (1, 1))
+        pads = kw.get("pads", (1, 1, 1, 1))
+        oh, ow = ref.shape[2:]
+        pd = ConvParams(n, c, h, w, c, k, k, oh, ow, *s, *d, *pads, c)
+        pq = ConvParams(n, c, oh, ow, mo, 1, 1, oh, ow, 1, 1, 1, 1, 0, 0, 0, 0, 1)
+        e1 = Epilogue(inits["b1"].ctypes.data, 2, 1.0, None, *ACT_CODES[kw.get("act1", "Clip")])
+        e2 = Epilogue(inits["b2"].ctypes.data, 2, 1.0, feeds["r"].ctypes.data if "r" in feeds else None,
+                      *ACT_CODES[kw.get("act2")])
+        y = np.full_like(ref, np.nan)
+        ptr = ctypes.c_void_p
+        pw_lib.tcc_cpu_conv2d_dw_pw(ctypes.byref(pd), ptr(feeds["x"].ctypes.data), ptr(w1.ctypes.data),
+                                    ctypes.byref(e1), ctypes.byref(pq), ptr(w2.ctypes.data), ptr(y.ctypes.data),
+                                    ctypes.byref(e2))
+        np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4 * max(1.0, np.abs(ref).max()),
+                                   err_msg=f"{isa} {(n, c, h, w, k, mo)} {kw}")
+
+
+@pytest.mark.parametrize("case", [c for c in DWPW_CASES if c[1].get("s", (1, 1)) != (2, 1)])
+def test_dw_pw_fused_end_to_end(case, tmp_path):
+    # fused where the depthwise kernel reads its input in place (the AVX-512 build's stride-1 and
+    # stride-2 paths): elsewhere each band would repack whole planes, so the two convs stay apart
+    from tcc.accelerators.cpu import build
+    (n, c, h, w, k, mo), kw = case
+    mdl, feeds = dwpw_model(n, c, h, w, k, mo, **kw)
+    src = _source(check(mdl, feeds, atol=1e-4, tmp_path=tmp_path), tmp_path)
+    fused = build.best_isa() == "avx512"
+    assert ("tcc_cpu_conv2d_dw_pw(" in src) == fused and ("tcc_cpu_conv2d(" in src) != fused
+
+
+def test_dw_pw_not_fused_with_packed_planes(tmp_path):
+    # stride (2, 1) takes the phase-plane path: no fusion on any build
+    (n, c, h, w, k, mo), kw = DWPW_CASES[4]
+    mdl, feeds = dwpw_model(n, c, h, w, k, mo, **kw)
+    src = _source(check(mdl, feeds, atol=1e-4, tmp_path=tmp_path), tmp_path)
+    assert "tcc_cpu_conv2d_dw_pw(" not in src and "tcc_cpu_conv2d_pw(" in src
+
+
+def test_separable_chain_pw_dw_first(tmp_path):
+    # dw -> pw -> dw -> pw (MobileNet v1): pointwise -> depthwise fusion goes first (it keeps the
+    # larger tensor, a stride-2 depthwise input, out of memory), so the middle pair fuses and the
+    # first depthwise and the last pointwise conv run alone
+    x = rand(1, 8, 20, 20)
+    inits = [("w1", rand(8, 1, 3, 3)), ("w2", rand(16, 8, 1, 1)), ("w3", rand(16, 1, 3, 3)), ("w4", rand(12, 16, 1, 1))]
+    nodes = [H("Conv", ["x", "w1"], ["a"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], group=8), H("Relu", ["a"], ["ar"]),
+             H("Conv", ["ar", "w2"], ["b"]), H("Relu", ["b"], ["br"]),
+             H("Conv", ["br", "w3"], ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2], group=16),
+             H("Relu", ["c"], ["cr"]), H("Conv", ["cr", "w4"], ["y"])]
+    mdl = model(nodes, [("x", x.shape)], [("y", (1, 12, 10, 10))], inits)
+    src = _source(check(mdl, {"x": x}, atol=1e-4, tmp_path=tmp_path), tmp_path)
+    assert src.count("tcc_cpu_conv2d_pw_dw(") == 1 and "tcc_cpu_conv2d_dw_pw(" not in src
