@@ -180,6 +180,13 @@ def wino_tile(x_shape, w_shape, y_shape, strides, dilations, pads, group, isa):
 PW_ROWS = 8  # kernels/conv_pw.c's packed row block
 
 
+def split_by_channels(v):
+    """Whether v's producer leaves it split over the threads' caches by
+    channels (tcc_cpu_conv2d_pw_dw's blocks), for its reader to split alike."""
+    src = getattr(v, "op", None)
+    return src is not None and src.name == "cpu.conv_pw_dw"
+
+
 def pack_pw(w):
     """A pointwise conv's (M, C, 1, 1) weights -> conv_pw.c's blocks [ceil(M/8)][C][8]."""
     w = np.asarray(w, np.float32)
@@ -344,7 +351,8 @@ class FunctionCodegen:
         const_w = wop is not None and wop.name == "onnx.Constant"
         if const_w and (kh, kw, sh, sw, pt, pl, pb, pr, g) == (1, 1, 1, 1, 0, 0, 0, 0, 1):
             idx = self.weights.add_array(("pw", id(w)), lambda: pack_pw(const_value(w)))
-            self.emit(f"  tcc_cpu_conv2d_pw(&p, {self.ptr(x)}, ((float *)W[{idx}]), {self.ptr(y)}, &ep); }}")
+            fn = "tcc_cpu_conv2d_pw_split_c" if split_by_channels(x) else "tcc_cpu_conv2d_pw"
+            self.emit(f"  {fn}(&p, {self.ptr(x)}, ((float *)W[{idx}]), {self.ptr(y)}, &ep); }}")
             return
         tile = wino_tile(x.type.shape, w.type.shape, y.type.shape, (sh, sw), (dh, dw), (pt, pl, pb, pr), g, self.isa)
         if const_w and tile:

@@ -522,6 +522,12 @@ void tcc_cpu_conv2d_pw(const tcc_conv_params *p, const float *x, const float *wp
     cv_pointwise(p, x, wp, y, &e);
 }
 
+void tcc_cpu_conv2d_pw_split_c(const tcc_conv_params *p, const float *x, const float *wp, float *y,
+                               const tcc_epilogue *ep) {
+    cv_ep e = resolve_ep(ep);
+    cv_pointwise_split_c(p, x, wp, y, &e);
+}
+
 void tcc_cpu_conv2d_pw_dw(const tcc_conv_params *pp, const float *x, const float *wp, const tcc_epilogue *epp,
                           const tcc_conv_params *pd, const float *wd, float *y, const tcc_epilogue *epd) {
     long off[64];

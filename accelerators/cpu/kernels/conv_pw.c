@@ -35,7 +35,8 @@ typedef struct {
     const float *x, *wp, *res;
     float *y;
     const cv_ep *e;
-    long C, M, P;
+    long C, M, P;    /* C: the input channels a tile sums over */
+    long xs, wc;     /* x's image stride; channels per packed weight block (C unless a slice of them) */
     long ys;         /* output (and residual) row stride: P, or a plane's when P is a band's */
     long qmain;      /* positions the tiles cover; the rest are dot products */
     long qchunk;     /* positions per chunk (a multiple of VL) */
@@ -55,7 +56,7 @@ CV_INLINE vf pw_ep(const pw_job *j, vf a, float b, const float *res, int n) {
 CV_INLINE void pw_tile(const pw_job *j, long img, long m0, const float *w, long q0, float *y0, const float *res0,
                        const int nr, const int masked, int rem, const int pf) {
     const long C = j->C, P = j->P;
-    const float *x = j->x + img * C * P + q0;
+    const float *x = j->x + img * j->xs + q0;
     vf acc[TR][NR];
 #pragma GCC unroll 8
     for (int i = 0; i < TR; i++)
@@ -124,8 +125,8 @@ PW_TAIL(3)
 CV_INLINE void pw_rest(const pw_job *j, long img, long blk, long nb, float *yb, const float *resb, const int NB,
                        const int nr, const int CH) {
     const long C = j->C, P = j->P, q0 = j->qmain;
-    const float *x = j->x + img * C * P + q0, *w[RB];
-    for (int b = 0; b < NB; b++) w[b] = j->wp + (blk + (b < nb ? b : nb - 1)) * C * PR;
+    const float *x = j->x + img * j->xs + q0, *w[RB];
+    for (int b = 0; b < NB; b++) w[b] = j->wp + (blk + (b < nb ? b : nb - 1)) * j->wc * PR;
     v8 acc[RB][REST_MAX][2];
 #pragma GCC unroll 4
     for (int b = 0; b < NB; b++)
@@ -203,7 +204,7 @@ static void pw_block(const pw_job *j, long img, long blk, long q0, long q1, floa
     for (int h = 0; h < PR / TR; h++) {
         const long m0 = blk * PR + h * TR;
         if (m0 >= j->M) break;
-        const float *w = j->wp + blk * j->C * PR + h * TR;
+        const float *w = j->wp + blk * j->wc * PR + h * TR;
         float *yh = yb + h * TR * j->ys;
         const float *rh = resb ? resb + h * TR * j->ys : NULL;
         long q = q0;
@@ -238,8 +239,8 @@ void cv_pointwise(const tcc_conv_params *p, const float *x, const float *wp, flo
     const long C = p->c, M = p->m, P = p->oh * p->ow;
     const long xbytes = C * P * (long)sizeof(float), wbytes = (M + PR - 1) / PR * PR * C * (long)sizeof(float);
     const int nt = tcc_cpu_num_threads();
-    pw_job j = {.x = x, .wp = wp, .res = e->res, .y = y, .e = e, .C = C, .M = M, .P = P, .ys = P, .qmain = P,
-                .nqc = 1, .nblk = (M + PR - 1) / PR, .pf = xbytes > L2_BUDGET};
+    pw_job j = {.x = x, .wp = wp, .res = e->res, .y = y, .e = e, .C = C, .M = M, .P = P, .xs = C * P, .wc = C,
+                .ys = P, .qmain = P, .nqc = 1, .nblk = (M + PR - 1) / PR, .pf = xbytes > L2_BUDGET};
     const long rest = P % VL;
     if (rest <= REST_MAX) j.qmain = P - rest;
     const long nvec = (j.qmain + VL - 1) / VL;
@@ -288,8 +289,8 @@ static void pwdw_task(void *arg, long b, long e) {
 void cv_pointwise_depthwise(const tcc_conv_params *p, const float *x, const float *wp, const cv_ep *e,
                             const cv_dw *dw, float *y) {
     const long C = p->c, M = p->m, P = p->oh * p->ow, rest = P % VL;
-    pwdw_job f = {{.x = x, .wp = wp, .e = e, .C = C, .M = M, .P = P, .ys = P, .qmain = P, .qchunk = P, .nqc = 1,
-                   .nblk = (M + PR - 1) / PR, .pf = C * P * (long)sizeof(float) > L2_BUDGET},
+    pwdw_job f = {{.x = x, .wp = wp, .e = e, .C = C, .M = M, .P = P, .xs = C * P, .wc = C, .ys = P, .qmain = P,
+                   .qchunk = P, .nqc = 1, .nblk = (M + PR - 1) / PR, .pf = C * P * (long)sizeof(float) > L2_BUDGET},
                   dw, y};
     if (rest <= REST_MAX) f.pw.qmain = P - rest;
     tcc_cpu_parallel_for(p->n * f.pw.nblk, 1, pwdw_task, &f);
@@ -325,6 +326,7 @@ static void dwpw_task(void *arg, long b, long e) {
         pw_job j = f->pw;
         j.x = buf;
         j.P = npos;
+        j.xs = C * npos;
         j.qmain = rest <= REST_MAX ? npos - rest : npos;
         j.y = j.y + img * M * ohw + r0 * OW;
         j.res = j.res ? j.res + img * M * ohw + r0 * OW : NULL;
@@ -348,8 +350,82 @@ void cv_depthwise_pointwise(const cv_dw *dw, const float *x, const tcc_conv_para
     if (nband > OH) nband = OH;
     const long rows = (OH + nband - 1) / nband;
     dwpw_job f = {dw, x,
-                  {.wp = wq, .res = eq->res, .y = y, .e = eq, .C = C, .M = pq->m, .ys = OH * OW, .nqc = 1,
+                  {.wp = wq, .res = eq->res, .y = y, .e = eq, .C = C, .M = pq->m, .wc = C, .ys = OH * OW, .nqc = 1,
                    .nblk = (pq->m + PR - 1) / PR},
                   rows, (OH + rows - 1) / rows};
     tcc_cpu_parallel_for(pd->n * f.nband, 1, dwpw_task, &f);
+}
+
+/* ---- pointwise, input channels split over the threads -------------------------------
+ * For an input written by cv_pointwise_depthwise, whose items (blocks of
+ * PR channels) the pool hands out in contiguous ranges, one per thread:
+ * thread t sums over the channels of range t (the ones it computed: they
+ * are in its own cache) into a partial output, and a last pass adds the
+ * partials up with the epilogue. Split over positions instead, each thread
+ * read half of its input from the other core's cache, which here runs at a
+ * few GB/s: a MobileNetV2 projection was no faster on two threads than on
+ * one. The partials cost one extra pass over the (small) output. */
+typedef struct {
+    pw_job pw;       /* the whole product, its epilogue off */
+    const cv_ep *e;  /* applied when the partials are added up */
+    float *y, *part; /* item 0's partial is y itself; item t > 0's is part + (t - 1) * n * M * P */
+    long n, nitem, kblk;
+} pwk_job;
+
+static void pwk_task(void *arg, long b, long e) {
+    const pwk_job *f = arg;
+    for (long t = b; t < e; t++) {
+        pw_job j = f->pw;
+        const long k0 = t * f->kblk * PR, k1 = (t + 1) * f->kblk * PR < j.C ? (t + 1) * f->kblk * PR : j.C;
+        j.x += k0 * j.P;
+        j.wp += k0 * PR;
+        j.C = k1 - k0;
+        j.y = t == 0 ? f->y : f->part + (t - 1) * f->n * j.M * j.P;
+        for (long img = 0; img < f->n; img++)
+            for (long blk = 0; blk < j.nblk; blk++) {
+                pw_block(&j, img, blk, 0, j.qmain, j.y + (img * j.M + blk * PR) * j.P, NULL);
+                if (j.qmain < j.P && (blk % RB == RB - 1 || blk == j.nblk - 1)) pw_rest_any(&j, img, blk - blk % RB);
+            }
+    }
+}
+
+static void pwk_reduce_task(void *arg, long b, long e) {
+    const pwk_job *f = arg;
+    const long P = f->pw.P, M = f->pw.M, stride = f->n * M * P;
+    const cv_ep *ep = f->e;
+    const int act = cv_vec_act(ep->act) ? ep->act : TCC_ACT_NONE;
+    for (long r = b; r < e; r++) {
+        float *yr = f->y + r * P;
+        const float *res = ep->res ? ep->res + r * P : NULL, bias = cv_bias(ep, r % M);
+        for (long q = 0; q < P; q += VL) {
+            const int k = P - q < VL ? (int)(P - q) : VL;
+            vf a = v_ld_n(yr + q, k);
+            for (long t = 1; t < f->nitem; t++) a += v_ld_n(f->part + (t - 1) * stride + r * P + q, k);
+            a += bias;
+            if (res) a += v_ld_n(res + q, k);
+            v_st_n(yr + q, cv_act_v(a, act, ep->a0, ep->a1), k);
+        }
+        if (!cv_vec_act(ep->act)) cv_ep_run(yr, yr, P, 0.f, NULL, ep);
+    }
+}
+
+void cv_pointwise_split_c(const tcc_conv_params *p, const float *x, const float *wp, float *y, const cv_ep *e) {
+    const long C = p->c, M = p->m, P = p->oh * p->ow, rest = P % VL, cblk = (C + PR - 1) / PR;
+    const int nt = tcc_cpu_num_threads();
+    /* the producer's ranges are per image for one image only; an input past
+     * L2 comes from L3 on either split, and the partials' pass then costs more */
+    if (nt <= 1 || p->n > 1 || cblk < nt || C * P * (long)sizeof(float) > 2 * L2_BUDGET) {
+        cv_pointwise(p, x, wp, y, e);
+        return;
+    }
+    static const cv_ep none = {NULL, 1.f, 0, NULL, TCC_ACT_NONE, 0.f, 0.f};
+    const long kblk = (cblk + nt - 1) / nt; /* the pool's range length for cblk items */
+    pwk_job f = {{.x = x, .wp = wp, .e = &none, .C = C, .M = M, .P = P, .xs = C * P, .wc = C, .ys = P, .qmain = P,
+                  .nqc = 1, .nblk = (M + PR - 1) / PR},
+                 e, y, NULL, p->n, (cblk + kblk - 1) / kblk, kblk};
+    if (rest <= REST_MAX) f.pw.qmain = P - rest;
+    f.part = cv_tls_buffer(3, (size_t)((f.nitem - 1) * p->n * M * P));
+    tcc_cpu_parallel_for(f.nitem, 1, pwk_task, &f);
+    const long grain = P >= 1024 ? 1 : 1024 / P;
+    tcc_cpu_parallel_for(p->n * M, grain, pwk_reduce_task, &f);
 }

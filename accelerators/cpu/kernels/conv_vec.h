@@ -161,6 +161,9 @@ void cv_dw_rows(const cv_dw *d, const float *x, long c, float *y, const float *r
 
 /* Pointwise, group 1, weights packed (tcc_cpu_conv2d_pw). */
 void cv_pointwise(const tcc_conv_params *p, const float *x, const float *wp, float *y, const cv_ep *e) CV_HIDDEN;
+/* The same for an input cv_pointwise_depthwise wrote (tcc_cpu_conv2d_pw_split_c). */
+void cv_pointwise_split_c(const tcc_conv_params *p, const float *x, const float *wp, float *y, const cv_ep *e)
+    CV_HIDDEN;
 /* The same fused with the depthwise convolution `dw` that reads its output (tcc_cpu_conv2d_pw_dw). */
 void cv_pointwise_depthwise(const tcc_conv_params *p, const float *x, const float *wp, const cv_ep *e,
                             const cv_dw *dw, float *y) CV_HIDDEN;
@@ -173,7 +176,7 @@ void cv_depthwise_pointwise(const cv_dw *dw, const float *x, const tcc_conv_para
 void cv_copy_rows(const cv_layout *l, const tcc_conv_params *p, float *y, const float *src, long q0, long n)
     CV_HIDDEN;
 
-/* Per-thread buffer (which: 0..2) that only grows (pool threads live for the process). */
+/* Per-thread buffer (which: 0..3) that only grows (pool threads live for the process). */
 float *cv_tls_buffer(int which, size_t n) CV_HIDDEN;
 
 #endif

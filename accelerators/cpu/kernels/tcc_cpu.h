@@ -81,6 +81,11 @@ void tcc_cpu_conv2d_packed(const tcc_conv_params *p, const float *x, const float
 /* A pointwise convolution (1x1, stride 1, no pads, group 1) with the weights
  * packed at compile time as [ceil(m/8)][c][8] (rows past m zero). */
 void tcc_cpu_conv2d_pw(const tcc_conv_params *p, const float *x, const float *wp, float *y, const tcc_epilogue *ep);
+/* The same for an input tcc_cpu_conv2d_pw_dw wrote: the threads split the
+ * input channels as it split its output channels, so each reads what it
+ * wrote; the residual may not alias y. */
+void tcc_cpu_conv2d_pw_split_c(const tcc_conv_params *p, const float *x, const float *wp, float *y,
+                               const tcc_epilogue *ep);
 /* A pointwise convolution (pp, as tcc_cpu_conv2d_pw) whose output only the
  * depthwise convolution pd (group == c == m, kh*kw <= 64, sh*sw <= 64, OIHW
  * weights wd) reads: y = dw(pw(x)), the pointwise output never stored. */

@@ -87,6 +87,24 @@ def test_pw_dw_kernel_isa_threads(isa, threads, pw_lib):
         np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4, err_msg=f"{isa} {(n, c, h, w, hidden, k)} {kw}")
 
 
+def irb_model(n, c, h, w, hidden, k, mo, residual=False, **kw):
+    """block_model's pair, then Conv 1x1 to mo channels (+ bias) [+ residual]: an inverted residual block."""
+    mdl, feeds = block_model(n, c, h, w, hidden, k, **kw)
+    g = mdl.graph
+    oh, ow = [d.dim_value for d in g.output[0].type.tensor_type.shape.dim][2:]
+    g.node[-1].output[0] = "dy"
+    g.initializer.extend([numpy_helper.from_array(rand(mo, hidden, 1, 1), "w3"),
+                          numpy_helper.from_array(rand(mo), "b3")])
+    g.node.append(H("Conv", ["dy", "w3", "b3"], ["y" if not residual else "p"]))
+    if residual:
+        feeds["r3"] = rand(n, mo, oh, ow)
+        g.input.append(helper.make_tensor_value_info("r3", 1, (n, mo, oh, ow)))
+        g.node.append(H("Add", ["p", "r3"], ["y"]))
+    del g.output[:]
+    g.output.append(helper.make_tensor_value_info("y", 1, (n, mo, oh, ow)))
+    return mdl, feeds
+
+
 def _source(sess, tmp_path):
     from tcc.accelerators.cpu.runtime import c_source
     with zipfile.ZipFile(tmp_path / "m.tcc") as z:
@@ -216,3 +234,47 @@ def test_separable_chain_pw_dw_first(tmp_path):
     mdl = model(nodes, [("x", x.shape)], [("y", (1, 12, 10, 10))], inits)
     src = _source(check(mdl, {"x": x}, atol=1e-4, tmp_path=tmp_path), tmp_path)
     assert src.count("tcc_cpu_conv2d_pw_dw(") == 1 and "tcc_cpu_conv2d_dw_pw(" not in src
+
+
+# ---- a pointwise conv reading cv_pointwise_depthwise's output: input channels split over threads
+# (tcc_cpu_conv2d_pw_split_c: partial sums per thread, added up with the epilogue), or the plain
+# kernel where that does not pay (one thread, batch 2, fewer channel blocks than threads, an input
+# past L2)
+SPLIT_CASES = [
+    ((1, 144, 28, 28, 32), "Relu", True),    # MobileNetV2's 28x28 projection
+    ((1, 384, 14, 14, 64), None, True),      # 4 positions as dot products
+    ((1, 960, 7, 7, 160), "Sigmoid", False),  # one dot-product position, activation after the sums
+    ((1, 20, 9, 9, 13), "Clip", True),       # 3 channel blocks: ranges of 2 and 1
+    ((1, 8, 6, 6, 5), None, False),          # one channel block: the plain kernel
+    ((2, 48, 10, 10, 24), "Relu", True),     # batch 2: the plain kernel
+    ((1, 96, 56, 56, 24), None, True),       # input past L2: the plain kernel
+]
+
+
+@pytest.mark.parametrize("isa", ["avx512", "avx2", "generic"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_pw_split_c_kernel_isa_threads(isa, threads, pw_lib):
+    from tcc.accelerators.cpu.codegen import pack_pw
+
+    from .test_conv_paths import conv_model
+    codes = {None: (0, 0.0, 0.0), "Relu": (1, 0.0, 0.0), "Clip": (2, -0.5, 0.7), "Sigmoid": (3, 0.0, 0.0)}
+    for (n, c, h, w, m), act, residual in SPLIT_CASES:
+        mdl, feeds = conv_model(n, c, h, w, m, 1, act=act, residual=residual)
+        ref = ort.InferenceSession(mdl.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+        inits = {i.name: numpy_helper.to_array(i) for i in mdl.graph.initializer}
+        wp, b = np.ascontiguousarray(pack_pw(inits["w"])), inits["b"]
+        ep = Epilogue(b.ctypes.data, 2, 1.0, feeds["r"].ctypes.data if residual else None, *codes[act])
+        p = ConvParams(n, c, h, w, m, 1, 1, h, w, 1, 1, 1, 1, 0, 0, 0, 0, 1)
+        for _ in range(2):  # a second call: the partial sums start over
+            y = np.full_like(ref, np.nan)
+            ptr = ctypes.c_void_p
+            pw_lib.tcc_cpu_conv2d_pw_split_c(ctypes.byref(p), ptr(feeds["x"].ctypes.data), ptr(wp.ctypes.data),
+                                             ptr(y.ctypes.data), ctypes.byref(ep))
+            np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4 * max(1.0, np.abs(ref).max()),
+                                       err_msg=f"{isa} {(n, c, h, w, m)} {act}")
+
+
+def test_projection_after_pw_dw_splits_by_channels(tmp_path):
+    mdl, feeds = irb_model(1, 16, 14, 14, 96, 3, 24, residual=True)
+    src = _source(check(mdl, feeds, atol=1e-4, tmp_path=tmp_path), tmp_path)
+    assert "tcc_cpu_conv2d_pw_dw(" in src and "tcc_cpu_conv2d_pw_split_c(" in src
