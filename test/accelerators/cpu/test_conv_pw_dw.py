@@ -56,6 +56,11 @@ CASES = [
     ((1, 6, 12, 13, 11, 3), {"d": (2, 2), "pads": (2, 2, 2, 2)}),                 # dilated, in place
     ((1, 3, 40, 40, 16, 3), {"act1": "Sigmoid", "act2": "Tanh"}),                 # activations after the store
     ((1, 7, 3, 2, 10, 3), {"s": (2, 2), "pads": (0, 1, 1, 0)}),                   # plane under one vector
+    # large planes: expanded blocks of 25 to 100 KB
+    ((1, 8, 56, 56, 24, 3), {}),                                                  # MobileNetV2's 56x56
+    ((1, 6, 60, 58, 16, 3), {"s": (2, 2)}),                                       # stride-2 rows
+    ((1, 5, 61, 30, 12, 5), {"s": (2, 2), "pads": (2, 2, 2, 2), "act2": "Tanh"}),  # odd rows, 5 tap rows
+    ((1, 4, 29, 31, 9, 3), {"d": (2, 2), "pads": (2, 2, 2, 2), "act1": "Relu"}),  # dilated: halos of 2 rows
 ]
 
 
