@@ -133,12 +133,13 @@ static float *plane_row(const cv_layout *l, const tcc_conv_params *p, float *dst
     return slot < 0 ? NULL : dst + (slot * l->hq + i) * l->wq;
 }
 
-/* One channel: every input row goes once to the phase planes of its row
- * parity; padding positions are left as they are. */
-static void pack_channel(const cv_layout *l, const tcc_conv_params *p, const float *src, float *dst) {
+/* One channel's input rows [r0, r1): each goes once to the phase planes of
+ * its row parity; padding positions are left as they are. */
+static void pack_channel(const cv_layout *l, const tcc_conv_params *p, const float *src, float *dst, long r0,
+                         long r1) {
     const long sh = p->sh, sw = p->sw, wq = l->wq, pl = p->pl, W = p->w;
-    long pr = p->pt % sh, i = p->pt / sh; /* phase row of input row r, kept incrementally */
-    for (long r = 0; r < p->h; r++, pr = pr + 1 == sh ? 0 : pr + 1, i += pr == 0) {
+    long pr = (p->pt + r0) % sh, i = (p->pt + r0) / sh; /* phase row of input row r, kept incrementally */
+    for (long r = r0; r < r1; r++, pr = pr + 1 == sh ? 0 : pr + 1, i += pr == 0) {
         if (i >= l->hq) break;
         const float *s = src + r * W;
         if (sw == 1) {
@@ -205,7 +206,7 @@ static void zero_padding(const cv_layout *l, const tcc_conv_params *p, float *ds
 void cv_pack(const cv_layout *l, const tcc_conv_params *p, const float *x, float *dst, long c0, long c1, int zero) {
     for (long c = c0; c < c1; c++) {
         if (zero) zero_padding(l, p, dst + c * l->cs);
-        pack_channel(l, p, x + c * p->h * p->w, dst + c * l->cs);
+        pack_channel(l, p, x + c * p->h * p->w, dst + c * l->cs, 0, p->h);
     }
 }
 
@@ -232,6 +233,7 @@ typedef struct {
     const tcc_conv_params *p;
     const float *x;
     float *dst;
+    long channels;
 } pack_job;
 
 static void pack_task(void *arg, long b, long e) {
@@ -240,6 +242,23 @@ static void pack_task(void *arg, long b, long e) {
 }
 
 void cv_pack_all(const cv_layout *l, const tcc_conv_params *p, const float *x, float *dst, long channels) {
-    pack_job j = {l, p, x, dst};
+    pack_job j = {l, p, x, dst, channels};
     tcc_cpu_parallel_for(channels, 8, pack_task, &j);
+}
+
+/* Thread t packs input rows [t h / nt, (t + 1) h / nt) of every channel. */
+static void pack_rows_task(void *arg, long b, long e) {
+    pack_job *j = arg;
+    const int nt = tcc_cpu_num_threads();
+    for (long t = b; t < e; t++) {
+        const long r0 = t * j->p->h / nt, r1 = (t + 1) * j->p->h / nt;
+        for (long c = 0; c < j->channels; c++)
+            pack_channel(j->l, j->p, j->x + c * j->p->h * j->p->w, j->dst + c * j->l->cs, r0, r1);
+    }
+}
+
+void cv_pack_all_rows(const cv_layout *l, const tcc_conv_params *p, const float *x, float *dst, long channels) {
+    pack_job j = {l, p, x, dst, channels};
+    for (long c = 0; c < channels; c++) zero_padding(l, p, dst + c * l->cs);
+    tcc_cpu_parallel_for(tcc_cpu_num_threads(), 1, pack_rows_task, &j);
 }

@@ -285,7 +285,9 @@ void tcc_cpu_conv2d_packed(const tcc_conv_params *p, const float *x, const float
         for (long g = 0; g < G; g++) {
             const float *xg = x + (n * p->c + g * cg) * hw;
             if (!l.direct) {
-                cv_pack_all(&l, p, xg, xp, cg);
+                /* one panel: threads split the tiles, i.e. the output rows */
+                if (npan == 1) cv_pack_all_rows(&l, p, xg, xp, cg);
+                else cv_pack_all(&l, p, xg, xp, cg);
             }
             const long yoff = (n * p->m + g * mg) * ohw;
             j.x = l.direct ? xg : xp;

@@ -129,6 +129,11 @@ void cv_pack(const cv_layout *l, const tcc_conv_params *p, const float *x, float
     CV_HIDDEN;
 /* cv_pack of channels [0, channels) on the pool, padding zeroed. */
 void cv_pack_all(const cv_layout *l, const tcc_conv_params *p, const float *x, float *dst, long channels) CV_HIDDEN;
+/* The same split by input rows, thread t packing the t-th of nt slices of
+ * every channel: for a convolution whose threads split output rows (few
+ * output channels: the stem), each then reads rows it packed itself. */
+void cv_pack_all_rows(const cv_layout *l, const tcc_conv_params *p, const float *x, float *dst, long channels)
+    CV_HIDDEN;
 /* Copies flat outputs [q0, q0+n) of one channel (src indexed by q - q0) to
  * the NCHW plane y with the epilogue. */
 void cv_store_rows(const cv_layout *l, const tcc_conv_params *p, float *y, const float *src, long q0, long n,

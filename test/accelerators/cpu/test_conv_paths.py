@@ -264,6 +264,7 @@ PACKED = [
     (1, 40, 12, 12, 33, 3, (1, 1), (1, 1), (1, 1, 1, 1), 1),   # 40 channels: three channel blocks
     (1, 70, 5, 3, 40, 3, (1, 1), (1, 1), (1, 1, 1, 1), 1),     # two-row tiles of 3, channel blocks
     (1, 24, 20, 17, 16, 3, (2, 2), (1, 1), (1, 1, 1, 1), 1),   # stride 2 phase planes
+    (1, 3, 57, 60, 32, 3, (2, 2), (1, 1), (1, 1, 1, 1), 1),    # stem: one panel, rows packed in slices per thread
     (1, 8, 15, 16, 24, 3, (2, 2), (1, 1), (0, 1, 1, 0), 1),    # asymmetric pads
     (1, 3, 30, 29, 20, 7, (2, 2), (1, 1), (3, 3, 3, 3), 1),    # stem-like 7x7: tap table
     (1, 6, 13, 14, 18, 3, (1, 1), (2, 2), (2, 2, 2, 2), 1),    # dilations
