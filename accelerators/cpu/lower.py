@@ -45,8 +45,8 @@ def dialect():
     def op(name, regions=0, traits=frozenset({PURE})):
         return OpDef(name, [OperandDef("inputs", "variadic")], [OperandDef("result")], traits=traits,
                      num_regions=regions)
-    ops = [op(f"cpu.{n}") for n in ("conv", "conv_pw_dw", "conv_dw_pw", "gemm", "matmul", "maxpool", "avgpool", "global_avgpool", "softmax",
-                                     "layernorm", "transpose", "reshape")]
+    ops = [op(f"cpu.{n}") for n in ("conv", "conv_pw_dw", "conv_dw_pw", "gemm", "matmul", "maxpool", "avgpool",
+                                     "global_avgpool", "softmax", "layernorm", "transpose", "reshape")]
     ops.append(op("cpu.elementwise", 1, frozenset({PURE, ISOLATED})))
     ops.append(OpDef("cpu.yield", [OperandDef("values", "variadic")], traits=frozenset({TERMINATOR, PURE})))
     return Dialect("cpu", ops, "the cpu accelerator's kernel calls")
@@ -219,47 +219,39 @@ class Lowering:
         attrs.update(act or {})
         self._replace(op, chain, "cpu.conv", operands, attrs)
 
-    # -- pointwise -> depthwise -------------------------------------------------------
+    # -- separable convolutions ---------------------------------------------------------
     PW_DW_MAX_PLANE = 32768  # kernels/conv_pw.c buffers 8 expanded planes per thread: at most 1 MB, in L2
+    EPILOGUE_ATTRS = ("has_bias", "act", "act_a0", "act_a1")
+
+    def _conv_pairs(self):
+        """(first, second) cpu.conv pairs where second alone reads first's output."""
+        for second in list(self.block.ops):
+            if second.name != "cpu.conv" or second.parent is None:
+                continue
+            x = second.operands[0]
+            first = getattr(x, "op", None)
+            if first is not None and first.name == "cpu.conv" and len(x.uses) == 1:
+                yield first, second
 
     def fuse_pw_dw(self):
-        for b in list(self.block.ops):
-            if b.name != "cpu.conv" or b.parent is None:
+        for pw, dw in self._conv_pairs():
+            if not (self._fusable_pw(pw) and self._fusable_dw(dw)):
                 continue
-            x = b.operands[0]
-            a = getattr(x, "op", None)
-            if a is None or a.name != "cpu.conv" or len(x.uses) != 1 or not self._fusable_pw(a):
+            attrs = dict(dw.attributes)
+            attrs.update({"pw_" + k: v for k, v in pw.attributes.items() if k in self.EPILOGUE_ATTRS})
+            self._replace_simple(dw, "cpu.conv_pw_dw", list(pw.operands) + list(dw.operands[1:]), attrs)
+            pw.erase()
+
+    def fuse_dw_pw(self):
+        for dw, pw in self._conv_pairs():
+            if (dw.get_attr("has_residual") or not self._fusable_dw(dw) or not self._dw_in_place(dw)
+                    or not self._fusable_pw(pw, residual=True)):
                 continue
-            if not self._fusable_dw(b):
-                continue
-            operands = [a.operands[0], a.operands[1]]
-            if a.get_attr("has_bias"):
-                operands.append(a.operands[2])
-            operands += list(b.operands[1:])
-            attrs = dict(b.attributes)
-            attrs["pw_has_bias"] = A.IntegerAttr(int(a.get_attr("has_bias")))
-            attrs["pw_act"] = A.StringAttr(a.get_attr("act")) if a.get_attr("act") else None
-            attrs["pw_act_a0"] = A.FloatAttr(float(a.get_attr("act_a0", 0.0) or 0.0))
-            attrs["pw_act_a1"] = A.FloatAttr(float(a.get_attr("act_a1", 0.0) or 0.0))
-            attrs = {k: v for k, v in attrs.items() if v is not None}
-            self._replace_simple(b, "cpu.conv_pw_dw", operands, attrs)
-            a.erase()
-        for c in list(self.block.ops):
-            if c.name != "cpu.conv" or c.parent is None:
-                continue
-            x = c.operands[0]
-            b = getattr(x, "op", None)
-            if (b is None or b.name != "cpu.conv" or len(x.uses) != 1 or b.get_attr("has_residual")
-                    or not self._fusable_dw(b) or not self._dw_in_place(b)
-                    or not self._fusable_pw(c, residual=True)):
-                continue
-            attrs = {k: v for k, v in b.attributes.items() if k in ("strides", "pads", "dilations", "group")}
-            for k in ("has_bias", "act", "act_a0", "act_a1"):
-                if k in b.attributes:
-                    attrs["dw_" + k] = b.attributes[k]
-            attrs.update({k: v for k, v in c.attributes.items() if k.startswith(("act", "has_"))})
-            self._replace_simple(c, "cpu.conv_dw_pw", list(b.operands) + list(c.operands[1:]), attrs)
-            b.erase()
+            attrs = {k: v for k, v in dw.attributes.items() if k in ("strides", "pads", "dilations", "group")}
+            attrs.update({"dw_" + k: v for k, v in dw.attributes.items() if k in self.EPILOGUE_ATTRS})
+            attrs.update({k: v for k, v in pw.attributes.items() if k in self.EPILOGUE_ATTRS + ("has_residual",)})
+            self._replace_simple(pw, "cpu.conv_dw_pw", list(dw.operands) + list(pw.operands[1:]), attrs)
+            dw.erase()
 
     @staticmethod
     def _const(v):
@@ -288,10 +280,9 @@ class Lowering:
         from .build import best_isa
         x, w, y = op.operands[0], op.operands[1], op.results[0]
         kh, kw = w.type.shape[2:]
-        sh, sw = op.get_attr("strides")
-        dh, dw = op.get_attr("dilations")
-        same = (sh, sw) == (1, 1) and y.type.shape[2:] == x.type.shape[2:] and kh * kw <= 64
-        return best_isa() == "avx512" and (same or (sw == 2 and kw == 3 and dw == 1 and kh <= 8))
+        strides, dw = tuple(op.get_attr("strides")), op.get_attr("dilations")[1]
+        same = strides == (1, 1) and y.type.shape[2:] == x.type.shape[2:] and kh * kw <= 64
+        return best_isa() == "avx512" and (same or (strides[1] == 2 and kw == 3 and dw == 1 and kh <= 8))
 
     def lower_gemm(self, op):
         has_c = self._present(op, 2)
@@ -457,7 +448,8 @@ class Lowering:
                 self.lower_gemm(op)
             elif n == "onnx.MatMul":
                 self.lower_matmul(op)
-        self.fuse_pw_dw()
+        self.fuse_pw_dw()  # first: it keeps the larger tensor (a stride-2 depthwise input) out of memory
+        self.fuse_dw_pw()
         left = []
         for op in list(self.block.ops):
             n = op.name
