@@ -290,46 +290,49 @@ class FunctionCodegen:
         return (f"{{{n}, {c}, {h}, {wd}, {m}, {kh}, {kw}, {oh}, {ow}, {strides[0]}, {strides[1]}, "
                 f"{dilations[0]}, {dilations[1]}, {pads[0]}, {pads[1]}, {pads[2]}, {pads[3]}, {group}}}")
 
-    def op_conv_pw_dw(self, op):
-        """The pointwise output (N, hidden, H, W) is the depthwise input and no value of the IR."""
-        x, w_pw = op.operands[0], op.operands[1]
-        rest = list(op.operands[2:])
-        b_pw = self.ptr(rest.pop(0)) if op.get_attr("pw_has_bias") else None
-        w_dw = rest.pop(0)
+    def _pair_operands(self, op, first):
+        """(x, w1, b1, w2, bias, residual) of a fused pair of convs, `first` the
+        first one's attribute prefix (its epilogue's); biases and residual are
+        C pointers or None."""
+        x, w1, *rest = op.operands
+        b1 = self.ptr(rest.pop(0)) if op.get_attr(first + "has_bias") else None
+        w2 = rest.pop(0)
         bias = self.ptr(rest.pop(0)) if op.get_attr("has_bias") else None
         res = self.ptr(rest.pop(0)) if op.get_attr("has_residual") else None
+        return x, w1, b1, w2, bias, res
+
+    def packed_pw(self, w):
+        """Index of a pointwise conv's weights packed for conv_pw.c."""
+        return self.weights.add_array(("pw", id(w)), lambda: pack_pw(const_value(w)))
+
+    def op_conv_pw_dw(self, op):
+        """The pointwise output (N, hidden, H, W) is the depthwise input and no value of the IR."""
+        x, w_pw, b_pw, w_dw, bias, res = self._pair_operands(op, "pw_")
         y = op.results[0]
         n, _, h, wd = x.type.shape
         mid = (n, w_pw.type.shape[0], h, wd)
         pp = self.conv_params(x.type.shape, w_pw.type.shape, mid, (1, 1), (1, 1), (0, 0, 0, 0), 1)
         pd = self.conv_params(mid, w_dw.type.shape, y.type.shape, op.get_attr("strides"), op.get_attr("dilations"),
                               op.get_attr("pads"), op.get_attr("group"))
-        idx = self.weights.add_array(("pw", id(w_pw)), lambda: pack_pw(const_value(w_pw)))
         self.emit(f"{{ static const tcc_conv_params pp = {pp}, pd = {pd};")
         self.emit("  " + self.epilogue(op, b_pw, 2, 1.0, None, "epp", "pw_"))
         self.emit("  " + self.epilogue(op, bias, 2, 1.0, res))
-        self.emit(f"  tcc_cpu_conv2d_pw_dw(&pp, {self.ptr(x)}, (float *)W[{idx}], &epp, &pd, {self.ptr(w_dw)}, "
-                  f"{self.ptr(y)}, &ep); }}")
+        self.emit(f"  tcc_cpu_conv2d_pw_dw(&pp, {self.ptr(x)}, (float *)W[{self.packed_pw(w_pw)}], &epp, &pd, "
+                  f"{self.ptr(w_dw)}, {self.ptr(y)}, &ep); }}")
 
     def op_conv_dw_pw(self, op):
         """The depthwise output (N, C, OH, OW) is the pointwise input and no value of the IR."""
-        x, w_dw = op.operands[0], op.operands[1]
-        rest = list(op.operands[2:])
-        b_dw = self.ptr(rest.pop(0)) if op.get_attr("dw_has_bias") else None
-        w_pw = rest.pop(0)
-        bias = self.ptr(rest.pop(0)) if op.get_attr("has_bias") else None
-        res = self.ptr(rest.pop(0)) if op.get_attr("has_residual") else None
+        x, w_dw, b_dw, w_pw, bias, res = self._pair_operands(op, "dw_")
         y = op.results[0]
         mid = (y.type.shape[0], x.type.shape[1]) + tuple(y.type.shape[2:])
         pd = self.conv_params(x.type.shape, w_dw.type.shape, mid, op.get_attr("strides"), op.get_attr("dilations"),
                               op.get_attr("pads"), op.get_attr("group"))
         pq = self.conv_params(mid, w_pw.type.shape, y.type.shape, (1, 1), (1, 1), (0, 0, 0, 0), 1)
-        idx = self.weights.add_array(("pw", id(w_pw)), lambda: pack_pw(const_value(w_pw)))
         self.emit(f"{{ static const tcc_conv_params pd = {pd}, pq = {pq};")
         self.emit("  " + self.epilogue(op, b_dw, 2, 1.0, None, "epd", "dw_"))
         self.emit("  " + self.epilogue(op, bias, 2, 1.0, res))
-        self.emit(f"  tcc_cpu_conv2d_dw_pw(&pd, {self.ptr(x)}, {self.ptr(w_dw)}, &epd, &pq, (float *)W[{idx}], "
-                  f"{self.ptr(y)}, &ep); }}")
+        self.emit(f"  tcc_cpu_conv2d_dw_pw(&pd, {self.ptr(x)}, {self.ptr(w_dw)}, &epd, &pq, "
+                  f"(float *)W[{self.packed_pw(w_pw)}], {self.ptr(y)}, &ep); }}")
 
     def op_conv(self, op):
         x, w = op.operands[0], op.operands[1]
@@ -350,9 +353,8 @@ class FunctionCodegen:
         wop = getattr(w, "op", None)
         const_w = wop is not None and wop.name == "onnx.Constant"
         if const_w and (kh, kw, sh, sw, pt, pl, pb, pr, g) == (1, 1, 1, 1, 0, 0, 0, 0, 1):
-            idx = self.weights.add_array(("pw", id(w)), lambda: pack_pw(const_value(w)))
             fn = "tcc_cpu_conv2d_pw_split_c" if split_by_channels(x) else "tcc_cpu_conv2d_pw"
-            self.emit(f"  {fn}(&p, {self.ptr(x)}, ((float *)W[{idx}]), {self.ptr(y)}, &ep); }}")
+            self.emit(f"  {fn}(&p, {self.ptr(x)}, ((float *)W[{self.packed_pw(w)}]), {self.ptr(y)}, &ep); }}")
             return
         tile = wino_tile(x.type.shape, w.type.shape, y.type.shape, (sh, sw), (dh, dw), (pt, pl, pb, pr), g, self.isa)
         if const_w and tile:

@@ -528,14 +528,20 @@ void tcc_cpu_conv2d_pw_split_c(const tcc_conv_params *p, const float *x, const f
     cv_pointwise_split_c(p, x, wp, y, &e);
 }
 
+/* A depthwise call prepared for the fused kernels; l, off and ed must outlive d. */
+static void prepare_dw(cv_dw *d, cv_layout *l, long *off, const tcc_conv_params *pd, const float *wd,
+                       const cv_ep *ed) {
+    cv_layout_init(l, pd, off); /* codegen fuses only depthwise convolutions the phase table covers */
+    cv_dw_init(d, pd, l, wd, ed);
+}
+
 void tcc_cpu_conv2d_pw_dw(const tcc_conv_params *pp, const float *x, const float *wp, const tcc_epilogue *epp,
                           const tcc_conv_params *pd, const float *wd, float *y, const tcc_epilogue *epd) {
     long off[64];
     cv_layout l;
-    cv_layout_init(&l, pd, off); /* codegen fuses only depthwise convolutions the phase table covers */
-    const cv_ep ep = resolve_ep(epp), ed = resolve_ep(epd);
     cv_dw d;
-    cv_dw_init(&d, pd, &l, wd, &ed);
+    const cv_ep ep = resolve_ep(epp), ed = resolve_ep(epd);
+    prepare_dw(&d, &l, off, pd, wd, &ed);
     cv_pointwise_depthwise(pp, x, wp, &ep, &d, y);
 }
 
@@ -543,9 +549,8 @@ void tcc_cpu_conv2d_dw_pw(const tcc_conv_params *pd, const float *x, const float
                           const tcc_conv_params *pq, const float *wq, float *y, const tcc_epilogue *epq) {
     long off[64];
     cv_layout l;
-    cv_layout_init(&l, pd, off); /* codegen fuses only depthwise convolutions the phase table covers */
-    const cv_ep ed = resolve_ep(epd), eq = resolve_ep(epq);
     cv_dw d;
-    cv_dw_init(&d, pd, &l, wd, &ed);
+    const cv_ep ed = resolve_ep(epd), eq = resolve_ep(epq);
+    prepare_dw(&d, &l, off, pd, wd, &ed);
     cv_depthwise_pointwise(&d, x, pq, wq, &eq, y);
 }

@@ -35,14 +35,19 @@ def block_model(n, c, h, w, hidden, k, s=(1, 1), d=(1, 1), pads=(1, 1, 1, 1), ac
     nodes = [H("Conv", ["x", "w1"] + (["b1"] if pw_bias else []), ["e"])] + ACT_NODES[act1]("e", "ea")
     nodes.append(H("Conv", ["ea", "w2", "b2"], ["d"], kernel_shape=[k, k], strides=list(s), dilations=list(d),
                    pads=list(pads), group=hidden))
-    inputs, feeds, cur = [("x", (n, c, h, w))], {"x": rand(n, c, h, w)}, "d"
+    return _finish(nodes, inits, (n, c, h, w), "d", (n, hidden, oh, ow), residual, act2)
+
+
+def _finish(nodes, inits, x_shape, cur, y_shape, residual, act):
+    """The model of nodes from input x to value cur, then [+ residual input r] -> act -> y; with its feeds."""
+    inputs, feeds = [("x", x_shape)], {"x": rand(*x_shape)}
     if residual:
-        nodes.append(H("Add", [cur, "r"], ["dr"]))
-        inputs.append(("r", (n, hidden, oh, ow)))
-        feeds["r"] = rand(n, hidden, oh, ow)
-        cur = "dr"
-    nodes += ACT_NODES[act2](cur, "y")
-    return model(nodes, inputs, [("y", (n, hidden, oh, ow))], inits), feeds
+        nodes.append(H("Add", [cur, "r"], ["res_sum"]))
+        inputs.append(("r", y_shape))
+        feeds["r"] = rand(*y_shape)
+        cur = "res_sum"
+    nodes += ACT_NODES[act](cur, "y")
+    return model(nodes, inputs, [("y", y_shape)], inits), feeds
 
 
 # hidden not a multiple of 8 (a block's tail), planes whose last 1..4 positions are dot products
@@ -157,14 +162,7 @@ def dwpw_model(n, c, h, w, k, mo, s=(1, 1), d=(1, 1), pads=(1, 1, 1, 1), act1="C
     nodes = [H("Conv", ["x", "w1", "b1"], ["d"], kernel_shape=[k, k], strides=list(s), dilations=list(d),
                pads=list(pads), group=c)] + ACT_NODES[act1]("d", "da")
     nodes.append(H("Conv", ["da", "w2", "b2"], ["p"]))
-    inputs, feeds, cur = [("x", (n, c, h, w))], {"x": rand(n, c, h, w)}, "p"
-    if residual:
-        nodes.append(H("Add", [cur, "r"], ["pr"]))
-        inputs.append(("r", (n, mo, oh, ow)))
-        feeds["r"] = rand(n, mo, oh, ow)
-        cur = "pr"
-    nodes += ACT_NODES[act2](cur, "y")
-    return model(nodes, inputs, [("y", (n, mo, oh, ow))], inits), feeds
+    return _finish(nodes, inits, (n, c, h, w), "p", (n, mo, oh, ow), residual, act2)
 
 
 # bands of rows over the threads (one band: a plane smaller than a band; bands whose first or last
