@@ -359,48 +359,52 @@ void cv_depthwise_pointwise(const cv_dw *dw, const float *x, const tcc_conv_para
 /* ---- pointwise, input channels split over the threads -------------------------------
  * For an input written by cv_pointwise_depthwise, whose items (blocks of
  * PR channels) the pool hands out in contiguous ranges, one per thread:
- * thread t sums over the channels of range t (the ones it computed: they
- * are in its own cache) into a partial output, and a last pass adds the
+ * range t here sums over the channels of that thread's range (they are in
+ * its own cache) into partial sums of its own, and a last pass adds the
  * partials up with the epilogue. Split over positions instead, each thread
  * read half of its input from the other core's cache, which here runs at a
  * few GB/s: a MobileNetV2 projection was no faster on two threads than on
- * one. The partials cost one extra pass over the (small) output. */
+ * one. A range's items are its output blocks, so a thread done early
+ * steals blocks of another's range (reading that range's input from the
+ * other core) rather than waiting: with one item per range, a core slowed
+ * by the machine's other load held the call up by a third of its time.
+ * (Stealing chunks of channels instead, each thread adding them to sums of
+ * its own, cost more than it saved: every chunk is one more pass over the
+ * partial sums.) */
 typedef struct {
     pw_job pw;       /* the whole product, its epilogue off */
     const cv_ep *e;  /* applied when the partials are added up */
-    float *y, *part; /* item 0's partial is y itself; item t > 0's is part + (t - 1) * n * M * P */
-    long n, nitem, kblk;
+    float *y, *part; /* range 0's partial is y itself; range r > 0's is part + (r - 1) * M * P */
+    long nrange, kblk;
 } pwk_job;
 
 static void pwk_task(void *arg, long b, long e) {
     const pwk_job *f = arg;
     for (long t = b; t < e; t++) {
+        const long r = t / f->pw.nblk, blk = t % f->pw.nblk;
         pw_job j = f->pw;
-        const long k0 = t * f->kblk * PR, k1 = (t + 1) * f->kblk * PR < j.C ? (t + 1) * f->kblk * PR : j.C;
+        const long k0 = r * f->kblk * PR, k1 = (r + 1) * f->kblk * PR < j.C ? (r + 1) * f->kblk * PR : j.C;
         j.x += k0 * j.P;
         j.wp += k0 * PR;
         j.C = k1 - k0;
-        j.y = t == 0 ? f->y : f->part + (t - 1) * f->n * j.M * j.P;
-        for (long img = 0; img < f->n; img++)
-            for (long blk = 0; blk < j.nblk; blk++) {
-                pw_block(&j, img, blk, 0, j.qmain, j.y + (img * j.M + blk * PR) * j.P, NULL);
-                if (j.qmain < j.P && (blk % RB == RB - 1 || blk == j.nblk - 1)) pw_rest_any(&j, img, blk - blk % RB);
-            }
+        j.y = r == 0 ? f->y : f->part + (r - 1) * j.M * j.P;
+        pw_block(&j, 0, blk, 0, j.qmain, j.y + blk * PR * j.P, NULL);
+        if (j.qmain < j.P && (blk % RB == RB - 1 || blk == j.nblk - 1)) pw_rest_any(&j, 0, blk - blk % RB);
     }
 }
 
 static void pwk_reduce_task(void *arg, long b, long e) {
     const pwk_job *f = arg;
-    const long P = f->pw.P, M = f->pw.M, stride = f->n * M * P;
+    const long P = f->pw.P, M = f->pw.M;
     const cv_ep *ep = f->e;
     const int act = cv_vec_act(ep->act) ? ep->act : TCC_ACT_NONE;
     for (long r = b; r < e; r++) {
         float *yr = f->y + r * P;
-        const float *res = ep->res ? ep->res + r * P : NULL, bias = cv_bias(ep, r % M);
+        const float *res = ep->res ? ep->res + r * P : NULL, bias = cv_bias(ep, r);
         for (long q = 0; q < P; q += VL) {
             const int k = P - q < VL ? (int)(P - q) : VL;
             vf a = v_ld_n(yr + q, k);
-            for (long t = 1; t < f->nitem; t++) a += v_ld_n(f->part + (t - 1) * stride + r * P + q, k);
+            for (long t = 1; t < f->nrange; t++) a += v_ld_n(f->part + (t - 1) * M * P + r * P + q, k);
             a += bias;
             if (res) a += v_ld_n(res + q, k);
             v_st_n(yr + q, cv_act_v(a, act, ep->a0, ep->a1), k);
@@ -419,13 +423,14 @@ void cv_pointwise_split_c(const tcc_conv_params *p, const float *x, const float 
         return;
     }
     static const cv_ep none = {NULL, 1.f, 0, NULL, TCC_ACT_NONE, 0.f, 0.f};
-    const long kblk = (cblk + nt - 1) / nt; /* the pool's range length for cblk items */
+    const long kblk = (cblk + nt - 1) / nt; /* the producer's range length for cblk items */
     pwk_job f = {{.x = x, .wp = wp, .e = &none, .C = C, .M = M, .P = P, .xs = C * P, .wc = C, .ys = P, .qmain = P,
                   .nqc = 1, .nblk = (M + PR - 1) / PR},
-                 e, y, NULL, p->n, (cblk + kblk - 1) / kblk, kblk};
+                 e, y, NULL, (cblk + kblk - 1) / kblk, kblk};
     if (rest <= REST_MAX) f.pw.qmain = P - rest;
-    f.part = cv_tls_buffer(3, (size_t)((f.nitem - 1) * p->n * M * P));
-    tcc_cpu_parallel_for(f.nitem, 1, pwk_task, &f);
+    f.part = cv_tls_buffer(3, (size_t)((f.nrange - 1) * M * P));
+    /* nt ranges of nblk items each when nrange == nt (else any thread's items are still right) */
+    tcc_cpu_parallel_for(f.nrange * f.pw.nblk, 1, pwk_task, &f);
     const long grain = P >= 1024 ? 1 : 1024 / P;
-    tcc_cpu_parallel_for(p->n * M, grain, pwk_reduce_task, &f);
+    tcc_cpu_parallel_for(M, grain, pwk_reduce_task, &f);
 }

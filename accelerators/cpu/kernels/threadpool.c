@@ -29,7 +29,8 @@
 #define SPIN_ITERS 4000   /* ~0.2-0.5 ms of pause before sleeping */
 #define CHUNKS_PER_RANGE 4 /* the unit of stealing: a quarter of a thread's share (< 2^16) */
 
-static int g_nthreads = 0, g_limit = 0;
+static int g_nthreads = 0;
+static atomic_int g_limit = 0;
 static pthread_t g_workers[MAX_THREADS];
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
@@ -92,7 +93,7 @@ static void *worker(void *arg) {
             break;
         }
         seen = gen;
-        run_chunks(gen, self);
+        if (self < tcc_cpu_num_threads()) run_chunks(gen, self); /* a limit leaves the others idle */
     }
     return NULL;
 }
