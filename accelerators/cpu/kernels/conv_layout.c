@@ -45,11 +45,23 @@ void cv_ep_run(float *dst, const float *src, long n, float bias, const float *re
     act_inplace(dst, n, e);
 }
 
+/* The channel stride, the taps' offsets and the flat outputs, for l->wq. */
+static void set_offsets(cv_layout *l, const tcc_conv_params *p) {
+    const long plane = l->hq * l->wq;
+    l->cs = l->direct ? p->h * p->w : l->nph * plane;
+    for (long ki = 0; ki < p->kh; ki++)
+        for (long kj = 0; kj < p->kw; kj++) {
+            long ph = (ki * p->dh % p->sh) * p->sw + kj * p->dw % p->sw;
+            l->off[ki * p->kw + kj] = l->slot[ph] * plane + (ki * p->dh / p->sh) * l->wq + kj * p->dw / p->sw;
+        }
+    l->q = (p->oh - 1) * l->wq + p->ow;
+}
+
 int cv_layout_init(cv_layout *l, const tcc_conv_params *p, long *off) {
     const long sh = p->sh, sw = p->sw, dh = p->dh, dw = p->dw;
     if (sh * sw > 64 || sh < 1 || sw < 1) return 0;
     l->hq = p->oh + (p->kh - 1) * dh / sh;
-    l->wq = p->ow + (p->kw - 1) * dw / sw;
+    l->wq = l->wr = p->ow + (p->kw - 1) * dw / sw;
     l->taps = p->kh * p->kw;
     l->direct = sh == 1 && sw == 1 && p->pt == 0 && p->pl == 0 && p->h == l->hq && p->w == l->wq;
     for (int i = 0; i < 64; i++) l->slot[i] = -1;
@@ -59,16 +71,15 @@ int cv_layout_init(cv_layout *l, const tcc_conv_params *p, long *off) {
             long ph = (ki * dh % sh) * sw + kj * dw % sw;
             if (l->slot[ph] < 0) l->slot[ph] = (int)l->nph++;
         }
-    const long plane = l->hq * l->wq;
-    l->cs = l->direct ? p->h * p->w : l->nph * plane;
-    for (long ki = 0; ki < p->kh; ki++)
-        for (long kj = 0; kj < p->kw; kj++) {
-            long ph = (ki * dh % sh) * sw + kj * dw % sw;
-            off[ki * p->kw + kj] = l->slot[ph] * plane + (ki * dh / sh) * l->wq + kj * dw / sw;
-        }
     l->off = off;
-    l->q = (p->oh - 1) * l->wq + p->ow;
+    set_offsets(l, p);
     return 1;
+}
+
+void cv_layout_align_rows(cv_layout *l, const tcc_conv_params *p) {
+    if (l->direct) return;
+    l->wq = (l->wq + VL - 1) / VL * VL;
+    set_offsets(l, p);
 }
 
 static long clampl(long v, long lo, long hi) { return v < lo ? lo : (v > hi ? hi : v); }
@@ -188,7 +199,8 @@ static void zero_padding(const cv_layout *l, const tcc_conv_params *p, float *ds
             float *d = plane_row(l, p, dst, pr, pc, 0);
             if (!d) continue;
             const long i0 = cdiv_clamp(p->pt - pr, p->sh, hq), i1 = cdiv_clamp(p->pt + p->h - pr, p->sh, hq);
-            const long j0 = cdiv_clamp(p->pl - pc, p->sw, wq), j1 = cdiv_clamp(p->pl + p->w - pc, p->sw, wq);
+            const long wr = l->wr; /* columns past it are never read */
+            const long j0 = cdiv_clamp(p->pl - pc, p->sw, wr), j1 = cdiv_clamp(p->pl + p->w - pc, p->sw, wr);
             if (j0 >= j1 || i0 >= i1) {
                 memset(d, 0, hq * wq * sizeof(float));
                 continue;
@@ -198,7 +210,7 @@ static void zero_padding(const cv_layout *l, const tcc_conv_params *p, float *ds
             if (p->sw == 4 && wq <= 1024) continue; /* pack_channel writes whole rows there */
             for (long i = i0; i < i1; i++) {
                 for (long j = 0; j < j0; j++) d[i * wq + j] = 0.f;
-                for (long j = j1; j < wq; j++) d[i * wq + j] = 0.f;
+                for (long j = j1; j < wr; j++) d[i * wq + j] = 0.f;
             }
         }
 }
@@ -246,11 +258,15 @@ void cv_pack_all(const cv_layout *l, const tcc_conv_params *p, const float *x, f
     tcc_cpu_parallel_for(channels, 8, pack_task, &j);
 }
 
-/* Thread t packs input rows [t h / nt, (t + 1) h / nt) of every channel. */
+/* Thread t packs input rows [t h / nt, (t + 1) h / nt) of every channel,
+ * and zeroes the padding of channels [t c / nt, (t + 1) c / nt) (elements
+ * no input lands on: none of them the rows write). */
 static void pack_rows_task(void *arg, long b, long e) {
     pack_job *j = arg;
     const int nt = tcc_cpu_num_threads();
     for (long t = b; t < e; t++) {
+        for (long c = t * j->channels / nt; c < (t + 1) * j->channels / nt; c++)
+            zero_padding(j->l, j->p, j->dst + c * j->l->cs);
         const long r0 = t * j->p->h / nt, r1 = (t + 1) * j->p->h / nt;
         for (long c = 0; c < j->channels; c++)
             pack_channel(j->l, j->p, j->x + c * j->p->h * j->p->w, j->dst + c * j->l->cs, r0, r1);
@@ -259,6 +275,5 @@ static void pack_rows_task(void *arg, long b, long e) {
 
 void cv_pack_all_rows(const cv_layout *l, const tcc_conv_params *p, const float *x, float *dst, long channels) {
     pack_job j = {l, p, x, dst, channels};
-    for (long c = 0; c < channels; c++) zero_padding(l, p, dst + c * l->cs);
     tcc_cpu_parallel_for(tcc_cpu_num_threads(), 1, pack_rows_task, &j);
 }

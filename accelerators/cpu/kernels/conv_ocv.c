@@ -264,6 +264,8 @@ void tcc_cpu_conv2d_packed(const tcc_conv_params *p, const float *x, const float
     long off_stack[64], *off = p->kh * p->kw <= 64 ? off_stack : malloc(p->kh * p->kw * sizeof(long));
     cv_layout l;
     cv_layout_init(&l, p, off); /* codegen packs only convolutions the phase table covers */
+    const int rows = cv_rows_eligible(p, &l);
+    if (rows) cv_layout_align_rows(&l, p); /* its loads then split no cache lines on most taps */
     cv_ep e = {NULL, 1.f, 0, NULL, TCC_ACT_NONE, 0.f, 0.f};
     if (ep) e = (cv_ep){ep->bias, ep->bias_scale, ep->bias_mode == 4, ep->residual, ep->act, ep->a0, ep->a1};
     const long G = p->group, cg = p->c / G, mg = p->m / G, K = cg * l.taps, npan = (mg + PN - 1) / PN;
@@ -272,6 +274,7 @@ void tcc_cpu_conv2d_packed(const tcc_conv_params *p, const float *x, const float
     if (!l.direct) {
         const size_t need = (size_t)cg * l.cs;
         xp = need <= tcc_cpu_conv2d_scratch(p) ? scratch : cv_tls_buffer(0, need);
+        if (rows && ((uintptr_t)xp & 63)) xp = cv_tls_buffer(0, need); /* aligned rows need an aligned buffer */
     }
     ov_job j = {.p = p, .l = &l, .e = &e, .mg = mg, .cg = cg, .K = K};
     j.ncol = (p->ow + RMAX - 1) / RMAX;
@@ -285,8 +288,8 @@ void tcc_cpu_conv2d_packed(const tcc_conv_params *p, const float *x, const float
         for (long g = 0; g < G; g++) {
             const float *xg = x + (n * p->c + g * cg) * hw;
             if (!l.direct) {
-                /* one panel: threads split the tiles, i.e. the output rows */
-                if (npan == 1) cv_pack_all_rows(&l, p, xg, xp, cg);
+                /* threads split the output rows (one panel, or the rows kernel) */
+                if (npan == 1 || rows) cv_pack_all_rows(&l, p, xg, xp, cg);
                 else cv_pack_all(&l, p, xg, xp, cg);
             }
             const long yoff = (n * p->m + g * mg) * ohw;
@@ -295,7 +298,8 @@ void tcc_cpu_conv2d_packed(const tcc_conv_params *p, const float *x, const float
             j.y = y + yoff;
             j.res = e.res ? e.res + yoff : NULL;
             j.m_base = g * mg;
-            tcc_cpu_parallel_for(npan * ((j.ntile + TG - 1) / TG), 1, ov_task, &j);
+            if (rows) cv_conv_rows(p, &l, j.x, j.wp, j.y, j.res, &e, j.m_base);
+            else tcc_cpu_parallel_for(npan * ((j.ntile + TG - 1) / TG), 1, ov_task, &j);
         }
     }
     if (off != off_stack) free(off);

@@ -110,6 +110,7 @@ void cv_ep_run(float *dst, const float *src, long n, float bias, const float *re
  * columns at each row end are computed and dropped). */
 typedef struct {
     long hq, wq;        /* phase plane size */
+    long wr;            /* columns of a plane any tap reads (wq, unless rounded up: cv_layout_align_rows) */
     long nph;           /* phase planes kept per channel (only those a tap reads) */
     int slot[64];       /* phase (pr*sw + pc) -> plane index, -1 if unused */
     long cs;            /* channel stride of the packed buffer */
@@ -122,6 +123,9 @@ typedef struct {
 /* Fills `l` (off must hold kh*kw entries); returns 0 when the strides are
  * too large for the phase table (callers then fall back). */
 int cv_layout_init(cv_layout *l, const tcc_conv_params *p, long *off) CV_HIDDEN;
+/* Rounds a packed layout's rows up to whole vectors, so that every row
+ * starts on a vector boundary (no effect on a direct one). */
+void cv_layout_align_rows(cv_layout *l, const tcc_conv_params *p) CV_HIDDEN;
 /* Packs channel planes [c0, c1) of one image/group (x: that group's first
  * channel). zero = 0 skips the padding, for a buffer whose padding is
  * already zero (same layout packed before). */
@@ -176,6 +180,13 @@ void cv_pointwise_depthwise(const tcc_conv_params *p, const float *x, const floa
  * (weights packed as pw's) that reads its output (tcc_cpu_conv2d_dw_pw). */
 void cv_depthwise_pointwise(const cv_dw *dw, const float *x, const tcc_conv_params *pq, const float *wq,
                             const cv_ep *eq, float *y) CV_HIDDEN;
+
+/* conv_ocv.c's packed weights with output positions in the lanes (conv_rows.c),
+ * for few input channels on AVX-512: whether it takes p, and one image/group
+ * (x packed as l, y and res its first output channel, m_base its bias index). */
+int cv_rows_eligible(const tcc_conv_params *p, const cv_layout *l) CV_HIDDEN;
+void cv_conv_rows(const tcc_conv_params *p, const cv_layout *l, const float *x, const float *wp, float *y,
+                  const float *res, const cv_ep *e, long m_base) CV_HIDDEN;
 
 /* The same without an epilogue (already applied in registers). */
 void cv_copy_rows(const cv_layout *l, const tcc_conv_params *p, float *y, const float *src, long q0, long n)

@@ -321,6 +321,70 @@ def test_packed_chosen_on_avx512(tmp_path):
     assert "tcc_cpu_conv2d_packed(" in src
 
 
+# ---- few input channels: positions in the lanes, on the same packed weights (conv_rows.c) -----
+# K = c/g*kh*kw <= 160 and rows of >= 49 columns (AVX-512): tiles of 2 channels x R rows x NV
+# vectors of a row segment, packed rows rounded up to whole vectors (their extra columns never
+# zeroed, never read).
+ROWS = [
+    (1, 3, 112, 112, 32, 3, (2, 2), (1, 1), (1, 1, 1, 1), 1),  # 56 columns: 4 vectors, the last 8 lanes
+    (1, 3, 60, 224, 24, 3, (2, 2), (1, 1), (1, 1, 1, 1), 1),   # the stem's 112 columns: 7 whole vectors
+    (1, 3, 50, 150, 16, 7, (2, 2), (1, 1), (3, 3, 3, 3), 1),   # ResNet's 7x7 stem: K = 147, 75 columns
+    (1, 4, 20, 300, 33, 3, (1, 1), (1, 1), (1, 1, 1, 1), 1),   # 3 segments of 100, odd m over two panels
+    (1, 2, 9, 130, 7, 3, (1, 1), (1, 1), (0, 0, 0, 0), 1),     # unpadded: read in place, unaligned
+    (1, 6, 16, 100, 8, 3, (1, 1), (1, 1), (1, 1, 1, 1), 2),    # groups of 3 channels
+    (1, 3, 30, 80, 10, 3, (1, 1), (2, 2), (2, 2, 2, 2), 1),    # dilated, 5 whole vectors
+    (2, 3, 17, 130, 12, 3, (2, 2), (1, 1), (1, 1, 1, 1), 1),   # batch 2, 65 columns, rows in a last short group
+]
+
+
+@pytest.mark.parametrize("n,c,h,w,m,k,s,d,pads,g", ROWS)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_rows_kernel_shapes(n, c, h, w, m, k, s, d, pads, g, threads, no_winograd):
+    from tcc.accelerators.cpu import build
+    lib = build.load_kernels()
+    saved = lib.tcc_cpu_num_threads()
+    lib.tcc_cpu_set_num_threads(threads)
+    try:
+        mdl, feeds = conv_model(n, c, h, w, m, k, s, d, pads, g, act="Clip", residual=True)
+        check(mdl, feeds, rtol=1e-4, atol=1e-4)
+    finally:
+        lib.tcc_cpu_set_num_threads(saved)
+
+
+@pytest.mark.parametrize("act", ACTS)
+@pytest.mark.parametrize("residual", [False, True])
+def test_rows_kernel_epilogues(act, residual, no_winograd):
+    mdl, feeds = conv_model(1, 3, 23, 98, 9, 3, s=(2, 2), pads=(1, 1, 1, 1), act=act, residual=residual)
+    check(mdl, feeds, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("offset", [0, 1])
+def test_rows_kernel_direct_call(offset):
+    # scratch full of NaN (padding the packing should have zeroed would show), aligned or not
+    # (an unaligned one: the kernel packs into its own aligned buffer instead)
+    from tcc.accelerators.cpu import build
+    from tcc.accelerators.cpu.codegen import pack_conv
+    if build.best_isa() != "avx512":
+        pytest.skip("the rows kernel runs on the AVX-512 build")
+    lib = build.load_kernels()
+    lib.tcc_cpu_conv2d_scratch.restype = ctypes.c_size_t
+    for n, c, h, w, m, k, s, d, pads, g in ROWS:
+        mdl, feeds = conv_model(n, c, h, w, m, k, s, d, pads, g, act="Sigmoid", residual=True)
+        ref = ort.InferenceSession(mdl.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+        inits = {i.name: np.frombuffer(i.raw_data, np.float32) for i in mdl.graph.initializer}
+        wp = np.ascontiguousarray(pack_conv(inits["w"].reshape(m, c // g, k, k), g))
+        p = ConvParams(n, c, h, w, m, k, k, ref.shape[2], ref.shape[3], *s, *d, *pads, g)
+        ep = Epilogue(inits["b"].ctypes.data, 2, 1.0, feeds["r"].ctypes.data, 3, 0.0, 0.0)
+        size = lib.tcc_cpu_conv2d_scratch(ctypes.byref(p))
+        buf = np.full(size + 32, np.nan, np.float32)
+        start = (-buf.ctypes.data % 64) // 4 + offset
+        y = np.full_like(ref, np.nan)
+        lib.tcc_cpu_conv2d_packed(ctypes.byref(p), ctypes.c_void_p(feeds["x"].ctypes.data),
+                                  ctypes.c_void_p(wp.ctypes.data), ctypes.c_void_p(y.ctypes.data),
+                                  ctypes.c_void_p(buf[start:].ctypes.data), ctypes.byref(ep))
+        np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-5, err_msg=f"{(n, c, h, w, m, k, s, d, pads, g)}")
+
+
 # ---- pointwise with weights packed at compile time (kernels/conv_pw.c) -----------------------
 # 8-row blocks (m tails), tiles of 1..3 vectors with masked tails, the last 1..4 positions of a
 # plane as dot products (in groups of 4 blocks, fewer at the end), planes under one vector,

@@ -1,0 +1,164 @@
+/* Convolution against conv_ocv.c's packed weights with output positions in
+ * the vector lanes, for convolutions of few input channels (a CNN's stem:
+ * 3 channels, K = cg*kh*kw of 27 or 147). conv_ocv.c puts output channels
+ * in the lanes and transposes every tile into NCHW rows; with K = 27 those
+ * transposes and per-channel stores cost as much as the multiply-adds.
+ * Here a tile is MT output channels x R output rows x NV vectors of one
+ * row segment: each (input channel, tap) loads R*NV vectors from the phase
+ * planes (conv_vec.h) and broadcasts MT weights from the panel, and the
+ * epilogue stores whole vectors of NCHW rows. A thread takes groups of R
+ * output rows and runs every channel over them, so the rows' input stays
+ * in L1. AVX-512 only (28 accumulators); elsewhere conv_ocv.c runs. */
+#include "conv_vec.h"
+
+#define PN 32 /* panel width of the packed weights (conv_ocv.c) */
+
+#if defined(__AVX512F__)
+#define MT 2      /* output channels per tile */
+#define NACC 14   /* vectors per channel: R * NV */
+#define NV_MIN 4  /* narrower rows: conv_ocv.c (R <= 3 row offsets) */
+#define NV_MAX 7
+#define R_MAX (NACC / NV_MIN)
+#define K_MAX 160 /* past this, conv_ocv.c's transposes are a small part of a tile */
+
+typedef struct {
+    const tcc_conv_params *p;
+    const cv_layout *l;
+    const float *x, *wp, *res;
+    float *y;
+    const cv_ep *e;
+    long mg, K, m_base;
+    long cw, nseg, nv, R, nrg; /* segment width, segments per row, vectors per segment, rows per tile, row groups */
+} cr_job;
+
+/* Channels m0, m0 + 1 (the second clamped to the last channel), rows
+ * [oh0, oh0 + nr), columns [ow0, ow0 + w) of the output; NV vectors per
+ * row, the last one masked to w - (NV - 1) * VL lanes. Accumulator i*R + r
+ * is channel m0 + i's row r. */
+CV_INLINE void cr_tile(const cr_job *j, long m0, long oh0, long nr, long ow0, long w, const int NV, const int R,
+                       const int full) {
+    const cv_layout *l = j->l;
+    const long wq = l->wq, cs = l->cs, T = l->taps, *off = l->off;
+    const __mmask16 km = (__mmask16)((1u << (w - (NV - 1) * VL)) - 1);
+    const long m1 = m0 + 1 < j->mg ? m0 + 1 : m0;
+    const float *w0 = j->wp + m0 / PN * j->K * PN + m0 % PN, *w1 = j->wp + m1 / PN * j->K * PN + m1 % PN;
+    /* past the last output row, read the last one again (never stored) */
+    const long r1 = (1 < nr ? 1 : nr - 1) * wq, r2 = (2 < nr ? 2 : nr - 1) * wq, r3 = (3 < nr ? 3 : nr - 1) * wq;
+    const float *xs = j->x + oh0 * wq + ow0;
+    vf acc[2 * R_MAX][NV_MAX]; /* fixed sizes: GCC keeps no variable-length array in registers */
+#pragma GCC unroll 8
+    for (int i = 0; i < 2 * R; i++)
+#pragma GCC unroll 8
+        for (int v = 0; v < NV; v++) acc[i][v] = (vf){0};
+    long t = 0;
+    for (long k = 0; k < j->K; k++) {
+        const float *s = xs + off[t];
+        if (++t == T) {
+            t = 0;
+            xs += cs;
+        }
+        const float b0 = w0[k * PN], b1 = w1[k * PN];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const float *sr = s + (r == 0 ? 0 : r == 1 ? r1 : r == 2 ? r2 : r3);
+#pragma GCC unroll 8
+            for (int v = 0; v < NV; v++) {
+                vf xv = !full && v == NV - 1 ? (vf)_mm512_maskz_loadu_ps(km, sr + v * VL) : v_ld(sr + v * VL);
+                __asm__("" : "+v"(xv)); /* one load for both channels: GCC read it twice, as FMA operands */
+                acc[r][v] += xv * b0;
+                acc[R + r][v] += xv * b1;
+            }
+        }
+    }
+    const long OW = j->p->ow, ohw = j->p->oh * OW;
+    const cv_ep *e = j->e;
+    const vf bias0 = (vf){0} + cv_bias(e, j->m_base + m0), bias1 = (vf){0} + cv_bias(e, j->m_base + m1);
+#pragma GCC unroll 8
+    for (int i = 0; i < 2 * R; i++) {
+        const int r = i % R;
+        const long m = i < R ? m0 : m1;
+        if (r >= nr || (i >= R && m1 == m0)) continue;
+        const long o = m * ohw + (oh0 + r) * OW + ow0;
+        float *y = j->y + o;
+        const float *rs = j->res ? j->res + o : NULL;
+#pragma GCC unroll 8
+        for (int v = 0; v < NV; v++) {
+            const __mmask16 k = v == NV - 1 ? km : 0xffff;
+            vf a = acc[i][v] + (i < R ? bias0 : bias1);
+            if (rs) a += (vf)_mm512_maskz_loadu_ps(k, rs + v * VL);
+            a = cv_act_v(a, e->act, e->a0, e->a1);
+            _mm512_mask_storeu_ps(y + v * VL, k, (__m512)a);
+        }
+        if (!cv_vec_act(e->act)) cv_ep_run(y, y, w, 0.f, NULL, e);
+    }
+}
+
+/* per vector count: the last vector masked, or all full (a masked load
+ * costs a second uop, on the FMAs' ports) */
+#define CR_INST(NV)                                                                                           \
+    __attribute__((noinline)) static void cr_tile##NV(const cr_job *j, long m0, long oh0, long nr, long ow0, \
+                                                      long w) {                                             \
+        cr_tile(j, m0, oh0, nr, ow0, w, NV, NACC / NV, 0);                                                  \
+    }                                                                                                       \
+    __attribute__((noinline)) static void cr_full##NV(const cr_job *j, long m0, long oh0, long nr, long ow0, \
+                                                      long w) {                                             \
+        cr_tile(j, m0, oh0, nr, ow0, w, NV, NACC / NV, 1);                                                  \
+    }
+CR_INST(4) CR_INST(5) CR_INST(6) CR_INST(7)
+typedef void (*cr_fn)(const cr_job *, long, long, long, long, long);
+static const cr_fn CR_FNS[2][NV_MAX + 1] = {{[4] = cr_tile4, [5] = cr_tile5, [6] = cr_tile6, [7] = cr_tile7},
+                                            {[4] = cr_full4, [5] = cr_full5, [6] = cr_full6, [7] = cr_full7}};
+
+static void cr_task(void *arg, long b, long e) {
+    const cr_job *j = arg;
+    for (long g = b; g < e; g++) {
+        const long oh0 = g * j->R, nr = j->p->oh - oh0 < j->R ? j->p->oh - oh0 : j->R;
+        for (long s = 0; s < j->nseg; s++) {
+            const long ow0 = s * j->cw, w = j->p->ow - ow0 < j->cw ? j->p->ow - ow0 : j->cw;
+            const cr_fn fn = CR_FNS[w == j->nv * VL][j->nv];
+            for (long m0 = 0; m0 < j->mg; m0 += MT) fn(j, m0, oh0, nr, ow0, w);
+        }
+    }
+}
+
+/* Segments of equal vector count whose last vector holds at least one
+ * column each; 0 when the rows are too narrow. */
+static long cr_segments(long ow, long *cw, long *nv) {
+    for (long nseg = (ow + NV_MAX * VL - 1) / (NV_MAX * VL); nseg <= ow; nseg++) {
+        const long c = (ow + nseg - 1) / nseg, v = (c + VL - 1) / VL, last = ow - (nseg - 1) * c;
+        if (v < NV_MIN) return 0;
+        if (last > (v - 1) * VL) {
+            *cw = c;
+            *nv = v;
+            return nseg;
+        }
+    }
+    return 0;
+}
+
+int cv_rows_eligible(const tcc_conv_params *p, const cv_layout *l) {
+    long cw, nv;
+    return l->taps * (p->c / p->group) <= K_MAX && cr_segments(p->ow, &cw, &nv) > 0;
+}
+
+void cv_conv_rows(const tcc_conv_params *p, const cv_layout *l, const float *x, const float *wp, float *y,
+                  const float *res, const cv_ep *e, long m_base) {
+    cr_job j = {.p = p, .l = l, .x = x, .wp = wp, .res = res, .y = y, .e = e, .mg = p->m / p->group,
+                .K = l->taps * (p->c / p->group), .m_base = m_base};
+    j.nseg = cr_segments(p->ow, &j.cw, &j.nv);
+    j.R = NACC / j.nv;
+    j.nrg = (p->oh + j.R - 1) / j.R;
+    tcc_cpu_parallel_for(j.nrg, 1, cr_task, &j);
+}
+#else
+int cv_rows_eligible(const tcc_conv_params *p, const cv_layout *l) {
+    (void)p;
+    (void)l;
+    return 0;
+}
+
+void cv_conv_rows(const tcc_conv_params *p, const cv_layout *l, const float *x, const float *wp, float *y,
+                  const float *res, const cv_ep *e, long m_base) {
+    (void)p, (void)l, (void)x, (void)wp, (void)y, (void)res, (void)e, (void)m_base;
+}
+#endif
