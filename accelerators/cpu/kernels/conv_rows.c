@@ -1,6 +1,6 @@
 /* Convolution against conv_ocv.c's packed weights with output positions in
- * the vector lanes, for convolutions of few input channels (a CNN's stem:
- * 3 channels, K = cg*kh*kw of 27 or 147). conv_ocv.c puts output channels
+ * the vector lanes, for convolutions of few input channels and taps (a
+ * CNN's 3x3 stem: K = cg*kh*kw = 27). conv_ocv.c puts output channels
  * in the lanes and transposes every tile into NCHW rows; with K = 27 those
  * transposes and per-channel stores cost as much as the multiply-adds.
  * Here a tile is MT output channels x R output rows x NV vectors of one
@@ -8,7 +8,9 @@
  * planes (conv_vec.h) and broadcasts MT weights from the panel, and the
  * epilogue stores whole vectors of NCHW rows. A thread takes groups of R
  * output rows and runs every channel over them, so the rows' input stays
- * in L1. AVX-512 only (28 accumulators); elsewhere conv_ocv.c runs. */
+ * in L1. Loads split no cache line on most taps: the packed rows are
+ * rounded up to whole vectors (cv_layout_align_rows). AVX-512 only (28
+ * accumulators); elsewhere conv_ocv.c runs. */
 #include "conv_vec.h"
 
 #define PN 32 /* panel width of the packed weights (conv_ocv.c) */
@@ -19,7 +21,7 @@
 #define NV_MIN 4  /* narrower rows: conv_ocv.c (R <= 3 row offsets) */
 #define NV_MAX 7
 #define R_MAX (NACC / NV_MIN)
-#define K_MAX 160 /* past this, conv_ocv.c's transposes are a small part of a tile */
+#define K_MAX 64 /* ResNet's 7x7 stem (K = 147) ran 6-14 % slower here than in conv_ocv.c */
 
 typedef struct {
     const tcc_conv_params *p;

@@ -322,13 +322,13 @@ def test_packed_chosen_on_avx512(tmp_path):
 
 
 # ---- few input channels: positions in the lanes, on the same packed weights (conv_rows.c) -----
-# K = c/g*kh*kw <= 160 and rows of >= 49 columns (AVX-512): tiles of 2 channels x R rows x NV
+# K = c/g*kh*kw <= 64 and rows of >= 49 columns (AVX-512): tiles of 2 channels x R rows x NV
 # vectors of a row segment, packed rows rounded up to whole vectors (their extra columns never
 # zeroed, never read).
 ROWS = [
     (1, 3, 112, 112, 32, 3, (2, 2), (1, 1), (1, 1, 1, 1), 1),  # 56 columns: 4 vectors, the last 8 lanes
     (1, 3, 60, 224, 24, 3, (2, 2), (1, 1), (1, 1, 1, 1), 1),   # the stem's 112 columns: 7 whole vectors
-    (1, 3, 50, 150, 16, 7, (2, 2), (1, 1), (3, 3, 3, 3), 1),   # ResNet's 7x7 stem: K = 147, 75 columns
+    (1, 2, 50, 150, 16, 5, (2, 2), (1, 1), (2, 2, 2, 2), 1),   # 5x5: K = 50, tap table, 75 columns
     (1, 4, 20, 300, 33, 3, (1, 1), (1, 1), (1, 1, 1, 1), 1),   # 3 segments of 100, odd m over two panels
     (1, 2, 9, 130, 7, 3, (1, 1), (1, 1), (0, 0, 0, 0), 1),     # unpadded: read in place, unaligned
     (1, 6, 16, 100, 8, 3, (1, 1), (1, 1), (1, 1, 1, 1), 2),    # groups of 3 channels
