@@ -38,20 +38,6 @@ def build_model(name):
     raise ValueError(name)
 
 
-def timeit(fn, min_time=1.0, min_runs=5):
-    fn()
-    fn()
-    times = []
-    t_end = time.perf_counter() + min_time
-    while len(times) < min_runs or time.perf_counter() < t_end:
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-        if len(times) >= 200:
-            break
-    return float(np.median(times))
-
-
 def bench_models(threads, names, min_time):
     import onnxruntime as ort
 
@@ -95,12 +81,23 @@ def bench_gemm(sizes, min_time):
         a = np.random.default_rng(0).standard_normal((n, n)).astype(np.float32)
         b = np.random.default_rng(1).standard_normal((n, n)).astype(np.float32)
         c = np.empty((n, n), np.float32)
-        ours = timeit(lambda: f(0, 0, n, n, n, 1.0, a.ctypes.data, n, b.ctypes.data, n, c.ctypes.data, n, None),
-                      min_time)
-        assert np.allclose(c, a @ b, rtol=1e-3, atol=1e-3)
-        ref = timeit(lambda: np.matmul(a, b, out=c), min_time)
+        c2 = np.empty_like(c)
+        fa = lambda: f(0, 0, n, n, n, 1.0, a.ctypes.data, n, b.ctypes.data, n, c.ctypes.data, n, None)
+        fb = lambda: np.matmul(a, b, out=c2)
+        fa()
+        fb()
+        assert np.allclose(c, c2, rtol=1e-3, atol=1e-3)
+        # alternating bursts, as for the models: timed one after the other, the
+        # two sides saw different machine loads (this ratio swung 88-113 %).
+        # Pauses of 0.3 s: numpy's OpenBLAS threads spin ~0.1 s after a call
+        # and took our second core for the next burst (50 % at n = 256)
+        t0 = time.perf_counter()
+        fa()
+        fb()
+        reps = int(min(30, max(10, min_time / max(time.perf_counter() - t0, 1e-6))))
+        ours, ref = _interleaved_ms(fa, fb, reps, pause=0.3)
         flops = 2.0 * n ** 3
-        rows.append((n, flops / ours / 1e9, flops / ref / 1e9))
+        rows.append((n, flops / ours / 1e6, flops / ref / 1e6))
     return rows
 
 

@@ -56,7 +56,7 @@ def gemm_model(n):
     return m
 
 
-def _interleaved_ms(fa, fb, repeats, warmup=2, burst=5):
+def _interleaved_ms(fa, fb, repeats, warmup=2, burst=5, pause=0.05):
     """Medians (ms) of fa and fb timed in alternating bursts, so both see
     the same machine load (the CI machine is shared: absolute times drift).
     Bursts, not single calls, with a pause between them: onnxruntime's idle
@@ -65,7 +65,7 @@ def _interleaved_ms(fa, fb, repeats, warmup=2, burst=5):
     ta, tb = [], []
     while len(ta) < repeats:
         for f, out in ((fa, ta), (fb, tb)):
-            time.sleep(0.05)
+            time.sleep(pause)
             for _ in range(warmup):
                 f()
             for _ in range(min(burst, repeats - len(out) if out is ta else burst)):
