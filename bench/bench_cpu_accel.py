@@ -89,13 +89,13 @@ def bench_gemm(sizes, min_time):
         assert np.allclose(c, c2, rtol=1e-3, atol=1e-3)
         # alternating bursts, as for the models: timed one after the other, the
         # two sides saw different machine loads (this ratio swung 88-113 %).
-        # Pauses of 0.3 s: numpy's OpenBLAS threads spin ~0.1 s after a call
+        # Pauses of 0.15 s: numpy's OpenBLAS threads spin ~0.1 s after a call
         # and took our second core for the next burst (50 % at n = 256)
         t0 = time.perf_counter()
         fa()
         fb()
-        reps = int(min(30, max(10, min_time / max(time.perf_counter() - t0, 1e-6))))
-        ours, ref = _interleaved_ms(fa, fb, reps, pause=0.3)
+        reps = int(min(60, max(20, 2 * min_time / max(time.perf_counter() - t0, 1e-6))))
+        ours, ref = _interleaved_ms(fa, fb, reps, pause=0.15)
         flops = 2.0 * n ** 3
         rows.append((n, flops / ours / 1e6, flops / ref / 1e6))
     return rows
