@@ -285,18 +285,22 @@ def no_winograd(monkeypatch):
     monkeypatch.setattr(codegen, "wino_tile", lambda *a: 0)
 
 
-@pytest.mark.parametrize("n,c,h,w,m,k,s,d,pads,g", PACKED)
-@pytest.mark.parametrize("threads", [1, 2])
-def test_packed_shapes(n, c, h, w, m, k, s, d, pads, g, threads, no_winograd):
+@pytest.fixture
+def threads_limit(request):
+    """The loaded kernel library limited to the test's `threads` for its duration."""
     from tcc.accelerators.cpu import build
     lib = build.load_kernels()
     saved = lib.tcc_cpu_num_threads()
-    lib.tcc_cpu_set_num_threads(threads)
-    try:
-        mdl, feeds = conv_model(n, c, h, w, m, k, s, d, pads, g, act="Relu", residual=True)
-        check(mdl, feeds, rtol=1e-4, atol=1e-4)
-    finally:
-        lib.tcc_cpu_set_num_threads(saved)
+    lib.tcc_cpu_set_num_threads(request.node.callspec.params["threads"])
+    yield
+    lib.tcc_cpu_set_num_threads(saved)
+
+
+@pytest.mark.parametrize("n,c,h,w,m,k,s,d,pads,g", PACKED)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_packed_shapes(n, c, h, w, m, k, s, d, pads, g, threads, threads_limit, no_winograd):
+    mdl, feeds = conv_model(n, c, h, w, m, k, s, d, pads, g, act="Relu", residual=True)
+    check(mdl, feeds, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("shape", [(5, 7, 40, 3), (4, 30, 13, 3), (3, 17, 35, 7)])
@@ -339,16 +343,9 @@ ROWS = [
 
 @pytest.mark.parametrize("n,c,h,w,m,k,s,d,pads,g", ROWS)
 @pytest.mark.parametrize("threads", [1, 2])
-def test_rows_kernel_shapes(n, c, h, w, m, k, s, d, pads, g, threads, no_winograd):
-    from tcc.accelerators.cpu import build
-    lib = build.load_kernels()
-    saved = lib.tcc_cpu_num_threads()
-    lib.tcc_cpu_set_num_threads(threads)
-    try:
-        mdl, feeds = conv_model(n, c, h, w, m, k, s, d, pads, g, act="Clip", residual=True)
-        check(mdl, feeds, rtol=1e-4, atol=1e-4)
-    finally:
-        lib.tcc_cpu_set_num_threads(saved)
+def test_rows_kernel_shapes(n, c, h, w, m, k, s, d, pads, g, threads, threads_limit, no_winograd):
+    mdl, feeds = conv_model(n, c, h, w, m, k, s, d, pads, g, act="Clip", residual=True)
+    check(mdl, feeds, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("act", ACTS)
@@ -358,31 +355,14 @@ def test_rows_kernel_epilogues(act, residual, no_winograd):
     check(mdl, feeds, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("isa", ["avx512", "avx2", "generic"])
 @pytest.mark.parametrize("offset", [0, 1])
-def test_rows_kernel_direct_call(offset):
-    # scratch full of NaN (padding the packing should have zeroed would show), aligned or not
-    # (an unaligned one: the kernel packs into its own aligned buffer instead)
-    from tcc.accelerators.cpu import build
-    from tcc.accelerators.cpu.codegen import pack_conv
-    if build.best_isa() != "avx512":
-        pytest.skip("the rows kernel runs on the AVX-512 build")
-    lib = build.load_kernels()
-    lib.tcc_cpu_conv2d_scratch.restype = ctypes.c_size_t
-    for n, c, h, w, m, k, s, d, pads, g in ROWS:
-        mdl, feeds = conv_model(n, c, h, w, m, k, s, d, pads, g, act="Sigmoid", residual=True)
-        ref = ort.InferenceSession(mdl.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
-        inits = {i.name: np.frombuffer(i.raw_data, np.float32) for i in mdl.graph.initializer}
-        wp = np.ascontiguousarray(pack_conv(inits["w"].reshape(m, c // g, k, k), g))
-        p = ConvParams(n, c, h, w, m, k, k, ref.shape[2], ref.shape[3], *s, *d, *pads, g)
-        ep = Epilogue(inits["b"].ctypes.data, 2, 1.0, feeds["r"].ctypes.data, 3, 0.0, 0.0)
-        size = lib.tcc_cpu_conv2d_scratch(ctypes.byref(p))
-        buf = np.full(size + 32, np.nan, np.float32)
-        start = (-buf.ctypes.data % 64) // 4 + offset
-        y = np.full_like(ref, np.nan)
-        lib.tcc_cpu_conv2d_packed(ctypes.byref(p), ctypes.c_void_p(feeds["x"].ctypes.data),
-                                  ctypes.c_void_p(wp.ctypes.data), ctypes.c_void_p(y.ctypes.data),
-                                  ctypes.c_void_p(buf[start:].ctypes.data), ctypes.byref(ep))
-        np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-5, err_msg=f"{(n, c, h, w, m, k, s, d, pads, g)}")
+def test_rows_kernel_direct_call(isa, offset):
+    # scratch aligned or not (an unaligned one: the rows kernel packs into its own aligned
+    # buffer instead); the other builds run these shapes on conv_ocv.c
+    lib = isa_lib(isa)
+    for shape in ROWS:
+        packed_direct_call(lib, shape, "Sigmoid", offset)
 
 
 # ---- pointwise with weights packed at compile time (kernels/conv_pw.c) -----------------------
@@ -437,31 +417,44 @@ class Epilogue(ctypes.Structure):
                 ("residual", ctypes.c_void_p), ("act", ctypes.c_int), ("a0", ctypes.c_float), ("a1", ctypes.c_float)]
 
 
-@pytest.mark.parametrize("isa", ["avx512", "avx2", "generic"])
-def test_packed_other_isa_builds(isa):
-    # an artifact compiled for AVX-512 runs on whichever kernel library the loading machine picks
+def isa_lib(isa):
+    """The `isa` build of the kernel library, loaded on its own (skips when this CPU lacks it)."""
     from tcc.accelerators.cpu import build
-    from tcc.accelerators.cpu.codegen import pack_conv
     if not build.ISA_NEEDS[isa] <= build.cpu_flags():
         pytest.skip(f"this CPU does not run the {isa} build")
     lib = ctypes.CDLL(build.library_path(isa), mode=ctypes.RTLD_LOCAL)
     lib.tcc_cpu_conv2d_scratch.restype = ctypes.c_size_t
-    for n, c, h, w, m, k, s, d, pads, g in PACKED[:4] + PACKED[6:9] + PACKED[13:]:
-        mdl, feeds = conv_model(n, c, h, w, m, k, s, d, pads, g, act="Sigmoid" if c % 2 else "Relu",
-                                residual=True)
-        ref = ort.InferenceSession(mdl.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
-        inits = {i.name: np.frombuffer(i.raw_data, np.float32) for i in mdl.graph.initializer}
-        kh, kw = (k, k) if isinstance(k, int) else k
-        wp = np.ascontiguousarray(pack_conv(inits["w"].reshape(m, c // g, kh, kw), g))
-        p = ConvParams(n, c, h, w, m, kh, kw, ref.shape[2], ref.shape[3], *s, *d, *pads, g)
-        ep = Epilogue(inits["b"].ctypes.data, 2, 1.0, feeds["r"].ctypes.data, 3 if c % 2 else 1, 0.0, 0.0)
-        # NaN: padding the packing leaves unzeroed would show
-        scratch = np.full(max(lib.tcc_cpu_conv2d_scratch(ctypes.byref(p)), 1), np.nan, np.float32)
-        y = np.full_like(ref, np.nan)
-        lib.tcc_cpu_conv2d_packed(ctypes.byref(p), ctypes.c_void_p(feeds["x"].ctypes.data),
-                                  ctypes.c_void_p(wp.ctypes.data), ctypes.c_void_p(y.ctypes.data),
-                                  ctypes.c_void_p(scratch.ctypes.data), ctypes.byref(ep))
-        np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-5, err_msg=f"{isa} {(n, c, h, w, m, k, s, d, pads, g)}")
+    return lib
+
+
+def packed_direct_call(lib, shape, act, offset=0):
+    """tcc_cpu_conv2d_packed on `shape` (a PACKED row) with a residual and `act` ("Relu" or
+    "Sigmoid"), scratch full of NaN (padding the packing leaves unzeroed would show) starting
+    `offset` floats past a 64-byte boundary, against onnxruntime."""
+    from tcc.accelerators.cpu.codegen import pack_conv
+    n, c, h, w, m, k, s, d, pads, g = shape
+    mdl, feeds = conv_model(n, c, h, w, m, k, s, d, pads, g, act=act, residual=True)
+    ref = ort.InferenceSession(mdl.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    inits = {i.name: np.frombuffer(i.raw_data, np.float32) for i in mdl.graph.initializer}
+    kh, kw = (k, k) if isinstance(k, int) else k
+    wp = np.ascontiguousarray(pack_conv(inits["w"].reshape(m, c // g, kh, kw), g))
+    p = ConvParams(n, c, h, w, m, kh, kw, ref.shape[2], ref.shape[3], *s, *d, *pads, g)
+    ep = Epilogue(inits["b"].ctypes.data, 2, 1.0, feeds["r"].ctypes.data, {"Relu": 1, "Sigmoid": 3}[act], 0.0, 0.0)
+    buf = np.full(lib.tcc_cpu_conv2d_scratch(ctypes.byref(p)) + 32, np.nan, np.float32)
+    scratch = buf[(-buf.ctypes.data % 64) // 4 + offset:]
+    y = np.full_like(ref, np.nan)
+    lib.tcc_cpu_conv2d_packed(ctypes.byref(p), ctypes.c_void_p(feeds["x"].ctypes.data),
+                              ctypes.c_void_p(wp.ctypes.data), ctypes.c_void_p(y.ctypes.data),
+                              ctypes.c_void_p(scratch.ctypes.data), ctypes.byref(ep))
+    np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-5, err_msg=f"{shape} offset {offset}")
+
+
+@pytest.mark.parametrize("isa", ["avx512", "avx2", "generic"])
+def test_packed_other_isa_builds(isa):
+    # an artifact compiled for AVX-512 runs on whichever kernel library the loading machine picks
+    lib = isa_lib(isa)
+    for shape in PACKED[:4] + PACKED[6:9] + PACKED[13:]:
+        packed_direct_call(lib, shape, "Sigmoid" if shape[1] % 2 else "Relu")
 
 
 # The packed kernel called directly on every ISA build at 1 and 2 threads (tcc_cpu_conv2d_pw with
