@@ -25,6 +25,8 @@
  * Codegen chooses it on AVX-512 for planes whose tiles fill the panels
  * (14x14 and up); the other builds carry it for artifacts compiled
  * elsewhere. */
+#include <stdatomic.h>
+
 #include "conv_vec.h"
 
 #define WT 32           /* tiles per panel */
@@ -44,7 +46,8 @@ typedef struct {
     const cv_ep *e;
     int T, nx;       /* tile size, transformed patch size (T + 2)^2 */
     int wt, nv;      /* tiles per panel (WT or WTN), vectors per panel */
-    long C, M, th, tw, ntiles, npan, nblk, pg, ngrp, nsplit;
+    long C, M, th, tw, ntiles, npan, nblk, pg, ngrp, nsplit, csplit;
+    unsigned long call; /* tells a thread's cached transform from an earlier call's */
 } wg_job;
 
 #define REP14(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13)
@@ -155,16 +158,16 @@ CV_INLINE void wg_bt(const vf d[6], vf r[6], const int T) {
     r[5] = 4.f * d[1] - 5.f * d[3] + d[5];
 }
 
-/* V[xi][c][wt] = B^T d B for the panel's tiles, every channel: B^T down
- * each column of the (T+2)^2 patch, then along each row. */
-CV_INLINE void wg_input_t(const wg_job *j, long pn, float *vb, const int T) {
+/* V[xi][c][wt] = B^T d B for the panel's tiles, channels [c0, c1): B^T
+ * down each column of the (T+2)^2 patch, then along each row. */
+CV_INLINE void wg_input_t(const wg_job *j, long pn, float *vb, long c0, long c1, const int T) {
     const int N = T + 2;
     const cv_layout *l = j->l;
     const long C = j->C, cs = l->cs, *off = l->off, W = j->wt, xs = C * W; /* xs: one xi to the next */
     wg_lanes ln[WG_MAXV];
     for (int v = 0; v < j->nv; v++) wg_lanes_at(j, pn * W + v * VL, &ln[v]);
-    const float *x = j->x;
-    for (long c = 0; c < C; c++, x += cs) {
+    const float *x = j->x + c0 * cs;
+    for (long c = c0; c < c1; c++, x += cs) {
         for (int v = 0; v < j->nv; v++) {
             const float *xv = x + ln[v].q0;
             vf t[6][6]; /* t[a][b]: B^T applied down column b */
@@ -184,9 +187,9 @@ CV_INLINE void wg_input_t(const wg_job *j, long pn, float *vb, const int T) {
     }
 }
 
-static void wg_input(const wg_job *j, long pn, float *vb) {
-    if (j->T == 2) wg_input_t(j, pn, vb, 2);
-    else wg_input_t(j, pn, vb, 4);
+static void wg_input(const wg_job *j, long pn, float *vb, long c0, long c1) {
+    if (j->T == 2) wg_input_t(j, pn, vb, c0, c1, 2);
+    else wg_input_t(j, pn, vb, c0, c1, 4);
 }
 
 /* Runs of a panel's tiles within one tile row: lanes [l, l + len) are tiles
@@ -337,10 +340,23 @@ static void wg_output(const wg_job *j, long pn, long m0, int MR, const float *mb
     else wg_output_t(j, pn, m0, MR, mb, 4);
 }
 
+/* The shared transform: items are (panel, share of the channels), so that
+ * one or two panels still keep every thread busy. */
 static void wg_input_task(void *arg, long b, long e) {
     const wg_job *j = arg;
-    for (long pn = b; pn < e; pn++) wg_input(j, pn, j->v + pn * j->nx * j->C * j->wt);
+    for (long it = b; it < e; it++) {
+        const long pn = it / j->csplit, cp = it % j->csplit;
+        wg_input(j, pn, j->v + pn * j->nx * j->C * j->wt, cp * j->C / j->csplit, (cp + 1) * j->C / j->csplit);
+    }
 }
+
+/* Which group's transform this thread's buffer holds, and for which call:
+ * a thread's items are consecutive shares of a group's output-channel
+ * blocks, so it transforms a group once, and again only where its range
+ * starts inside a group or it steals one. */
+static __thread unsigned long t_wg_call;
+static __thread long t_wg_grp = -1;
+static _Atomic unsigned long g_wg_calls;
 
 /* Items: (group of pg panels, share of the output-channel blocks). A block's
  * weights for one xi (C x MR, one stream) serve the group's panels from L1:
@@ -351,17 +367,20 @@ static void wg_task(void *arg, long b, long e) {
     const long C = j->C, M = j->M, pg = j->pg, NX = j->nx, W = j->wt;
     const wg_fn *fns = WG_FNS[W == WTN];
     float *mb = cv_tls_buffer(1, pg * NX * WR * W);
-    /* one item per group: its transform goes to this thread's buffer (L2)
-     * rather than through a shared one (L3: ResNet's 56x56 layers spent
-     * twice as long in the transform writing it) */
+    /* the group's transform goes to this thread's buffer (L2) rather than
+     * through a shared one (L3: ResNet's 56x56 layers spent twice as long
+     * in the transform writing it) */
     float *vown = j->v ? NULL : cv_tls_buffer(2, pg * NX * C * W);
     for (long it = b; it < e; it++) {
         const long g = it / j->nsplit, sp = it % j->nsplit;
         const long b0 = sp * j->nblk / j->nsplit, b1 = (sp + 1) * j->nblk / j->nsplit;
         const long p0 = g * pg, np = j->npan - p0 < pg ? j->npan - p0 : pg;
         const float *v = j->v ? j->v + p0 * NX * C * W : vown;
-        if (vown)
-            for (long k = 0; k < np; k++) wg_input(j, p0 + k, vown + k * NX * C * W);
+        if (vown && (t_wg_call != j->call || t_wg_grp != g)) {
+            for (long k = 0; k < np; k++) wg_input(j, p0 + k, vown + k * NX * C * W, 0, C);
+            t_wg_call = j->call;
+            t_wg_grp = g;
+        }
         for (long blk = b0; blk < b1; blk++) {
             const long m0 = blk * M / j->nblk, m1 = (blk + 1) * M / j->nblk;
             const int MR = (int)(m1 - m0);
@@ -393,15 +412,21 @@ void tcc_cpu_conv2d_wino(const tcc_conv_params *p, int tile, const float *x, con
     /* weights past L2 are shared by pairs of panels */
     j.pg = j.nx * C * M * (long)sizeof(float) > (1L << 20) ? 2 : 1;
     j.ngrp = (j.npan + j.pg - 1) / j.pg;
-    /* several items per thread: work stealing evens out the last ones */
-    const long want = 4L * tcc_cpu_num_threads();
+    /* Several items per thread (stealing evens out the last ones), each
+     * thread transforming the groups it works on. With fewer groups than
+     * threads, every thread would transform all of them: one shared
+     * transform, split over channels too, goes first instead. */
+    const int nt = tcc_cpu_num_threads();
+    const long want = 4L * nt;
     j.nsplit = j.ngrp >= want ? 1 : (want + j.ngrp - 1) / j.ngrp;
     if (j.nsplit > j.nblk) j.nsplit = j.nblk;
+    const int shared = j.nsplit > 1 && j.ngrp < nt;
+    j.csplit = (want + j.npan - 1) / j.npan;
+    if (j.csplit > C) j.csplit = C;
     /* a vector's 32-float window starts at most at the last tile */
     const size_t packed = (size_t)C * l.cs, slack = 2 * VL + l.wq + 32;
     float *xp = cv_tls_buffer(0, packed + slack);
-    /* items that share a group transform it once, beforehand */
-    j.v = j.nsplit > 1 ? cv_tls_buffer(2, (size_t)j.npan * j.nx * C * j.wt) : NULL;
+    j.v = shared ? cv_tls_buffer(2, (size_t)j.npan * j.nx * C * j.wt) : NULL;
     const long hw = p->h * p->w, ohw = p->oh * p->ow;
     for (long n = 0; n < p->n; n++) {
         cv_pack_all(&l, &q, x + n * C * hw, xp, C);
@@ -409,7 +434,8 @@ void tcc_cpu_conv2d_wino(const tcc_conv_params *p, int tile, const float *x, con
         j.x = xp;
         j.y = y + n * M * ohw;
         j.res = e.res ? e.res + n * M * ohw : NULL;
-        if (j.v) tcc_cpu_parallel_for(j.npan, 1, wg_input_task, &j);
+        j.call = atomic_fetch_add(&g_wg_calls, 1) + 1;
+        if (j.v) tcc_cpu_parallel_for(j.npan * j.csplit, 1, wg_input_task, &j);
         tcc_cpu_parallel_for(j.ngrp * j.nsplit, 1, wg_task, &j);
     }
 }

@@ -488,15 +488,17 @@ def test_pointwise_packed_isa_threads(isa, threads, pw_lib):
 # numbered row by row and gathered from the phase planes, runs of tiles cut at tile rows and at
 # the panel edge (32 tiles, 16 on planes of at most 16), output sizes that are not multiples of the tile (its last rows or
 # columns dropped), stride-4 phase planes (F(4x4)), asymmetric
-# pads, output-channel blocks of 1..14 rows, panels transformed per item (many panels) or once
-# and shared (few panels, channel blocks split over items), weights past 1 MB (pairs of panels).
+# pads, output-channel blocks of 1..14 rows, panels transformed by each thread for its run of
+# items (a group's transform reused by the next share of its channel blocks, redone where a
+# thread's range starts inside a group) or, with fewer groups than threads, once and shared
+# (split over panels and input channels), weights past 1 MB (pairs of panels).
 WINO = [
     (1, 16, 14, 14, 16, (1, 1, 1, 1)),     # ResNet-like plane, two panels, blocks of 8
     (2, 20, 9, 13, 30, (1, 1, 1, 1)),      # odd width, batch 2, blocks of 10
     (1, 17, 11, 10, 29, (0, 1, 2, 0)),     # asymmetric pads: odd output height
     (1, 33, 15, 16, 15, (2, 2, 2, 2)),     # pads 2: 17 x 18 outputs
     (1, 5, 3, 3, 7, (0, 0, 0, 0)),         # one output pixel, one block of 7
-    (1, 24, 34, 36, 45, (1, 1, 1, 1)),     # 11 panels: each item transforms its own
+    (1, 24, 34, 36, 45, (1, 1, 1, 1)),     # 10 panels (F(2x2)), or 3 split over 2 threads (F(4x4))
     (1, 160, 8, 8, 120, (1, 1, 1, 1)),     # weights > 1 MB: panel pairs
     (1, 3, 40, 7, 1, (1, 0, 1, 0)),        # one output channel, tall narrow plane
     (1, 20, 7, 7, 33, (1, 1, 1, 1)),       # 16 tiles (F(2x2)) or 4 (F(4x4)): one narrow panel
