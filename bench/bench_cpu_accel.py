@@ -60,10 +60,13 @@ def bench_models(threads, names, min_time):
         # alternating bursts with pauses (bench_models.py's method): both
         # engines see the same machine load, and neither one's idle spinning
         # threads steal the other's second core
+        # at least 8 bursts a side, and up to 40 for the fast models: this
+        # machine's speed swings over seconds, and 12 bursts of a 1.5 ms model
+        # (0.7 s in all) could land in one swing on one side
         t0 = time.perf_counter()
         sess.run(feeds)
         osess.run(None, feeds)
-        reps = int(min(60, max(10, 2 * min_time / max(time.perf_counter() - t0, 1e-6))))
+        reps = int(min(200, max(40, 2 * min_time / max(time.perf_counter() - t0, 1e-6))))
         t_tcc, t_ort = _interleaved_ms(lambda: sess.run(feeds), lambda: osess.run(None, feeds), reps)
         rows.append((name, t_tcc, t_ort, t_tcc / t_ort, err))
     return rows
@@ -94,7 +97,7 @@ def bench_gemm(sizes, min_time):
         t0 = time.perf_counter()
         fa()
         fb()
-        reps = int(min(60, max(20, 2 * min_time / max(time.perf_counter() - t0, 1e-6))))
+        reps = int(min(200, max(40, 2 * min_time / max(time.perf_counter() - t0, 1e-6))))
         ours, ref = _interleaved_ms(fa, fb, reps, pause=0.15)
         flops = 2.0 * n ** 3
         rows.append((n, flops / ours / 1e6, flops / ref / 1e6))
