@@ -253,9 +253,17 @@ static void pack_task(void *arg, long b, long e) {
     cv_pack(j->l, j->p, j->x, j->dst, b, e, 1);
 }
 
+#define PACK_GRAIN 8 /* channels per item */
+
 void cv_pack_all(const cv_layout *l, const tcc_conv_params *p, const float *x, float *dst, long channels) {
+    /* too few channels to give every thread a share (a stem's 3 went to one
+     * thread): every thread packs a slice of the rows instead */
+    if (channels < PACK_GRAIN * (long)tcc_cpu_num_threads()) {
+        cv_pack_all_rows(l, p, x, dst, channels);
+        return;
+    }
     pack_job j = {l, p, x, dst, channels};
-    tcc_cpu_parallel_for(channels, 8, pack_task, &j);
+    tcc_cpu_parallel_for(channels, PACK_GRAIN, pack_task, &j);
 }
 
 /* Thread t packs input rows [t h / nt, (t + 1) h / nt) of every channel,

@@ -288,9 +288,8 @@ void tcc_cpu_conv2d_packed(const tcc_conv_params *p, const float *x, const float
         for (long g = 0; g < G; g++) {
             const float *xg = x + (n * p->c + g * cg) * hw;
             if (!l.direct) {
-                /* threads split the output rows (one panel, or the rows kernel), or
-                 * the input rows where channels are too few to split (a stem's 3) */
-                if (npan == 1 || rows || cg < 8L * tcc_cpu_num_threads()) cv_pack_all_rows(&l, p, xg, xp, cg);
+                /* threads split the output rows (one panel, or the rows kernel) */
+                if (npan == 1 || rows) cv_pack_all_rows(&l, p, xg, xp, cg);
                 else cv_pack_all(&l, p, xg, xp, cg);
             }
             const long yoff = (n * p->m + g * mg) * ohw;

@@ -131,7 +131,8 @@ void cv_layout_align_rows(cv_layout *l, const tcc_conv_params *p) CV_HIDDEN;
  * already zero (same layout packed before). */
 void cv_pack(const cv_layout *l, const tcc_conv_params *p, const float *x, float *dst, long c0, long c1, int zero)
     CV_HIDDEN;
-/* cv_pack of channels [0, channels) on the pool, padding zeroed. */
+/* cv_pack of channels [0, channels) on the pool, padding zeroed (split by
+ * channels, or as cv_pack_all_rows where too few for every thread). */
 void cv_pack_all(const cv_layout *l, const tcc_conv_params *p, const float *x, float *dst, long channels) CV_HIDDEN;
 /* The same split by input rows, thread t packing the t-th of nt slices of
  * every channel: for a convolution whose threads split output rows (few
