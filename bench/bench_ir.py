@@ -6,7 +6,8 @@ import time
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
-from tcc.dialects.ir import default_context, parse_module, print_module, verify
+from tcc.dialects.ir import parse_module, print_module, verify
+from tcc.dialects.init_all import default_context
 from tcc.dialects.onnx.importer import import_model
 
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 50_000

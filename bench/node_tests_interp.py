@@ -25,7 +25,8 @@ def _array(x):
 
 def _run_case(args):
     case, fuse, timeout = args
-    from tcc.dialects.ir import PassManager, TccError, new_context
+    from tcc.dialects.ir import PassManager, TccError
+    from tcc.dialects.init_all import new_context
     from tcc.dialects.conversions.graph_to_loop import ConvertOnnxToLoopPass, LoweringError
     from tcc.dialects.loop.interpreter import run_loop_module
     from tcc.dialects.onnx.importer import import_model

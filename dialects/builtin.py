@@ -5,7 +5,6 @@ from .ir.attributes import ArrayAttr, DictAttr, StringAttr, SymbolRefAttr, TypeA
 from .ir.core import Block, Operation, Region
 from .ir.errors import VerifyError
 from .ir.opdef import AttrDef, Dialect, ISOLATED, OpDef, OperandDef, PURE, SYMBOL, TERMINATOR
-from .ir.registry import register_default_dialect
 from .ir.types import FunctionType
 
 
@@ -55,9 +54,6 @@ def dialect():
 def builtin_dialect():
     return Dialect("builtin", [OpDef("builtin.module", num_regions=1, traits=frozenset({ISOLATED}))])
 
-
-register_default_dialect(dialect)
-register_default_dialect(builtin_dialect)
 
 
 def make_function(name, arg_types, result_types, arg_attrs=None, res_attrs=None) -> Operation:

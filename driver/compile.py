@@ -7,7 +7,6 @@ artifact)."""
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
 import os
 import subprocess
@@ -20,35 +19,6 @@ from tcc.dialects.ir import PassManager
 from tcc.dialects.ir.types import MemRefType
 
 from .io import CLIError, write_bytes, write_ir, write_text
-
-# pass name -> module whose PASSES defines it (registered here when the
-# context does not know it yet).
-_PASS_MODULES = {
-    "fuse": "tcc.dialects.transforms.fuse",
-    "convert-onnx-to-loop": "tcc.dialects.conversions.graph_to_loop",
-    "fuse-rows": "tcc.dialects.loop.transforms",
-    "stream-outputs": "tcc.dialects.loop.transforms",
-    "prefetch-rows": "tcc.dialects.loop.transforms",
-    "plan-memory": "tcc.dialects.conversions.loop_to_native",
-}
-
-
-def _ensure_pass(ctx, name, required=True):
-    if name in ctx.passes:
-        return True
-    try:
-        mod = importlib.import_module(_PASS_MODULES[name])
-    except ImportError as e:
-        if required:
-            raise CLIError(f"pass '{name}' is not available in this build ({e})") from None
-        return False
-    for cls in getattr(mod, "PASSES", []):
-        if cls.name not in ctx.passes:
-            ctx.register_pass(cls)
-    if name not in ctx.passes and required:
-        raise CLIError(f"pass '{name}' is not available in this build")
-    return name in ctx.passes
-
 
 def _names(func, key, n, prefix):
     attrs = func.attributes.get(key)
@@ -90,15 +60,13 @@ def lower(module, ctx, options):
                  _names(func, "res_attrs", len(ft.results), "output_"))
     pipeline = []
     if not _is_lowered(func):
-        if options.opt_level >= 1 and _ensure_pass(ctx, "fuse", required=False):
+        if options.opt_level >= 1:
             pipeline.append(ctx.passes["fuse"]())
-        _ensure_pass(ctx, "convert-onnx-to-loop")
         pipeline.append(ctx.passes["convert-onnx-to-loop"]())
-        if options.opt_level >= 1 and _ensure_pass(ctx, "fuse-rows", required=False):
+        if options.opt_level >= 1:
             pipeline.append(ctx.passes["fuse-rows"]())
             pipeline.append(ctx.passes["stream-outputs"]())
             pipeline.append(ctx.passes["prefetch-rows"]())
-    _ensure_pass(ctx, "plan-memory")
     pipeline.append(ctx.passes["plan-memory"]())
     pm = PassManager(ctx, pipeline, verify_each=True,
                      print_after_all=sys.stderr if options.print_ir_after_all else None)

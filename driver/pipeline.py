@@ -5,7 +5,8 @@ from __future__ import annotations
 import sys
 
 from tcc.accelerators import PipelineStages
-from tcc.dialects.ir import PassManager, new_context, parse_pipeline
+from tcc.dialects.ir import PassManager, parse_pipeline
+from tcc.dialects.init_all import new_context
 from tcc.dialects.conversions.graph_to_loop.registry import host_lowers
 from tcc.dialects.onnx.importer import import_model
 from tcc.dialects.transforms.placement import PIPELINE as PLACEMENT_PIPELINE

@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from tcc.dialects.ir import new_context
+from tcc.dialects.init_all import new_context
 
 from . import accelerators as accel
 from .cli_errors import run

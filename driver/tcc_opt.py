@@ -6,7 +6,8 @@ import sys
 
 import click
 
-from tcc.dialects.ir import PassManager, make_pass, new_context, parse_module, parse_pipeline, verify
+from tcc.dialects.ir import PassManager, make_pass, parse_module, parse_pipeline, verify
+from tcc.dialects.init_all import new_context
 from tcc.dialects.ir.errors import VerifyError
 
 from . import accelerators as accel

@@ -195,7 +195,8 @@ class SpecializingSession(SignatureMixin):
         return sess
 
     def _compile(self, inputs, path):
-        from tcc.dialects.ir import new_context, parse_module
+        from tcc.dialects.ir import parse_module
+        from tcc.dialects.init_all import new_context
         from tcc.dialects.ir import attributes as A
         from tcc.dialects.ir.core import Operation
         from tcc.dialects.ir.types import TensorType

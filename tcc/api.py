@@ -9,7 +9,7 @@ def compile(model, maccel=(), opt_level=2, output=None):  # noqa: A001 - mirrors
     """Compiles an ONNX model (a path or a ModelProto) into a `.tcc` artifact;
     returns its path (default: beside the model as MODEL.tcc, or a fresh
     temporary directory for a ModelProto)."""
-    from tcc.dialects.ir import new_context
+    from tcc.dialects.init_all import new_context
     from tcc.driver import accelerators as accel
     from tcc.driver.compile import emit
     from tcc.driver.options import CompileOptions

@@ -1,2 +1,2 @@
-"""The `graph` dialect: groupings of onnx ops made by graph passes."""
-from . import ops  # noqa: F401  (registers the dialect)
+"""The `graph` dialect: groupings of onnx ops made by graph passes (`ops.py`;
+loaded into a context by `tcc.dialects.init_all`)."""

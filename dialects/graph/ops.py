@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from ..ir.errors import VerifyError
 from ..ir.opdef import Dialect, ISOLATED, OpDef, OperandDef, PURE, TERMINATOR
-from ..ir.registry import register_default_dialect
 
 
 def _verify_fused(op, ctx):
@@ -37,4 +36,7 @@ OPS = [
           summary="ends a graph.fused body"),
 ]
 
-register_default_dialect(lambda: Dialect("graph", OPS, "groups of onnx ops (fusion)"))
+
+
+def dialect():
+    return Dialect("graph", OPS, "groups of onnx ops (fusion)")

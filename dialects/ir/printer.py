@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from .attributes import DenseResourceAttr, format_attr_dict
 from .core import Operation
-from .opdef import ISOLATED
 from .types import FunctionType
 
 
@@ -84,15 +83,15 @@ class Printer:
             self.counters.pop()
 
 
-_ISOLATED_OPS = {"builtin.module"}
+# The ops whose regions get fresh value numbers: the ones the parser opens a
+# name scope for. The IR core knows no dialect, so this is by name; numbering
+# inside another isolated op (graph.fused) continues its function's, which is
+# what lets such a module parse back.
+_SCOPE_OPS = frozenset({"builtin.module", "func.func"})
 
 
 def _is_isolated(op):
-    if op.name in _ISOLATED_OPS:
-        return True
-    from .registry import default_context
-    d = default_context().lookup(op.name)
-    return d is not None and d.has_trait(ISOLATED)
+    return op.name in _SCOPE_OPS
 
 
 def print_op(op: Operation, print_locations=True) -> str:

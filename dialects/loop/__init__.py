@@ -1,2 +1,2 @@
-"""The loop dialect: Krnl-like loop nests over buffers, plus arith and math."""
-from . import ops  # noqa: F401  (registers the dialects)
+"""The loop dialect: Krnl-like loop nests over buffers, plus arith and math
+(`ops.py`; loaded into a context by `tcc.dialects.init_all`)."""

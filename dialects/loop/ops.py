@@ -28,7 +28,6 @@ from __future__ import annotations
 
 from ..ir.errors import VerifyError
 from ..ir.opdef import AttrDef, Dialect, OpDef, OperandDef, PURE, TERMINATOR, COMMUTATIVE
-from ..ir.registry import register_default_dialect
 from ..ir.types import IndexType, MemRefType, IntegerType, FloatType
 
 _mem = lambda t: isinstance(t, MemRefType)  # noqa: E731
@@ -165,6 +164,13 @@ def _math_ops():
     return ops
 
 
-register_default_dialect(lambda: Dialect("loop", LOOP_OPS, "loop nests over buffers"))
-register_default_dialect(lambda: Dialect("arith", _arith_ops(), "scalar arithmetic"))
-register_default_dialect(lambda: Dialect("math", _math_ops(), "scalar math functions"))
+def loop_dialect():
+    return Dialect("loop", LOOP_OPS, "loop nests over buffers")
+
+
+def arith_dialect():
+    return Dialect("arith", _arith_ops(), "scalar arithmetic")
+
+
+def math_dialect():
+    return Dialect("math", _math_ops(), "scalar math functions")

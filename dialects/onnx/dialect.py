@@ -15,7 +15,6 @@ import onnx.defs
 
 from ..ir.errors import VerifyError
 from ..ir.opdef import AttrDef, Dialect, OpDef, OperandDef, PURE, TERMINATOR, CONSTANT_LIKE
-from ..ir.registry import register_default_dialect
 from .types import schema_type_string
 
 DOMAIN_PREFIX = {"": "onnx.", "ai.onnx": "onnx.", "ai.onnx.ml": "onnx.ml.",
@@ -185,5 +184,3 @@ class OnnxDialect(Dialect):
 def dialect():
     return OnnxDialect()
 
-
-register_default_dialect(dialect)

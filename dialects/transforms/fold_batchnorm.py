@@ -58,6 +58,3 @@ class FoldBatchNormPass(Pass):
             for op in list(func.regions[0].blocks[0].ops):
                 if op.name == "onnx.BatchNormalization" and op.parent is not None:
                     _fold(module, op)
-
-
-PASSES = [FoldBatchNormPass]

@@ -128,6 +128,3 @@ def _outline(block, members):
         r.replace_all_uses_with(nr)
     for m in reversed(members):
         m.erase()
-
-
-PASSES = [FusePass]

@@ -305,7 +305,4 @@ class PartitionPass(Pass):
         # A host op between the region's ops may use an output of the call:
         # restore def-before-use (regions were merged acyclic, so an order exists).
         topological_sort(block)
-
-
-PASSES = [MergeCompositesPass, AnnotateTargetsPass, MergeRegionsPass, PartitionPass]
 PIPELINE = "merge-composites,annotate-targets,merge-regions,partition"

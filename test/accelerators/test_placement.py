@@ -6,7 +6,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from tcc.accelerators import API_VERSION, AcceleratorInfo, CompositePattern, Support, hookimpl
 from tcc.accelerators.manager import load_accelerators, register_plugin, unregister_plugin
-from tcc.dialects.ir import PassManager, new_context, parse_pipeline, verify
+from tcc.dialects.ir import PassManager, parse_pipeline, verify
+from tcc.dialects.init_all import new_context
 from tcc.dialects.onnx.importer import import_model
 from tcc.dialects.transforms.placement import PIPELINE
 

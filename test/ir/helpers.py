@@ -2,7 +2,8 @@
 import numpy as np
 import onnxruntime as ort
 
-from tcc.dialects.ir import default_context, parse_module, print_module, verify
+from tcc.dialects.ir import parse_module, print_module, verify
+from tcc.dialects.init_all import default_context
 from tcc.dialects.onnx.importer import import_model
 
 

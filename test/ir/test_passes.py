@@ -6,7 +6,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from tcc import samples
-from tcc.dialects.ir import PassError, PassManager, default_context, parse_pipeline
+from tcc.dialects.ir import PassError, PassManager, parse_pipeline
+from tcc.dialects.init_all import default_context
 from tcc.dialects.onnx.exporter import export_model
 from tcc.dialects.onnx.importer import import_model
 

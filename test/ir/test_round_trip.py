@@ -6,7 +6,8 @@ import warnings
 import pytest
 
 from tcc import samples
-from tcc.dialects.ir import default_context, print_module, verify
+from tcc.dialects.ir import print_module, verify
+from tcc.dialects.init_all import default_context
 from tcc.dialects.onnx.importer import import_model
 
 from .helpers import round_trip

@@ -1,7 +1,8 @@
 """The verifier rejects malformed IR with a message naming the op and location."""
 import pytest
 
-from tcc.dialects.ir import ParseError, VerifyError, default_context, parse_module, verify
+from tcc.dialects.ir import ParseError, VerifyError, parse_module, verify
+from tcc.dialects.init_all import default_context
 
 HEAD = '"builtin.module"() ({\n  "func.func"() ({\n  ^bb0(%arg0: tensor<2x3xf32>, %arg1: tensor<2x3xf32>):\n'
 TAIL = ('  }) {function_type = (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32>, sym_name = "main_graph"}'

@@ -6,7 +6,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from tcc.dialects.ir import PassManager, new_context, verify
+from tcc.dialects.ir import PassManager, verify
+from tcc.dialects.init_all import new_context
 from tcc.dialects.loop.interpreter import run_loop_module
 from tcc.dialects.onnx.importer import import_model
 from tcc.dialects.conversions.graph_to_loop import ConvertOnnxToLoopPass

@@ -11,7 +11,8 @@ from onnx import helper
 
 from tcc.dialects.conversions.graph_to_loop import ConvertOnnxToLoopPass
 from tcc.dialects.conversions.loop_to_native.jit import run_native
-from tcc.dialects.ir import PassManager, new_context, verify
+from tcc.dialects.ir import PassManager, verify
+from tcc.dialects.init_all import new_context
 from tcc.dialects.loop.interpreter import run_loop_module
 from tcc.dialects.onnx.importer import import_model
 

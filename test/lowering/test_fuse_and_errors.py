@@ -3,7 +3,8 @@ import pytest
 from onnx import helper as h
 
 from helpers import check, make_model, rand, lower
-from tcc.dialects.ir import PassManager, new_context, verify
+from tcc.dialects.ir import PassManager, verify
+from tcc.dialects.init_all import new_context
 from tcc.dialects.onnx.importer import import_model
 from tcc.dialects.transforms.fuse import FusePass
 

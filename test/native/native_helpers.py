@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tcc.dialects.ir import default_context, parse_module, verify
+from tcc.dialects.ir import parse_module, verify
+from tcc.dialects.init_all import default_context
 from tcc.dialects.ir.types import parse_element_name, to_numpy_dtype
 
 

@@ -14,7 +14,7 @@ from native_helpers import elementwise
 
 import tcc
 from tcc import samples
-from tcc.dialects.ir import default_context
+from tcc.dialects.init_all import default_context
 from tcc.runtime.artifact import ArtifactError, FORMAT_VERSION, read_artifact
 from tcc.runtime.session import InputError
 

@@ -10,7 +10,8 @@ from native_helpers import func_text, module_from_text
 from onnx import TensorProto, helper, numpy_helper
 
 import tcc
-from tcc.dialects.ir import PassManager, new_context
+from tcc.dialects.ir import PassManager
+from tcc.dialects.init_all import new_context
 from tcc.dialects.conversions.graph_to_loop import ConvertOnnxToLoopPass
 from tcc.dialects.loop.interpreter import run_loop_module
 from tcc.dialects.loop.transforms import FuseRowsPass

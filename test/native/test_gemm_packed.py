@@ -73,7 +73,8 @@ def test_packed_weights_need_no_alignment():
 
     from tcc.dialects.conversions.graph_to_loop import ConvertOnnxToLoopPass
     from tcc.dialects.conversions.loop_to_native.jit import NativeFunction
-    from tcc.dialects.ir import PassManager, new_context
+    from tcc.dialects.ir import PassManager
+    from tcc.dialects.init_all import new_context
     from tcc.dialects.onnx.importer import import_model
     m, k, n = 7, 300, 50
     x = rng.standard_normal((m, k)).astype(np.float32)

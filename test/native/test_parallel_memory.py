@@ -10,7 +10,7 @@ from native_helpers import func_text, module_from_text
 
 from tcc.dialects.conversions.loop_to_native import PlanMemory
 from tcc.dialects.conversions.loop_to_native.jit import NativeFunction
-from tcc.dialects.conversions.loop_to_native.memory_plan import plan
+from tcc.dialects.loop.transforms.plan_memory import plan
 from tcc.dialects.loop.interpreter import run_loop_module
 
 rng = np.random.default_rng()

@@ -13,7 +13,8 @@ import pytest
 from onnx import TensorProto, helper
 
 from tcc.dialects.conversions.loop_to_native.jit import NativeFunction
-from tcc.dialects.ir import PassManager, new_context
+from tcc.dialects.ir import PassManager
+from tcc.dialects.init_all import new_context
 from tcc.dialects.onnx.importer import import_model
 
 RNG = np.random.default_rng()

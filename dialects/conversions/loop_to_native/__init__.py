@@ -24,7 +24,7 @@ The native entry ABI (C):
 from __future__ import annotations
 
 from .codegen import ENTRY, WORKSPACE_SYMBOL, Lowered, Weight, lower_module  # noqa: F401
-from .memory_plan import PASSES, PlanMemory  # noqa: F401
+from tcc.dialects.loop.transforms.plan_memory import PlanMemory  # noqa: F401  (its home: a loop pass)
 from .target import NativeCodegenError, emit_assembly, emit_object, host_cpu, optimize  # noqa: F401
 
 

@@ -10,7 +10,7 @@ import numpy as np
 from tcc.dialects.ir.types import to_numpy_dtype
 
 from .codegen import lower_module
-from .memory_plan import PlanMemory
+from tcc.dialects.loop.transforms.plan_memory import PlanMemory
 from .target import emit_object, optimize
 
 

@@ -230,6 +230,3 @@ class FuseRowsPass(Pass):
                         for o in block.ops:
                             if _is_parallel_for(o):
                                 fuse_siblings(o.regions[0].blocks[0])
-
-
-PASSES = [FuseRowsPass]

@@ -21,7 +21,6 @@ from tcc.dialects.ir.attributes import IntegerAttr
 from tcc.dialects.ir.passes import Pass
 from tcc.dialects.ir.types import i64
 
-from .types import byte_size
 
 ALIGN = 64
 
@@ -83,6 +82,9 @@ def _end(use, alloc, pos, last):
 def lifetimes(func):
     """[(alloc op, size, start, end)] for every plannable alloc: from the
     alloc to its dealloc, or to its last use when it has none."""
+    # The native backend's element sizes (imported here: its package pulls in
+    # llvmlite, which registering this pass in every context must not).
+    from tcc.dialects.conversions.loop_to_native.types import byte_size
     pos, last, order = _number(func)
     out = []
     for op in order:
@@ -127,6 +129,3 @@ class PlanMemory(Pass):
             for op, off in offsets.items():
                 op.set_attr("tcc.offset", IntegerAttr(off, i64))
             func.set_attr("tcc.workspace_bytes", IntegerAttr(peak, i64))
-
-
-PASSES = [PlanMemory]

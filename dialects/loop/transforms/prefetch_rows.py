@@ -64,6 +64,3 @@ class PrefetchRowsPass(Pass):
                     for op in block.ops:
                         if op.name == "loop.for" and "parallel" in op.attributes and not has_library_call(op):
                             prefetch_rows(op, self.min_bytes)
-
-
-PASSES = [PrefetchRowsPass]

@@ -172,6 +172,3 @@ class StreamOutputsPass(Pass):
         for func in module.functions():
             if func.get_attr("tcc.num_outputs") is not None:
                 stream_outputs(func, self.min_bytes)
-
-
-PASSES = [StreamOutputsPass]

@@ -8,7 +8,8 @@ import zipfile
 
 import numpy as np
 
-from tcc.dialects.ir import default_context, parse_module, print_module, to_numpy_dtype
+from tcc.dialects.ir import parse_module, print_module, to_numpy_dtype
+from tcc.dialects.init_all import default_context
 
 from .device import array
 

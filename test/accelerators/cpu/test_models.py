@@ -55,7 +55,7 @@ def test_unsupported_ops_fall_back_with_reasons(tmp_path):
 
 def test_support_reasons():
     from tcc.accelerators.cpu import support
-    from tcc.dialects.ir import new_context
+    from tcc.dialects.init_all import new_context
     from tcc.dialects.onnx.importer import import_model
     nodes = [helper.make_node("Cast", ["x"], ["d"], to=TensorProto.DOUBLE),
              helper.make_node("Conv", ["x3", "w3"], ["c3"], kernel_shape=[3])]

@@ -9,7 +9,7 @@ os.environ.setdefault("TCC_GPU_COMPILE_ONLY", "1")
 
 from tcc.accelerators.gpu import plugin  # noqa: E402
 from tcc.dialects.ir import attributes as A  # noqa: E402
-from tcc.dialects.ir import default_context  # noqa: E402
+from tcc.dialects.init_all import default_context  # noqa: E402
 from tcc.dialects.onnx.importer import import_model  # noqa: E402
 
 
