@@ -7,6 +7,8 @@ import click
 
 from tcc.accelerators.manager import describe_installed, load_accelerators
 
+from .io import CLIError
+
 
 def scan_maccel(argv):
     """The --maccel values in argv, before click parses anything."""
@@ -39,9 +41,8 @@ def plugin_click_options(accels):
     return out
 
 
-def configure(accels, params: dict):
-    """Pops the plugin options from click's params and hands each accelerator
-    its values (`tcc_configure_passes`). Returns {accel: {option: value}}."""
+def plugin_option_values(accels, params: dict):
+    """Pops the plugin options from click's params: {accel: {option: value}}."""
     per = {a.name: {} for a in accels}
     for key in [k for k in params if k.startswith("accel__")]:
         _, acc, opt = key.split("__", 2)
@@ -49,9 +50,31 @@ def configure(accels, params: dict):
         for a in accels:
             if a.name.replace("-", "_") == acc:
                 per[a.name][opt.replace("_", "-")] = value
+    return per
+
+
+def configure(accels, given: dict):
+    """Hands each accelerator the values of its own options
+    (`tcc_configure_passes`), defaults filled in for those not `given`
+    ({accel: {option: value}}); returns the full values, as the artifact
+    records them."""
+    per = {}
+    stray = sorted(set(given or {}) - {a.name for a in accels})
+    if stray:
+        raise CLIError(f"options given for accelerator '{stray[0]}', which is not selected (--maccel)")
     for a in accels:
+        mine = dict((given or {}).get(a.name, {}))
+        declared = (a.call("tcc_cli_options") if a.has("tcc_cli_options") else None) or []
+        names = {o.name for o in declared}
+        unknown = sorted(set(mine) - names)
+        if unknown:
+            known = ", ".join(sorted(names)) or "none"
+            raise CLIError(f"accelerator '{a.name}' has no option '{unknown[0]}' (options: {known})")
+        for o in declared:
+            mine.setdefault(o.name, o.default)
+        per[a.name] = mine
         if a.has("tcc_configure_passes"):
-            a.call("tcc_configure_passes", options=per[a.name])
+            a.call("tcc_configure_passes", options=mine)
     return per
 
 

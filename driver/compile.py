@@ -1,6 +1,6 @@
-"""Host code generation for the `tcc` driver and `tcc.compile`: graph-to-loop
-(`fuse` first at -O1 and above, when registered), loop passes
-(`fuse-rows`, `stream-outputs`, `prefetch-rows` at -O1 and above, `plan-memory`), then loop-to-native, stopping at the requested emission:
+"""Host code generation for the compile pipeline (`pipeline.py`): the host's
+lowering stages (`CompilePipeline.host_lowering`), then loop-to-native,
+stopping at the requested emission:
 loop-ir, native-ir (optimized LLVM IR), obj, lib (a shared library with the
 thread pool linked in, its weights and a JSON index beside it) or tcc (the
 artifact)."""
@@ -15,7 +15,6 @@ import tempfile
 import time
 from collections import Counter
 
-from tcc.dialects.ir import PassManager
 from tcc.dialects.ir.types import MemRefType
 
 from .io import CLIError, write_bytes, write_ir, write_text
@@ -42,7 +41,7 @@ def _onnx_stats(func):
     return dict(sorted(Counter(op.name for op in func.walk() if op.name.startswith("onnx.")).items()))
 
 
-def lower(module, ctx, options):
+def lower(module, pipeline):
     """onnx-dialect (or already lowered) module -> lowered, memory-planned
     module; returns (signature names (ins, outs), onnx op statistics)."""
     func = module.lookup_function("main_graph")
@@ -58,21 +57,9 @@ def lower(module, ctx, options):
         ft = func.get_attr("function_type")
         names = (_names(func, "arg_attrs", len(ft.inputs), "input_"),
                  _names(func, "res_attrs", len(ft.results), "output_"))
-    pipeline = []
-    if not _is_lowered(func):
-        if options.opt_level >= 1:
-            pipeline.append(ctx.passes["fuse"]())
-        pipeline.append(ctx.passes["convert-onnx-to-loop"]())
-        if options.opt_level >= 1:
-            pipeline.append(ctx.passes["fuse-rows"]())
-            pipeline.append(ctx.passes["stream-outputs"]())
-            pipeline.append(ctx.passes["prefetch-rows"]())
-    pipeline.append(ctx.passes["plan-memory"]())
-    pm = PassManager(ctx, pipeline, verify_each=True,
-                     print_after_all=sys.stderr if options.print_ir_after_all else None)
-    pm.run(module)
-    if options.timing:
-        pm.timing_report(sys.stderr)
+    timings = []
+    pipeline.run(module, pipeline.host_lowering(_is_lowered(func)), timings)
+    pipeline.report_timing(timings)
     return names, stats
 
 
@@ -90,7 +77,8 @@ def _compile_info(options, low, onnx_stats, seconds):
     triple, cpu, feats = host_cpu()
     io_bytes = sum(_nbytes(t) for t in low.inputs + low.outputs)
     weights_bytes = sum(w.array.nbytes for w in low.weights)
-    opts = {k: v for k, v in dataclasses.asdict(options).items() if k not in ("output",)}
+    from .pipeline import recorded_options
+    opts = recorded_options(options)
     return {
         "tcc": tcc.__version__, "onnx": onnx.__version__, "llvmlite": llvmlite.__version__,
         "options": opts,
@@ -118,12 +106,13 @@ class HostCode:
     seconds: dict
 
 
-def compile_host(module, ctx, options, stop_at=None):
+def compile_host(module, pipeline, stop_at=None):
     """@main_graph of `module` -> HostCode; with `stop_at` in (loop-ir,
     native-ir) returns the module / optimized LLVM module instead."""
     seconds = {}
     t0 = time.perf_counter()
-    names, onnx_stats = lower(module, ctx, options)
+    options = pipeline.options
+    names, onnx_stats = lower(module, pipeline)
     seconds["graph_to_loop"] = time.perf_counter() - t0
     if stop_at == "loop-ir":
         return module
@@ -143,25 +132,27 @@ def compile_host(module, ctx, options, stop_at=None):
     return HostCode(obj, low, names, onnx_stats, seconds)
 
 
-def emit(module, ctx, options):
+def emit(module, pipeline):
     """Runs the backends on an onnx-dialect module and writes what
-    `options.emit` asks for; returns the output path (None for stdout)."""
+    `pipeline.options.emit` asks for; returns the output path (None for
+    stdout). Use `CompilePipeline.emit`."""
     from .compile_plan import compile_plan, has_partitions
+    options = pipeline.options
     if has_partitions(module):
-        return compile_plan(module, ctx, options, lambda sub: compile_host(sub, ctx, options))
+        return compile_plan(module, pipeline)
     if options.emit == "tcc":
-        from tcc.runtime.specialize import needs_specialization, write_specializing_artifact
+        from .specializing import needs_specialization, write_specializing_artifact
         if needs_specialization(module):
             # Dynamic dims or shape-deciding inputs: placed (with --maccel) and
             # compiled per input shape at run time.
             return write_specializing_artifact(options.output or "model.tcc", module, options)
     if options.emit == "loop-ir":
-        write_ir(compile_host(module, ctx, options, "loop-ir"), options.output)
+        write_ir(compile_host(module, pipeline, "loop-ir"), options.output)
         return options.output
     if options.emit == "native-ir":
-        write_text(str(compile_host(module, ctx, options, "native-ir")), options.output)
+        write_text(str(compile_host(module, pipeline, "native-ir")), options.output)
         return options.output
-    hc = compile_host(module, ctx, options)
+    hc = compile_host(module, pipeline)
     obj, low, names = hc.obj, hc.low, hc.names
     if options.emit == "obj":
         write_bytes(obj, _need_output(options))

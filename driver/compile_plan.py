@@ -114,9 +114,13 @@ def _buffer_alignment(acc, sub):
     return align
 
 
-def compile_plan(module, ctx, options, host_backend):
-    """-> the artifact path. `host_backend(sub_module) -> HostCode` compiles
-    one host function (as @main_graph of `sub_module`)."""
+def compile_plan(module, pipeline):
+    """-> the artifact path. Each host function goes through the host
+    backend (`compile.compile_host`, as @main_graph of its own module); each
+    accelerator's partitions through `pipeline.lower_partition` and its
+    loop-to-native hook."""
+    from .compile import compile_host
+    ctx, options = pipeline.ctx, pipeline.options
     if options.emit not in ("tcc", "c"):
         raise CLIError(f"--emit={options.emit} is not available for a model placed on accelerators "
                        f"(use --emit=onnx-ir, placement-dot, c or tcc)")
@@ -140,15 +144,11 @@ def compile_plan(module, ctx, options, host_backend):
                                                  for i in range(len(f.regions[0].blocks[0].args))])
         f.attributes["res_attrs"] = A.ArrayAttr([A.DictAttr({"onnx.name": A.StringAttr(f"out{i}")})
                                                  for i in range(len(f.regions[0].blocks[0].last.operands))])
-        host_code[name] = host_backend(sub)
+        host_code[name] = compile_host(sub, pipeline)
     for acc_name, funcs in by_accel.items():
         acc = accels[acc_name]
         sub = _detach(module, set(funcs))
-        for f in sub.functions():
-            left = acc.call("tcc_graph_to_loop", func=f, module=sub, context=ctx) if acc.has("tcc_graph_to_loop") else None
-            if left:
-                raise CLIError(f"accelerator '{acc_name}' could not lower {', '.join(sorted(set(left)))} "
-                               f"in {f.get_attr('sym_name')}")
+        pipeline.lower_partition(acc, sub)
         rm = acc.call("tcc_loop_to_native", funcs=sub.functions(), module=sub, context=ctx, target=None)
         if not isinstance(rm, RuntimeModule):
             raise CLIError(f"accelerator '{acc_name}' returned no runtime module from tcc_loop_to_native")

@@ -1,18 +1,34 @@
-"""Pipeline assembly: which passes run for an emission target and -O level,
-with the stages selected accelerators add at named points."""
+"""The compile pipeline: one object, built from the compile options, that the
+`tcc` CLI, `tcc.compile` and run-time specialization of dynamic models all
+use. It owns the context (the in-tree dialects and passes plus the selected
+accelerators'), the stages the accelerators add at the named points
+(`tcc.accelerators.PIPELINE_POINTS`), and runs them in order:
+
+    import -> after-import -> graph passes -> before-placement -> placement
+    -> after-placement -> graph-to-loop -> after-graph-to-loop -> loop passes
+    -> after-loop-passes -> plan-memory -> loop-to-native -> artifact
+
+Accelerator partitions pass the same two lowering points: their
+`tcc_graph_to_loop` takes the place of the host's graph-to-loop, and the
+stages at `after-graph-to-loop` / `after-loop-passes` run on their partition
+functions before `tcc_loop_to_native`."""
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 from tcc.accelerators import PipelineStages
-from tcc.dialects.ir import PassManager, parse_pipeline
-from tcc.dialects.init_all import new_context
+from tcc.accelerators.manager import load_accelerators
 from tcc.dialects.conversions.graph_to_loop.registry import host_lowers
+from tcc.dialects.init_all import new_context
+from tcc.dialects.ir import PassManager, parse_pipeline
 from tcc.dialects.onnx.importer import import_model
 from tcc.dialects.transforms.placement import PIPELINE as PLACEMENT_PIPELINE
 
+from . import accelerators as accel
 from .io import CLIError
 from .options import CompileOptions
+from .specializing import needs_specialization
 
 
 def graph_pipeline(opt_level: int) -> str:
@@ -26,57 +42,145 @@ def graph_pipeline(opt_level: int) -> str:
             "canonicalize,fold-batchnorm,cse,dce,shape-inference")
 
 
-def stages_for(options: CompileOptions, accels) -> PipelineStages:
-    stages = PipelineStages(options.emit)
-    for a in accels:
-        if a.has("tcc_add_passes"):
-            a.call("tcc_add_passes", pipeline=stages, emission_target=options.emit)
-    return stages
+def loop_pipeline(opt_level: int) -> str:
+    """Loop passes on the host's lowered functions (stage 5): fuse-rows
+    joins back-to-back row-wise loops, stream-outputs and prefetch-rows tune
+    their memory traffic."""
+    return "fuse-rows,stream-outputs,prefetch-rows" if opt_level >= 1 else ""
 
 
-def _run(ctx, module, options, pipeline, timings):
-    if not pipeline:
-        return
-    pm = PassManager(ctx, parse_pipeline(pipeline, ctx), verify_each=True,
-                     print_after_all=sys.stderr if options.print_ir_after_all else None)
-    pm.run(module)
-    timings.append(pm)
+class CompilePipeline:
+    """One compile: `options` (a CompileOptions) decide every stage. `accels`
+    are the loaded accelerator plugins (loaded from `options.maccel` when not
+    given); their option values (`options.accel_options`, defaults filled in
+    here) reach them through `tcc_configure_passes` before any pass runs."""
+
+    def __init__(self, options: CompileOptions, accels=None, ctx=None):
+        if accels is None:
+            accels = load_accelerators(options.maccel) if options.maccel else []
+        self.options = options
+        self.accels = list(accels)
+        self.ctx = accel.setup_context(ctx if ctx is not None else new_context(), self.accels, options.opt_level)
+        options.accel_options = accel.configure(self.accels, options.accel_options)
+        self.stages = PipelineStages(options.emit)
+        for a in self.accels:
+            if a.has("tcc_add_passes"):
+                a.call("tcc_add_passes", pipeline=self.stages, emission_target=options.emit)
+        self.timings = []
+
+    # -- running passes ------------------------------------------------------------
+    def run(self, module, pipeline: str, timings=None):
+        """Runs the comma-separated `pipeline` on `module` (verifying after each pass)."""
+        if not pipeline:
+            return module
+        pm = PassManager(self.ctx, parse_pipeline(pipeline, self.ctx), verify_each=True,
+                         print_after_all=sys.stderr if self.options.print_ir_after_all else None)
+        pm.run(module)
+        (self.timings if timings is None else timings).append(pm)
+        return module
+
+    def at(self, point: str) -> str:
+        """The accelerators' stages at a named point, as a pipeline string."""
+        return ",".join(self.stages.at(point))
+
+    def report_timing(self, timings=None):
+        if self.options.timing:
+            for pm in (self.timings if timings is None else timings):
+                pm.timing_report(sys.stderr)
+        (self.timings if timings is None else timings).clear()
+
+    # -- stages 1-3: import, graph passes, placement ---------------------------------
+    def import_and_optimize(self, model):
+        """ONNX model (path or ModelProto) -> module after graph passes and, when
+        accelerators are selected, placement (BYOC partitioning). Placement needs
+        static shapes: a model with dynamic dims or shape-deciding inputs is left
+        unplaced, and its specializing artifact places each input shape at run
+        time (`specialize`)."""
+        module = import_model(model, lowered=host_lowers)
+        self.run(module, self.at("after-import"))
+        self.run(module, graph_pipeline(self.options.opt_level))
+        if self.accels and not needs_specialization(module):
+            self.place(module)
+        self.report_timing()
+        return module
+
+    def place(self, module):
+        """Stage 3: the accelerators' before-placement passes, placement, theirs after."""
+        self.run(module, self.at("before-placement"))
+        self.run(module, PLACEMENT_PIPELINE + ",dce")
+        self.run(module, self.at("after-placement"))
+        if self.options.strict:
+            from .placement_report import host_fallbacks
+            left = host_fallbacks(module)
+            if left:
+                node, op, _, why = left[0]
+                more = f" (and {len(left) - 1} more)" if len(left) > 1 else ""
+                raise CLIError(f"--strict: node '{node}' ({op}) would fall back to the host: {why}{more}")
+
+    # -- stages 4-5: lowering ------------------------------------------------------------
+    def host_lowering(self, lowered: bool) -> str:
+        """The host's stages 4-5 for one function: `fuse` (-O1 and above) and
+        graph-to-loop unless it is `lowered` already, the loop passes, and
+        plan-memory last, with the accelerators' stages at their points."""
+        opt = self.options.opt_level
+        parts = []
+        if not lowered:
+            parts += ["fuse"] if opt >= 1 else []
+            parts += ["convert-onnx-to-loop", self.at("after-graph-to-loop"), loop_pipeline(opt),
+                      self.at("after-loop-passes")]
+        parts.append("plan-memory")
+        return ",".join(p for p in parts if p)
+
+    def lower_partition(self, acc, sub):
+        """An accelerator's partitions (the functions of `sub`) through its
+        graph-to-loop hook and the stages at the two lowering points."""
+        for f in sub.functions():
+            left = acc.call("tcc_graph_to_loop", func=f, module=sub, context=self.ctx) \
+                if acc.has("tcc_graph_to_loop") else None
+            if left:
+                raise CLIError(f"accelerator '{acc.name}' could not lower {', '.join(sorted(set(left)))} "
+                               f"in {f.get_attr('sym_name')}")
+        timings = []
+        self.run(sub, self.at("after-graph-to-loop"), timings)
+        self.run(sub, self.at("after-loop-passes"), timings)
+        self.report_timing(timings)
+
+    # -- stages 6-7: native code and the artifact ------------------------------------------
+    def emit(self, module):
+        """Writes what `options.emit` asks for from an optimized module; returns
+        the output path (None for stdout)."""
+        from .compile import emit
+        return emit(module, self)
+
+    def compile(self, model):
+        """import_and_optimize + emit (what `tcc model.onnx` does for --emit=tcc)."""
+        return self.emit(self.import_and_optimize(model))
 
 
-def import_and_optimize(model, options: CompileOptions, ctx=None):
-    """ONNX model (path or ModelProto) -> module after graph passes and, when
-    accelerators are selected, placement (BYOC partitioning). Placement needs
-    static shapes: a model with dynamic dims or shape-deciding inputs is left
-    unplaced, and its specializing artifact places each input shape at run
-    time (runtime/specialize.py)."""
-    ctx = ctx or new_context()
-    accels = list(getattr(ctx, "accelerators", []))
-    stages = stages_for(options, accels)
-    module = import_model(model, lowered=host_lowers)
-    timings = []
-    _run(ctx, module, options, ",".join(stages.at("after-import")), timings)
-    _run(ctx, module, options, graph_pipeline(options.opt_level), timings)
-    if accels:
-        from tcc.runtime.specialize import needs_specialization
-        if not needs_specialization(module):
-            place(module, ctx, options, timings)
-    if options.timing:
-        for pm in timings:
-            pm.timing_report(sys.stderr)
-    return module, ctx
+# Diagnostics only: they print, they do not change what is compiled, so a
+# run-time re-compile does not repeat them.
+_DIAGNOSTIC_OPTIONS = ("verbose", "print_ir_after_all", "timing")
 
 
-def place(module, ctx, options: CompileOptions, timings=None):
-    """Stage 3: the accelerators' before-placement passes, placement, theirs after."""
-    timings = [] if timings is None else timings
-    stages = stages_for(options, ctx.accelerators)
-    _run(ctx, module, options, ",".join(stages.at("before-placement")), timings)
-    _run(ctx, module, options, PLACEMENT_PIPELINE + ",dce", timings)
-    _run(ctx, module, options, ",".join(stages.at("after-placement")), timings)
-    if options.strict:
-        from .placement_report import host_fallbacks
-        left = host_fallbacks(module)
-        if left:
-            node, op, _, why = left[0]
-            more = f" (and {len(left) - 1} more)" if len(left) > 1 else ""
-            raise CLIError(f"--strict: node '{node}' ({op}) would fall back to the host: {why}{more}")
+def recorded_options(options: CompileOptions) -> dict:
+    """Every compile option, as the artifact's manifest records it (the
+    output path aside)."""
+    return {k: v for k, v in dataclasses.asdict(options).items() if k != "output"}
+
+
+def compile_specialized(module, recorded: dict, path):
+    """The run-time compiler handed to the runtime (`tcc.load`): compiles
+    `module`, a dynamic model's IR specialized to concrete input shapes (and
+    shape-deciding values), with the options its artifact recorded, into the
+    artifact `path`. The same compile as ahead of time, accelerator options
+    included: only the shapes are new."""
+    fields = {f.name for f in dataclasses.fields(CompileOptions)}
+    opts = {k: v for k, v in recorded.items() if k in fields and k not in _DIAGNOSTIC_OPTIONS}
+    options = CompileOptions(**{**opts, "emit": "tcc", "output": path})
+    pipe = CompilePipeline(options)
+    # At least -O1's folding: the shape-deciding inputs are constants now,
+    # and the shapes they decide become static only once they fold.
+    pipe.run(module, graph_pipeline(max(options.opt_level, 1)))
+    if pipe.accels:  # placed per shape: placement needs static shapes
+        pipe.place(module)
+    return pipe.emit(module)

@@ -8,13 +8,11 @@ import sys
 
 import click
 
-from tcc.dialects.init_all import new_context
-
 from . import accelerators as accel
 from .cli_errors import run
-from .io import CLIError, write_ir, write_text
+from .io import write_ir, write_text
 from .options import EMIT_TARGETS, CompileOptions
-from .pipeline import import_and_optimize
+from .pipeline import CompilePipeline
 
 ALL_EMITS = EMIT_TARGETS + ("placement-dot", "c")
 
@@ -52,13 +50,12 @@ def build(argv):
             timing, debug, **plugin_opts):
         options = CompileOptions(maccel=list(maccel), opt_level=opt_level, emit=emit, output=output,
                                  strict=strict, verbose=verbose, print_ir_after_all=print_ir_after_all,
-                                 timing=timing)
-        ctx = accel.setup_context(new_context(), accels, opt_level)
-        options.accel_options = accel.configure(accels, plugin_opts)
-        module, ctx = import_and_optimize(model, options, ctx)
+                                 timing=timing, accel_options=accel.plugin_option_values(accels, plugin_opts))
+        pipeline = CompilePipeline(options, accels)
+        module = pipeline.import_and_optimize(model)
         if accels and (placement_report or verbose):
-            from tcc.runtime.specialize import needs_specialization
             from .placement_report import text_report
+            from .specializing import needs_specialization
             sys.stderr.write("placement report: deferred to run time (dynamic shapes or shape-deciding inputs: "
                              "each input shape is placed when first run)\n" if needs_specialization(module)
                              else text_report(module))
@@ -69,13 +66,9 @@ def build(argv):
             from .placement_report import dot
             write_text(dot(module), output)
             return
-        try:
-            from . import compile as backend
-        except ImportError:
-            raise CLIError(f"--emit={emit}: host code generation is not part of this build yet") from None
         if options.output is None and emit == "tcc":
             options.output = os.path.splitext(model)[0] + ".tcc"
-        backend.emit(module, ctx, options)
+        pipeline.emit(module)
 
     for opt in accel.plugin_click_options(accels):
         cli.params.append(opt)

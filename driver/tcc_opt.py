@@ -37,7 +37,7 @@ def build(argv):
     def cli(input, passes, pipeline, output, maccel, list_passes, print_ir_after_all, timing, verify_each,
             resources, allow_unregistered_dialect, debug, **plugin_opts):
         ctx = accel.setup_context(new_context(), accels)
-        accel.configure(accels, plugin_opts)
+        accel.configure(accels, accel.plugin_option_values(accels, plugin_opts))
         ctx.allow_unregistered = allow_unregistered_dialect
         if list_passes:
             for name in sorted(ctx.passes):

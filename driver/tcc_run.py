@@ -62,7 +62,7 @@ def _summary(a):
 @click.option("--output-dir", default=None, help="Write each output to DIR/<name>.npy.")
 @click.option("--debug", is_flag=True, help="Show Python tracebacks on errors.")
 def cli(artifact, inputs, random_inputs, repeat, output_dir, debug):
-    from tcc.runtime.session import load
+    from tcc.api import load  # with the run-time compiler, for models that specialize per shape
     sess = load(artifact)
     feeds = _parse_inputs(inputs)
     if random_inputs:

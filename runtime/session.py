@@ -249,15 +249,16 @@ class Session(SignatureMixin):
         return f"<tcc.Session {self.path}: ({_fmt(self._inputs)}) -> ({_fmt(self._outputs)})>"
 
 
-def load(path):
+def load(path, compiler=None):
     """A Session for a host-only artifact; a PlanSession (runtime.executor)
-    for a model placed on accelerators."""
+    for a model placed on accelerators; a SpecializingSession for a model
+    that compiles per input shape, with `compiler` (see runtime.specialize)."""
     from .plan_artifact import is_plan
     from .specialize import is_specializing
     art = read_artifact(path)
     if is_specializing(art.manifest):
         from .specialize import SpecializingSession
-        return SpecializingSession(art)
+        return SpecializingSession(art, compiler)
     if is_plan(art.manifest):
         from .executor import PlanSession
         return PlanSession(art)

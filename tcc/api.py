@@ -5,30 +5,32 @@ import os
 import tempfile
 
 
-def compile(model, maccel=(), opt_level=2, output=None):  # noqa: A001 - mirrors the CLI's verb
+def compile(model, maccel=(), opt_level=2, output=None, accel_options=None):  # noqa: A001 - the CLI's verb
     """Compiles an ONNX model (a path or a ModelProto) into a `.tcc` artifact;
     returns its path (default: beside the model as MODEL.tcc, or a fresh
-    temporary directory for a ModelProto)."""
-    from tcc.dialects.init_all import new_context
-    from tcc.driver import accelerators as accel
-    from tcc.driver.compile import emit
+    temporary directory for a ModelProto). `accel_options` gives accelerator
+    options as the CLI's `--<accel>-<name>` do: {"sim": {"max-rank": 2}}."""
     from tcc.driver.options import CompileOptions
-    from tcc.driver.pipeline import import_and_optimize
+    from tcc.driver.pipeline import CompilePipeline
 
     if output is None:
         if isinstance(model, (str, os.PathLike)):
             output = os.path.splitext(os.fspath(model))[0] + ".tcc"
         else:
             output = os.path.join(tempfile.mkdtemp(prefix="tcc-"), "model.tcc")
-    maccel = list(maccel)
-    accels = accel.load_accelerators(maccel) if maccel else []
-    ctx = accel.setup_context(new_context(), accels, opt_level)
-    options = CompileOptions(maccel=maccel, opt_level=opt_level, emit="tcc", output=os.fspath(output))
-    module, ctx = import_and_optimize(os.fspath(model) if isinstance(model, os.PathLike) else model, options, ctx)
-    return emit(module, ctx, options)
+    options = CompileOptions(maccel=list(maccel), opt_level=opt_level, emit="tcc", output=os.fspath(output),
+                             accel_options=dict(accel_options or {}))
+    return CompilePipeline(options).compile(os.fspath(model) if isinstance(model, os.PathLike) else model)
+
+
+def _compile_at_run_time(module, options, path):
+    # The driver is imported only when a dynamic model meets a new input shape.
+    from tcc.driver.pipeline import compile_specialized
+    return compile_specialized(module, options, path)
 
 
 def load(path):
-    """Loads a `.tcc` artifact; returns a Session (`.run`, `.input_signature`, ...)."""
+    """Loads a `.tcc` artifact; returns a Session (`.run`, `.input_signature`, ...).
+    A model that compiles per input shape is handed the compiler."""
     from tcc.runtime.session import load as _load
-    return _load(path)
+    return _load(path, compiler=_compile_at_run_time)

@@ -2,6 +2,7 @@
 built and pip-installed (offline, reusing what is installed) into a fresh
 virtual environment together with tcc; then `--maccel=sim` compiles, runs
 and matches onnxruntime, with no change to tcc."""
+import json
 import os
 import subprocess
 import sys
@@ -95,3 +96,70 @@ def test_sim_is_unknown_until_installed_then_works(venv, tmp_path):
     r = run(venv, bin_(venv, "tcc-accel"), "check", "sim", "-k", "test_relu", "-j", "2", cwd=str(tmp_path))
     assert r.returncode == 0, r.stdout + r.stderr
     assert "passed" in r.stdout and "Relu" in r.stdout
+
+
+def _install_sim(venv, tmp_path):
+    if "sim" not in run(venv, bin_(venv, "tcc"), "--list-accelerators").stdout:
+        r = run(venv, bin_(venv, "python"), "-m", "pip", "install", "-q", "--no-index", "--no-build-isolation",
+                "--no-deps", _copy(SIM, tmp_path / "sim-src"), cwd=str(tmp_path))
+        assert r.returncode == 0, r.stderr[-2000:]
+
+
+def _chain(path, shape):
+    """x -> Relu -> Tanh: two elementwise ops sim takes, one chain."""
+    from onnx import TensorProto, helper
+    nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Tanh", ["a"], ["y"])]
+    g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+CHECK_RUN = """
+import io, json, sys, zipfile
+import numpy as np, onnx, onnxruntime as ort, tcc
+art, model, shape = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+sess = tcc.load(art)
+x = np.random.default_rng().standard_normal(shape).astype(np.float32)
+want = ort.InferenceSession(onnx.load(model).SerializeToString()).run(None, {"x": x})[0]
+np.testing.assert_allclose(sess.run({"x": x})[0], want, rtol=1e-5, atol=1e-6)
+ran = (sess.specializations() or [sess])[0] if hasattr(sess, "specializations") else sess
+steps = [s.get("accelerator", "host") for s in ran.manifest.get("plan", [])]
+fused = None
+if "sim" in steps:
+    with zipfile.ZipFile(ran.path) as z, zipfile.ZipFile(io.BytesIO(z.read("accel/sim.bin"))) as p:
+        fused = p.read("sim.mlir").decode().count('"sim.fused_elementwise"')
+print(json.dumps({"steps": steps, "fused": fused, "options": sess.manifest["compile"]["options"]}))
+"""
+
+
+def _compile_and_run(venv, tmp_path, model, shape, *flags):
+    art = tmp_path / (model.stem + "".join(f.strip("-").replace("=", "") for f in flags) + ".tcc")
+    r = run(venv, bin_(venv, "tcc"), "--maccel=sim", *flags, model, "-o", art)
+    assert r.returncode == 0, r.stderr
+    env = dict(os.environ, TCC_CACHE_DIR=str(tmp_path / "cache"))
+    r = run(venv, bin_(venv, "python"), "-c", CHECK_RUN, art, model, json.dumps(shape), cwd=str(tmp_path), env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_sim_pass_added_after_graph_to_loop_runs_under_tcc(venv, tmp_path):
+    """sim's tcc_add_passes puts sim-fuse-elementwise at after-graph-to-loop:
+    under `tcc` it merges the chain's two sim.fused_elementwise into one."""
+    _install_sim(venv, tmp_path)
+    got = _compile_and_run(venv, tmp_path, _chain(tmp_path / "chain.onnx", [4, 8]), [4, 8])
+    assert got["steps"].count("sim") == 1, got
+    assert got["fused"] == 1, got
+
+
+def test_dynamic_model_is_placed_at_run_time_with_the_recorded_accelerator_options(venv, tmp_path):
+    """A dynamic model is placed per input shape at run time: with the
+    options it was compiled with, not sim's defaults (rank-3 tensors go to
+    sim by default, stay on the host with --sim-max-rank=2)."""
+    _install_sim(venv, tmp_path)
+    model = _chain(tmp_path / "dyn.onnx", ["n", 4, 8])
+    default = _compile_and_run(venv, tmp_path, model, [2, 4, 8])
+    assert "sim" in default["steps"] and default["options"]["accel_options"] == {"sim": {"max-rank": 4}}, default
+    ranked = _compile_and_run(venv, tmp_path, model, [2, 4, 8], "--sim-max-rank=2")
+    assert ranked["options"]["accel_options"] == {"sim": {"max-rank": 2}}, ranked
+    assert "sim" not in ranked["steps"], ranked

@@ -26,12 +26,12 @@ BIN = os.path.dirname(sys.executable)
 
 
 def _compile_hand(tmp_path):
-    from tcc.driver.compile import emit
     from tcc.driver.options import CompileOptions
+    from tcc.driver.pipeline import CompilePipeline
     n = 256
     m = elementwise("arith.addf", ["f32", "f32"], "f32", n)
     path = str(tmp_path / "add.tcc")
-    emit(m, default_context(), CompileOptions(emit="tcc", output=path))
+    CompilePipeline(CompileOptions(emit="tcc", output=path)).emit(m)
     return path, n
 
 
