@@ -17,7 +17,8 @@ from tcc.dialects.ir.errors import TccError
 
 from .artifact import TensorSpec
 from .device import get_device
-from .session import InputError, SignatureMixin, _fmt, _jit_entry, _target_device, aligned_empty
+from .jit import jit_entry
+from .signature import InputError, SignatureMixin, aligned_empty, format_specs, target_device
 
 HOST = "cpu"
 _addressof, _char_at = ctypes.addressof, ctypes.c_char.from_buffer
@@ -37,7 +38,7 @@ class PlanSession(SignatureMixin):
         self._accel_modules = self._load_accelerators(m.get("accelerators", {}))
         for step in m["plan"]:
             if step["kind"] == "host":
-                engine, entry = _jit_entry(art.members[step["object"]])
+                engine, entry = jit_entry(art.members[step["object"]])
                 w = [self._weights[i] for i in step["weights"]]
                 wptrs = (ctypes.c_void_p * max(len(w), 1))(*[a.ctypes.data for a in w])
                 ws = aligned_empty((max(int(step["workspace_bytes"]), 1),), np.uint8)
@@ -261,7 +262,7 @@ class PlanSession(SignatureMixin):
                     break
             else:
                 return self._run_direct(arrays, output_names)
-        target = _target_device(output_device)
+        target = target_device(output_device)
         with self._lock:
             where = {}
             for v, spec in zip(arrays, self._inputs):
@@ -290,4 +291,4 @@ class PlanSession(SignatureMixin):
 
     def __repr__(self):
         steps = ", ".join(s.get("accelerator", "host") for _, s, _ in self.steps)
-        return f"<tcc.PlanSession {self.path}: ({_fmt(self._inputs)}) -> ({_fmt(self._outputs)}) [{steps}]>"
+        return f"<tcc.PlanSession {self.path}: ({format_specs(self._inputs)}) -> ({format_specs(self._outputs)}) [{steps}]>"

@@ -23,7 +23,7 @@ import numpy as np
 
 from tcc.dialects.ir.errors import TccError
 
-from .session import InputError, SignatureMixin, _fmt, host_array
+from .signature import SignatureMixin, format_specs
 
 IR_MEMBER, RES_MEMBER = "model.mlir", "model.mlir.resources"
 
@@ -38,9 +38,11 @@ def _cache_dir():
 
 
 class SpecializingSession(SignatureMixin):
-    def __init__(self, artifact, compiler=None):
+    def __init__(self, artifact, compiler=None, load_static=None):
+        """`compiler` compiles a specialization (see above); `load_static`
+        loads the static artifact it writes (runtime.loader hands it in)."""
         self.artifact = art = artifact
-        self._compiler = compiler
+        self._compiler, self._load = compiler, load_static
         self.path, self.manifest = art.path, art.manifest
         self._inputs, self._outputs = art.inputs, art.outputs
         self._ir = art.members[IR_MEMBER].decode("utf-8")
@@ -54,29 +56,6 @@ class SpecializingSession(SignatureMixin):
         self._digest = hashlib.sha256(art.members[IR_MEMBER] + (self._res or b"")).hexdigest()
         self._cache = {}
         self._lock = threading.Lock()
-
-    @property
-    def input_signature(self):
-        return [{"name": t.name, "shape": [None if d < 0 else d for d in t.shape], "dtype": str(t.dtype)}
-                for t in self._inputs]
-
-    @property
-    def output_signature(self):
-        return [{"name": t.name, "shape": [None if d < 0 else d for d in t.shape], "dtype": str(t.dtype)}
-                for t in self._outputs]
-
-    def _check(self, inputs):
-        specs = self._inputs
-        inputs = [np.asarray(host_array(v)) for v in self._arrange(inputs)]
-        for v, t in zip(inputs, specs):
-            if v.dtype != t.dtype:
-                raise InputError(f"input '{t.name}' has dtype {v.dtype}, expected {t.dtype} "
-                                 f"(signature: {_fmt(specs)})")
-            if len(v.shape) != len(t.shape) or any(d >= 0 and d != s for d, s in zip(t.shape, v.shape)):
-                want = ["?" if d < 0 else d for d in t.shape]
-                raise InputError(f"input '{t.name}' has shape {list(v.shape)}, expected {want} "
-                                 f"(signature: {_fmt(specs)})")
-        return inputs
 
     def _key(self, inputs):
         import tcc
@@ -93,7 +72,7 @@ class SpecializingSession(SignatureMixin):
         sess = self._cache.get(key)
         if sess is not None:
             return sess
-        from .session import load  # a host Session, or a PlanSession when placed
+        load = self._load  # a host Session, or a PlanSession when placed
         path = os.path.join(_cache_dir(), key[:2], key + ".tcc")
         if os.path.exists(path):
             try:
@@ -144,10 +123,10 @@ class SpecializingSession(SignatureMixin):
         return list(self._cache.values())
 
     def run(self, inputs, output_names=None, output_device=None):
-        arrays = self._check(inputs)
+        arrays = self._check_dynamic(inputs)
         with self._lock:
             sess = self._compiled(arrays)
         return sess.run(arrays, output_names, output_device)
 
     def __repr__(self):
-        return f"<tcc.SpecializingSession {self.path}: ({_fmt(self._inputs)}) -> ({_fmt(self._outputs)})>"
+        return f"<tcc.SpecializingSession {self.path}: ({format_specs(self._inputs)}) -> ({format_specs(self._outputs)})>"

@@ -32,5 +32,5 @@ def _compile_at_run_time(module, options, path):
 def load(path):
     """Loads a `.tcc` artifact; returns a Session (`.run`, `.input_signature`, ...).
     A model that compiles per input shape is handed the compiler."""
-    from tcc.runtime.session import load as _load
+    from tcc.runtime.loader import load as _load
     return _load(path, compiler=_compile_at_run_time)

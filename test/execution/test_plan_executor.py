@@ -142,7 +142,7 @@ def test_device_tensor_inputs(plugins, rng, tmp_path, align):
 
 
 def test_device_tensor_input_with_wrong_shape_names_the_input(plugins, rng, tmp_path):
-    from tcc.runtime.session import InputError
+    from tcc.runtime.signature import InputError
     sess = tcc.load(tcc.compile(samples.cnn(seed=1), maccel=["sim"], output=str(tmp_path / "m.tcc")))
     with pytest.raises(InputError, match="input 'x' has shape"):
         sess.run({"x": _sim_tensor(np.zeros((2, 3), np.float32))})
@@ -197,7 +197,7 @@ def test_cpu_plan_runs_as_direct_calls(tmp_path, rng):
     for a read-only input); inputs it does not take as they are (strided,
     another dtype or shape, a list) go through the general path's
     conversions and one-line errors."""
-    from tcc.runtime.session import InputError
+    from tcc.runtime.signature import InputError
     # the first layer (K 301, N 12) runs gemm_narrow.c's vector loads over the input's rows
     m = samples.mlp_matmul(batch=7, sizes=(301, 12, 30), seed=int(rng.integers(1 << 30)))
     sess = tcc.load(tcc.compile(m, maccel=["cpu"], output=str(tmp_path / "m.tcc")))

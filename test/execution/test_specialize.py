@@ -8,7 +8,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import tcc
-from tcc.runtime.session import InputError
+from tcc.runtime.signature import InputError
 
 
 @pytest.fixture(autouse=True)

@@ -16,7 +16,7 @@ import tcc
 from tcc import samples
 from tcc.dialects.init_all import default_context
 from tcc.runtime.artifact import ArtifactError, FORMAT_VERSION, read_artifact
-from tcc.runtime.session import InputError
+from tcc.runtime.signature import InputError
 
 rng = np.random.default_rng()
 LOWERING = "convert-onnx-to-loop" in default_context().passes or \

@@ -16,7 +16,8 @@ from .target import emit_object, optimize
 
 class NativeFunction:
     def __init__(self, module, opt_level=3, plan=True):
-        from tcc.runtime.session import _jit, aligned_empty
+        from tcc.runtime.jit import jit_entry as _jit
+        from tcc.runtime.signature import aligned_empty
         func = module.lookup_function("main_graph")
         if plan and func is not None and func.get_attr("tcc.workspace_bytes") is None:
             PlanMemory().run(module, None)

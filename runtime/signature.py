@@ -1,0 +1,186 @@
+"""What every session kind shares: the signature (like onnx-mlir's
+OMExecutionSession), matching the caller's inputs to it and checking them,
+inputs living on devices (DLPack), and aligned output buffers."""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+from tcc.dialects.ir.errors import TccError
+
+ALIGN = 64
+
+
+class InputError(TccError):
+    pass
+
+
+def aligned_empty(shape, dtype, align=ALIGN):
+    dtype = np.dtype(dtype)
+    n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = np.empty(n + align, dtype=np.uint8)
+    off = (-raw.ctypes.data) % align
+    return raw[off:off + n].view(dtype).reshape(shape)
+
+
+def signature(specs):
+    """[{name, shape, dtype}]; a dynamic dim (-1 in a spec) is None."""
+    return [{"name": t.name, "shape": [None if d < 0 else d for d in t.shape], "dtype": str(t.dtype)}
+            for t in specs]
+
+
+def format_specs(specs):
+    return ", ".join(f"{t.name}: {t.dtype}{list(t.shape)}" for t in specs)
+
+
+def device_tensor(value):
+    """`value` as a tcc Tensor when it lives in non-host memory (anything
+    speaking DLPack), else None."""
+    from .device.tensor import Tensor
+    if isinstance(value, Tensor):
+        return value if value.device.host_view(value.buffer) is None else None
+    if isinstance(value, np.ndarray) or not hasattr(value, "__dlpack_device__"):
+        return None
+    code, _ = value.__dlpack_device__()
+    if int(code) in (1, 3):  # kDLCPU, kDLCUDAHost: numpy reads it in place
+        return None
+    return Tensor.from_dlpack(value)
+
+
+def host_array(value):
+    """`value` itself, or a host copy of it when it lives on a device."""
+    t = device_tensor(value)
+    return value if t is None else np.ascontiguousarray(t.numpy())
+
+
+def target_device(output_device):
+    """The Device outputs go to, or None for plain numpy on the host."""
+    if output_device is None:
+        return None
+    from .device import get_device
+    dev = get_device(output_device)
+    return None if dev.type == "cpu" else dev
+
+
+def _refs(entry):
+    """Reference counts of a cached output array and of its memory's owner."""
+    return sys.getrefcount(entry[0]), sys.getrefcount(entry[1])
+
+
+class SignatureMixin:
+    """What every session kind shares: the signature (like onnx-mlir's
+    OMExecutionSession) and matching the caller's inputs to it. Subclasses
+    set `_inputs` and `_outputs` (TensorSpec lists)."""
+
+    @property
+    def input_signature(self):
+        """[{name, shape, dtype}] of the inputs, in order."""
+        return signature(self._inputs)
+
+    @property
+    def output_signature(self):
+        return signature(self._outputs)
+
+    @property
+    def input_names(self):
+        return [t.name for t in self._inputs]
+
+    @property
+    def output_names(self):
+        return [t.name for t in self._outputs]
+
+    def _output_buffer(self, i, spec):
+        """A fresh output array, or last call's one when nothing outside
+        this session references it or its memory any more: large outputs
+        then cost no page faults per call (as a runtime's arena would)."""
+        cache = self.__dict__.setdefault("_out_cache", {})
+        hit = cache.get(i)
+        if hit is not None and _refs(hit) == hit[2]:
+            return hit[0], hit[3]
+        arr = aligned_empty(spec.shape, spec.dtype)
+        entry = [arr, arr.base if arr.base is not None else arr, None, arr.ctypes.data]
+        del arr
+        entry[2] = _refs(entry)  # the counts when only the cache holds them
+        cache[i] = entry
+        return entry[0], entry[3]
+
+    def _arrange(self, inputs):
+        specs = self._inputs
+        if isinstance(inputs, dict):
+            names = self.__dict__.get("_in_names")
+            if names is None:
+                names = self._in_names = tuple(t.name for t in specs)
+            if len(inputs) == len(names):  # then every name present means no unknown one
+                try:
+                    return [inputs[n] for n in names]
+                except KeyError:
+                    pass
+            unknown = [k for k in inputs if k not in {t.name for t in specs}]
+            if unknown:
+                raise InputError(f"unknown input '{unknown[0]}'; the model takes {format_specs(specs)}")
+            missing = [t.name for t in specs if t.name not in inputs]
+            if missing:
+                raise InputError(f"missing input '{missing[0]}'; the model takes {format_specs(specs)}")
+            return [inputs[t.name] for t in specs]
+        inputs = list(inputs)
+        if len(inputs) != len(specs):
+            raise InputError(f"got {len(inputs)} inputs, the model takes {len(specs)}: {format_specs(specs)}")
+        return inputs
+
+    def _check_meta(self, spec, dtype, shape):
+        if dtype != spec.dtype:
+            raise InputError(f"input '{spec.name}' has dtype {dtype}, expected {spec.dtype} "
+                             f"(signature: {format_specs(self._inputs)})")
+        if tuple(shape) != tuple(spec.shape):
+            raise InputError(f"input '{spec.name}' has shape {list(shape)}, expected {list(spec.shape)} "
+                             f"(signature: {format_specs(self._inputs)})")
+
+    def _check_dynamic(self, inputs):
+        """The inputs as host arrays, checked against a signature whose
+        dynamic dims (-1) take any size."""
+        specs = self._inputs
+        inputs = [np.asarray(host_array(v)) for v in self._arrange(inputs)]
+        for v, t in zip(inputs, specs):
+            if v.dtype != t.dtype:
+                raise InputError(f"input '{t.name}' has dtype {v.dtype}, expected {t.dtype} "
+                                 f"(signature: {format_specs(specs)})")
+            if len(v.shape) != len(t.shape) or any(d >= 0 and d != s for d, s in zip(t.shape, v.shape)):
+                want = ["?" if d < 0 else d for d in t.shape]
+                raise InputError(f"input '{t.name}' has shape {list(v.shape)}, expected {want} "
+                                 f"(signature: {format_specs(specs)})")
+        return inputs
+
+    def _prepare_any(self, value, spec):
+        """A numpy array for host values, or a checked tcc Tensor for values
+        living on another device (DLPack: cupy, torch CUDA tensors, Tensor)."""
+        t = device_tensor(value)
+        if t is None:
+            return self._prepare(value, spec)
+        self._check_meta(spec, t.dtype, t.shape)
+        return t
+
+    def _deliver(self, arrays, output_device):
+        """Host output arrays as the caller asked: numpy (the default), or
+        tcc Tensors on `output_device` (DLPack-capable: cupy.from_dlpack,
+        torch.from_dlpack, .numpy())."""
+        dev = target_device(output_device)
+        if dev is None:
+            return arrays
+        from .device.tensor import Tensor
+        return [Tensor.from_dlpack(a, device=dev) for a in arrays]
+
+    def _prepare(self, value, spec):
+        if type(value) is np.ndarray and value.dtype == spec.dtype and value.shape == spec.shape \
+                and value.flags.c_contiguous and value.flags.aligned:
+            return value  # the common case, first: it is on every call's path
+        value = host_array(value)  # device memory: a host session computes on a host copy
+        if not isinstance(value, np.ndarray):
+            value = np.asarray(value, dtype=spec.dtype)
+        self._check_meta(spec, value.dtype, value.shape)
+        # Generated code assumes only element alignment (what numpy
+        # guarantees), so a contiguous array is used in place: copying a
+        # large input cost more than the whole fused kernel.
+        if value.flags.c_contiguous and value.flags.aligned:
+            return value
+        return np.ascontiguousarray(value)
