@@ -3,7 +3,6 @@ own pluggy PluginManager, so accelerators never see (or break) each other;
 a plugin that fails to import or raises in a hook is reported by name."""
 from __future__ import annotations
 
-import threading
 from importlib.metadata import entry_points
 
 import pluggy
@@ -41,7 +40,6 @@ class Accelerator:
             raise AcceleratorError(f"accelerator '{name}' was built for tcc plugin API {info.api_version}, "
                                    f"but this tcc implements {API_VERSION}")
         self.info = info
-        self._lock = threading.Lock()
 
     def has(self, hook: str) -> bool:
         return bool(getattr(self.pm.hook, hook).get_hookimpls())

@@ -81,7 +81,7 @@ def flit(v, t):
         s = "INFINITY" if suffix else "(double)INFINITY"
         return s if v > 0 else "(-" + s + ")"
     if suffix:
-        return f"{np.float32(v)!r}".replace("np.float32(", "").rstrip(")") + "f" if False else _f32lit(v)
+        return _f32lit(v)
     return repr(v)
 
 

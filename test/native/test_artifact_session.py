@@ -14,14 +14,10 @@ from native_helpers import elementwise
 
 import tcc
 from tcc import samples
-from tcc.dialects.init_all import default_context
 from tcc.runtime.artifact import ArtifactError, FORMAT_VERSION, read_artifact
 from tcc.runtime.signature import InputError
 
 rng = np.random.default_rng()
-LOWERING = "convert-onnx-to-loop" in default_context().passes or \
-    __import__("importlib").util.find_spec("tcc.dialects.conversions.graph_to_loop") is not None
-needs_lowering = pytest.mark.skipif(not LOWERING, reason="graph-to-loop (convert-onnx-to-loop) is not in this build")
 BIN = os.path.dirname(sys.executable)
 
 
@@ -147,7 +143,6 @@ def test_tcc_run_cli(tmp_path):
     assert r.returncode == 1 and r.stderr.count("\n") == 1 and "tcc-run: error:" in r.stderr
 
 
-@needs_lowering
 @pytest.mark.parametrize("name", ["mlp", "cnn", "transformer"])
 def test_end_to_end_vs_onnxruntime(tmp_path, name):
     ort = pytest.importorskip("onnxruntime")
@@ -163,7 +158,6 @@ def test_end_to_end_vs_onnxruntime(tmp_path, name):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
 
 
-@needs_lowering
 def test_cli_end_to_end(tmp_path):
     src = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "mlp.onnx")
     p = tmp_path / "mlp.onnx"

@@ -25,13 +25,7 @@ from __future__ import annotations
 
 from .codegen import ENTRY, WORKSPACE_SYMBOL, Lowered, Weight, lower_module  # noqa: F401
 from tcc.dialects.loop.transforms.plan_memory import PlanMemory  # noqa: F401  (its home: a loop pass)
-from .target import NativeCodegenError, emit_assembly, emit_object, host_cpu, optimize  # noqa: F401
-
-
-def compile_module(module, opt_level: int = 3):
-    """Lowered module -> (Lowered, optimized llvmlite ModuleRef)."""
-    low = lower_module(module)
-    return low, optimize(low.llvm_ir, opt_level)
+from .target import NativeCodegenError, emit_object, host_cpu, optimize  # noqa: F401
 
 
 def run_native(module, inputs, opt_level=3):

@@ -74,7 +74,3 @@ def optimize(llvm_ir: str, opt_level: int = 3):
 
 def emit_object(mod, opt_level: int = 3) -> bytes:
     return target_machine(opt_level).emit_object(mod)
-
-
-def emit_assembly(mod, opt_level: int = 3) -> str:
-    return target_machine(opt_level).emit_assembly(mod)
