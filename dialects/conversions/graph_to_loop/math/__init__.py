@@ -1,0 +1,1 @@
+"""Math: elementwise ops, fused groups, MatMul/Gemm, Einsum, reductions, scans, Det, DFT."""

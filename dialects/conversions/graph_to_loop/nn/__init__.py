@@ -1,0 +1,1 @@
+"""NN: convolutions, pooling, normalizations, attention, losses, rotary embedding."""

@@ -1,0 +1,1 @@
+"""Quantization: (De)QuantizeLinear, integer and QLinear MatMul/Conv."""

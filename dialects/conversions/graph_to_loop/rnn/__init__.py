@@ -1,0 +1,1 @@
+"""RNN: LSTM, GRU, RNN."""

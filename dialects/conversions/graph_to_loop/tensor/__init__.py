@@ -1,0 +1,1 @@
+"""Tensor: data movement (views, Transpose, Concat, Slice, Gather...), Resize, scatters, sampling."""
