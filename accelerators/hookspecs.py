@@ -39,6 +39,14 @@ def tcc_register_passes(context, opt_level):
 
 
 @hookspec
+def tcc_register_lowerings(context):
+    """Add host graph-to-loop lowerings to `context.lowerings` (op name ->
+    `fn(cx, op)`, see tcc.dialects.conversions.graph_to_loop.registry) for
+    ops of the accelerator's dialect that its own lowering leaves for the
+    default patterns. Only called when the accelerator is selected."""
+
+
+@hookspec
 def tcc_cli_options():
     """Return a list of `CliOption`: the accelerator's own command-line
     options, offered as `--<accel>-<name>` once `--maccel=<accel>` is seen

@@ -1,9 +1,9 @@
 """The one registration point (as MLIR's InitAllDialects.h / InitAllPasses.h):
-every in-tree dialect and pass, in two explicit lists. The IR core
+every in-tree dialect, pass and host lowering, in explicit lists. The IR core
 (`dialects/ir/`) knows no dialect, and nothing registers itself when
 imported; a tool builds its context here, and selected accelerator plugins
 add theirs through their hooks (`tcc_register_dialects`,
-`tcc_register_passes`)."""
+`tcc_register_passes`, `tcc_register_lowerings`)."""
 from __future__ import annotations
 
 from .ir.opdef import Context
@@ -42,15 +42,24 @@ def register_all_passes(ctx: Context) -> Context:
     return ctx
 
 
+def register_all_lowerings(ctx: Context) -> Context:
+    """The host's graph-to-loop lowerings (`context.lowerings`), family by
+    family (graph_to_loop/populate.py)."""
+    from .conversions.graph_to_loop.populate import populate_host_lowerings
+    populate_host_lowerings(ctx.lowerings)
+    return ctx
+
+
 _DEFAULT = None
 
 
 def default_context() -> Context:
     """The shared context every tool starts from (built once): all in-tree
-    dialects and passes. Do not add to it; `new_context()` gives a copy."""
+    dialects, passes and host lowerings. Do not add to it; `new_context()`
+    gives a copy."""
     global _DEFAULT
     if _DEFAULT is None:
-        _DEFAULT = register_all_passes(register_all_dialects(Context()))
+        _DEFAULT = register_all_lowerings(register_all_passes(register_all_dialects(Context())))
     return _DEFAULT
 
 

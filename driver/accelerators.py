@@ -79,13 +79,15 @@ def configure(accels, given: dict):
 
 
 def setup_context(ctx, accels, opt_level=2):
-    """Adds the accelerators' dialects and passes to a tool's context."""
+    """Adds the accelerators' dialects, passes and host lowerings to a tool's context."""
     ctx.accelerators = list(accels)
     for a in accels:
         if a.has("tcc_register_dialects"):
             a.call("tcc_register_dialects", context=ctx)
         if a.has("tcc_register_passes"):
             a.call("tcc_register_passes", context=ctx, opt_level=opt_level)
+        if a.has("tcc_register_lowerings"):
+            a.call("tcc_register_lowerings", context=ctx)
     return ctx
 
 

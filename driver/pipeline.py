@@ -19,7 +19,6 @@ import sys
 
 from tcc.accelerators import PipelineStages
 from tcc.accelerators.manager import load_accelerators
-from tcc.dialects.conversions.graph_to_loop.registry import host_lowers
 from tcc.dialects.init_all import new_context
 from tcc.dialects.ir import PassManager, parse_pipeline
 from tcc.dialects.onnx.importer import import_model
@@ -96,7 +95,8 @@ class CompilePipeline:
         static shapes: a model with dynamic dims or shape-deciding inputs is left
         unplaced, and its specializing artifact places each input shape at run
         time (`specialize`)."""
-        module = import_model(model, lowered=host_lowers)
+        # Ops without a host lowering that ONNX defines as functions are expanded.
+        module = import_model(model, lowered=lambda op_type: "onnx." + op_type in self.ctx.lowerings)
         self.run(module, self.at("after-import"))
         self.run(module, graph_pipeline(self.options.opt_level))
         if self.accels and not needs_specialization(module):

@@ -55,6 +55,14 @@ class GpuPlugin:
         context.load(dialect())
 
     @hookimpl
+    def tcc_register_lowerings(self, context):
+        # gpu.lib placeholders (library calls: cuBLAS GEMMs...) left for the
+        # host's graph-to-loop pass, which turns them into loop.call.
+        from .lib_lowering import lower_lib
+        from .lower import LIB
+        context.lowerings[LIB] = lower_lib
+
+    @hookimpl
     def tcc_cli_options(self):
         return [CliOption("cubin-arch", str, "", "also build the kernels ahead of time with nvcc for this "
                                                    "arch (e.g. sm_90); NVRTC stays the fallback"),

@@ -32,7 +32,7 @@ def lower_lib(cx, op):
 
 def _bias(cx, out, cbuf, scale, shape):
     """out[...] = scale * c (numpy broadcast of c into shape)."""
-    from tcc.dialects.conversions.graph_to_loop.elementwise import elementwise_nest
+    from tcc.dialects.conversions.graph_to_loop.math.elementwise import elementwise_nest
     L = cx.L
     t = out.type.element
 
@@ -74,7 +74,7 @@ def _conv(cx, op, ins, out, p):
     y = L.view(out, (N, M, P))
     beta = 0.0
     if bias is not None:
-        from tcc.dialects.conversions.graph_to_loop.elementwise import elementwise_nest
+        from tcc.dialects.conversions.graph_to_loop.math.elementwise import elementwise_nest
         bv = L.view(bias, (M, 1))
         elementwise_nest(cx, (N, M, P), [bv], [y], lambda vals: [vals[0]])
         beta = 1.0

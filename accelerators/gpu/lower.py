@@ -157,21 +157,12 @@ def _json(p):
     return json.dumps(p, sort_keys=True)
 
 
-def _register_lib_lowering():
-    from tcc.dialects.conversions.graph_to_loop import families  # noqa: F401  (host lowerings)
-    from tcc.dialects.conversions.graph_to_loop.registry import LOWERINGS
-    if LIB in LOWERINGS:
-        return
-    from . import lib_lowering
-    LOWERINGS[LIB] = lib_lowering.lower_lib
-
-
 def to_loop(func, module, ctx):
     """Lowers `func` (in `module`) to loop IR in place, reusing the host's
-    fuse pass and convert-onnx-to-loop on a temporary module."""
+    fuse pass and convert-onnx-to-loop on a temporary module (`ctx` holds
+    the gpu.lib lowering: tcc_register_lowerings)."""
     from tcc.dialects.conversions.graph_to_loop import ConvertOnnxToLoopPass
     from tcc.dialects.transforms.fuse import FusePass
-    _register_lib_lowering()
     _mark_library_ops(func, module, ctx)
     name = func.get_attr("sym_name")
     tmp = Module(resources=module.resources)

@@ -26,9 +26,8 @@ INDEX_LIKE = {"i64", "i32", "i1", "i8", "ui8"}
 
 
 def _host_lowerings():
-    from tcc.dialects.conversions.graph_to_loop import families  # noqa: F401
-    from tcc.dialects.conversions.graph_to_loop.registry import LOWERINGS
-    return LOWERINGS
+    from tcc.dialects.init_all import default_context
+    return default_context().lowerings
 
 
 def supports(op, module):

@@ -173,6 +173,7 @@ class Context:
     def __init__(self, dialects=(), allow_unregistered=False, passes=None):
         self.dialects = {}
         self.passes = dict(passes or {})  # name -> Pass subclass
+        self.lowerings = {}                # op name -> host graph-to-loop lowering fn(cx, op)
         self.accelerators = []             # selected accelerator plugins, in priority order
         self.allow_unregistered = allow_unregistered
         for d in dialects:
@@ -198,5 +199,6 @@ class Context:
 
     def copy(self):
         c = Context(self.dialects.values(), self.allow_unregistered, self.passes)
+        c.lowerings = dict(self.lowerings)
         c.accelerators = list(self.accelerators)
         return c

@@ -14,7 +14,7 @@ def test_matmul(sa, sb):
 
 def test_matmul_blocked(monkeypatch):
     # Small blocks so the interpreter exercises partial i/j/k blocks quickly.
-    from tcc.dialects.conversions.graph_to_loop import matmul
+    from tcc.dialects.conversions.graph_to_loop.math import matmul
     monkeypatch.setattr(matmul, "JB", 4)
     monkeypatch.setattr(matmul, "KB", 3)
     monkeypatch.setattr(matmul, "IB", 2)

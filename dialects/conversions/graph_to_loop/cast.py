@@ -4,10 +4,10 @@ float->int truncates toward zero, anything->bool is `!= 0`; to a float8 type
 picks the exponent as onnx.numpy_helper.to_float8e8m0 does)."""
 from __future__ import annotations
 
-from .builder import is_float, is_unsigned
+from .common import is_float, is_unsigned
 
 SMALL = {"f8E4M3FN": 8, "f8E4M3FNUZ": 8, "f8E5M2": 8, "f8E5M2FNUZ": 8, "f8E8M0FNU": 8, "f4E2M1FN": 4}
-_FBITS = {"f16": 16, "bf16": 16, "f32": 32, "f64": 64, **SMALL}
+FLOAT_BITS = {"f16": 16, "bf16": 16, "f32": 32, "f64": 64, **SMALL}
 
 
 def emit_cast(L, x, src, dst, saturate=True, round_mode="up"):
@@ -41,10 +41,10 @@ def emit_cast(L, x, src, dst, saturate=True, round_mode="up"):
 
 
 def _ff(L, x, src, dst):
-    if _FBITS[src.name] == _FBITS[dst.name] and src != dst and src.name not in SMALL and dst.name not in SMALL:
+    if FLOAT_BITS[src.name] == FLOAT_BITS[dst.name] and src != dst and src.name not in SMALL and dst.name not in SMALL:
         x = L.op("arith.extf", [x], _f32())  # f16 <-> bf16 through f32
         src = _f32()
-    return L.op("arith.extf" if _FBITS[src.name] < _FBITS[dst.name] else "arith.truncf", [x], dst)
+    return L.op("arith.extf" if FLOAT_BITS[src.name] < FLOAT_BITS[dst.name] else "arith.truncf", [x], dst)
 
 
 def _to_e8m0(L, x, src, saturate, round_mode):

@@ -1,4 +1,6 @@
-"""LoopBuilder: the small vocabulary every lowering emits loop IR with.
+"""The toolkit every lowering uses (as onnx-mlir's ONNXToKrnlCommon):
+LoopBuilder, the small vocabulary loop IR is emitted with, the element-type
+predicates, and the helpers the op families share (below LoopBuilder).
 
 Index arithmetic takes Python ints or index Values and folds when it can, so
 static shapes give clean IR; scalar constants are made once per function, at
@@ -7,10 +9,12 @@ from __future__ import annotations
 
 from contextlib import ExitStack, contextmanager
 
-from ...ir.attributes import FloatAttr, IntegerAttr, StringAttr, UnitAttr
+import numpy as np
+
+from ...ir.attributes import DenseElementsAttr, FloatAttr, IntegerAttr, StringAttr, UnitAttr
 from ...ir.core import Block, Builder, Region
 from ...ir.core import Operation
-from ...ir.types import INDEX, FloatType, IndexType, IntegerType, MemRefType, f32, i64
+from ...ir.types import INDEX, NONE, FloatType, IndexType, IntegerType, MemRefType, TensorType, f32, i64
 
 LOW_FLOATS = ("f16", "bf16")
 
@@ -191,3 +195,52 @@ def store_as(L, v, buf, idx):
     """v into buf[idx], narrowed to the buffer's element type."""
     el = buf.type.element
     L.store(L.op("arith.truncf", [v], el) if v.type != el else v, buf, idx)
+
+
+# ---- helpers shared by the lowering families --------------------------------
+
+@contextmanager
+def library_root(L):
+    """A one-trip loop holding a whole lowering, so it has one root op to
+    mark as a library call; yields a list that receives the root op."""
+    got = []
+    with L.loop(0, 1) as iv:
+        yield got
+    got.append(iv.block.parent_op)
+
+
+def all_f32(*vals):
+    """Whether every value is f32 (the library kernels' type)."""
+    return all(str(v.type.element) == "f32" for v in vals)
+
+
+def extend_low_float(L, v, t):
+    """`v` (of element type `t`) widened to f32 when `t` is a low float."""
+    return L.op("arith.extf", [v], f32) if is_float(t) and t.name in LOW_FLOATS else v
+
+
+def constant_table(L, arr, el):
+    """A numpy array as a `loop.global` of element type `el`."""
+    arr = np.ascontiguousarray(arr)
+    t = TensorType(arr.shape, el)
+    return L.at_top("loop.global", MemRefType(arr.shape, el), value=DenseElementsAttr(arr, t))
+
+
+def fill(cx, buf, value):
+    """Every element of `buf` set to `value` (one parallel loop)."""
+    L = cx.L
+    el = buf.type.element
+    flat = L.view(buf, (buf.type.num_elements,)) if buf.type.rank != 1 else buf
+    c = L.c(float(value) if is_float(el) else int(value), el)
+    with L.loop(0, buf.type.num_elements, parallel=True, vectorize=True) as i:
+        L.store(c, flat, [i])
+
+
+def int_list(cx, op, i):
+    """A constant int input, or None when absent."""
+    if len(op.operands) <= i or op.operands[i].type is NONE:
+        return None
+    v = cx.const(op.operands[i])
+    if v is None:
+        cx.fail(op, f"input #{i} of {op.name} must be a constant for the host lowering")
+    return [int(x) for x in np.asarray(v).ravel()]

@@ -9,8 +9,7 @@ from ...ir.core import Block, Operation
 from ...ir.errors import PassError
 from ...ir.passes import Pass
 from ...ir.types import NONE, FunctionType, MemRefType, TensorType, i64
-from .builder import LoopBuilder
-from .registry import LOWERINGS
+from .common import LoopBuilder
 
 # Ops whose results are other buffers seen differently (no data written).
 ALIASING = {"onnx.Reshape", "onnx.Flatten", "onnx.Squeeze", "onnx.Unsqueeze", "onnx.Identity",
@@ -63,7 +62,7 @@ class Lowerer:
                 break
             if op.name == "onnx.NoValue":
                 continue
-            fn = LOWERINGS.get(op.name)
+            fn = self.ctx.lowerings.get(op.name)
             if fn is None:
                 raise LoweringError(f"{op.loc.describe()}: no host lowering for {op.name}{where}")
             self.L.loc = op.loc
@@ -90,7 +89,7 @@ class Lowerer:
 
     def const(self, v):
         """The numpy value of `v` when an onnx.Constant makes it, else None."""
-        from .shape import constant_value
+        from .tensor.data_movement import constant_value
         return constant_value(self, v)
 
     def fail(self, op, msg):
@@ -123,7 +122,7 @@ class Lowerer:
         for k in copies:
             self.L.op("loop.copy", [self.buf(ret.operands[k]), out_args[k]])
         self.L.op("func.return")
-        _insert_deallocs(new)
+        insert_deallocs(new)
         # Swap bodies: the old ops go away with their region.
         region = func.regions[0]
         for op in list(old.ops):
@@ -193,7 +192,7 @@ def _top(op, block):
     return op
 
 
-def _insert_deallocs(block):
+def insert_deallocs(block):
     """Frees every buffer allocated at the top level right after its last
     use (or a use of a view of it)."""
     order = {o: k for k, o in enumerate(block.ops)}  # inserting deallocs keeps relative order
@@ -217,7 +216,6 @@ class ConvertOnnxToLoopPass(Pass):
     options = {}
 
     def run(self, module, ctx):
-        from . import families  # noqa: F401  (registers the lowerings)
         func = module.lookup_function("main_graph")
         if func is None:
             raise LoweringError("no func.func @main_graph to lower")

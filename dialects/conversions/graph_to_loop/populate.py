@@ -1,25 +1,32 @@
-"""Imports every op-family module so their lowerings register."""
-from . import elementwise, fused, matmul, conv, pool, norm, reduce, shape  # noqa: F401
-from . import attention  # noqa: F401,E402
-from . import quantize  # noqa: F401,E402
-from . import normalization  # noqa: F401,E402
-from . import loss  # noqa: F401,E402
-from . import scatter  # noqa: F401,E402
-from . import einsum  # noqa: F401,E402
-from . import gridsample  # noqa: F401,E402
-from . import rotary  # noqa: F401,E402
-from . import cumulative  # noqa: F401,E402
-from . import resize  # noqa: F401,E402
-from . import onehot  # noqa: F401,E402
-from . import center_crop_pad  # noqa: F401,E402
-from . import col2im  # noqa: F401,E402
-from . import affine_grid  # noqa: F401,E402
-from . import recurrent  # noqa: F401,E402
-from . import conv_transpose  # noqa: F401,E402
-from . import dft  # noqa: F401,E402
-from . import quantized_linear  # noqa: F401,E402
-from . import scan_loop  # noqa: F401,E402
-from . import tensor_scatter  # noqa: F401,E402
-from . import max_unpool  # noqa: F401,E402
-from . import upsample  # noqa: F401,E402
-from . import det  # noqa: F401,E402
+"""The host's lowerings, family by family: the one explicit list (as
+onnx-mlir's populate...Pattern calls)."""
+from __future__ import annotations
+
+from .control_flow import scan_loop
+from .math import cumulative, det, dft, einsum, elementwise, fused, matmul, reduce
+from .nn import (attention, col2im, conv, conv_transpose, loss, max_unpool, pool, rms_lp_lrn, rotary,
+                 softmax_normalization)
+from .quantization import quantize, quantized_linear
+from .registry import lowerings_in
+from .rnn import recurrent
+from .tensor import (affine_grid, center_crop_pad, data_movement, gridsample, onehot, resize, scatter,
+                     tensor_scatter, upsample)
+
+FAMILIES = {
+    "math": (elementwise, fused, matmul, einsum, reduce, cumulative, det, dft),
+    "nn": (conv, conv_transpose, pool, max_unpool, col2im, softmax_normalization, rms_lp_lrn, attention, loss,
+           rotary),
+    "tensor": (data_movement, resize, upsample, scatter, tensor_scatter, gridsample, affine_grid, onehot,
+               center_crop_pad),
+    "rnn": (recurrent,),
+    "quantization": (quantize, quantized_linear),
+    "control_flow": (scan_loop,),
+}
+
+
+def populate_host_lowerings(table: dict) -> dict:
+    """Adds every in-tree host lowering to `table` (op name -> fn)."""
+    for modules in FAMILIES.values():
+        for m in modules:
+            table.update(lowerings_in(m))
+    return table

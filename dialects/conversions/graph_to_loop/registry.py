@@ -1,20 +1,30 @@
-"""op name -> host lowering. A lowering is `fn(cx, op)`: it reads its operands'
-buffers with `cx.buf`, gets result buffers with `cx.out` (or aliases them with
-`cx.alias`) and emits loop IR through `cx.L`."""
+"""Host lowerings: op name -> `fn(cx, op)`. A lowering reads its operands'
+buffers with `cx.buf`, gets result buffers with `cx.out` (or aliases them
+with `cx.alias`) and emits loop IR through `cx.L`.
+
+`@lowering("Relu", ...)` only names the ops a function lowers; nothing is
+registered when a module is imported. The table belongs to the context
+(`context.lowerings`), filled from the one list in `populate.py` (by
+`tcc.dialects.init_all.register_all_lowerings`) and by accelerators'
+`tcc_register_lowerings` hooks."""
 from __future__ import annotations
 
-LOWERINGS = {}
+_ATTR = "_tcc_lowers"
 
 
 def lowering(*names):
+    """Marks a function as the host lowering of ops `names` (default-domain
+    op types, or full names such as "graph.fused")."""
     def deco(fn):
-        for n in names:
-            LOWERINGS[n if "." in n else "onnx." + n] = fn
+        setattr(fn, _ATTR, tuple(getattr(fn, _ATTR, ())) + tuple(n if "." in n else "onnx." + n for n in names))
         return fn
     return deco
 
 
-def host_lowers(op_type: str) -> bool:
-    """Whether the host lowers default-domain op `op_type`."""
-    from . import families  # noqa: F401  (registers the lowerings)
-    return "onnx." + op_type in LOWERINGS
+def lowerings_in(module) -> dict:
+    """{op name: fn} for the functions of `module` marked with @lowering."""
+    out = {}
+    for fn in vars(module).values():
+        for name in getattr(fn, _ATTR, ()):
+            out[name] = fn
+    return out

@@ -9,7 +9,7 @@ os.environ.setdefault("TCC_GPU_COMPILE_ONLY", "1")
 
 from tcc.accelerators.gpu import plugin  # noqa: E402
 from tcc.dialects.ir import attributes as A  # noqa: E402
-from tcc.dialects.init_all import default_context  # noqa: E402
+from tcc.dialects.init_all import new_context  # noqa: E402
 from tcc.dialects.onnx.importer import import_model  # noqa: E402
 
 
@@ -27,8 +27,9 @@ def compile_partition(model, name="gpu_0"):
     f.attributes["tcc.accelerator"] = A.StringAttr("gpu")
     for k in ("arg_attrs", "res_attrs"):
         f.attributes.pop(k, None)
-    ctx = default_context()
+    ctx = new_context()
     plugin.tcc_register_dialects(ctx)
+    plugin.tcc_register_lowerings(ctx)
     left = plugin.tcc_graph_to_loop(f, m, ctx)
     assert left == [], left
     rm = plugin.tcc_loop_to_native([f], m, ctx, None)

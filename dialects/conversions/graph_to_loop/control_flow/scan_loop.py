@@ -14,8 +14,8 @@ the op's body graph, lowered in place by the same lowerings:
 Values the body captures from the enclosing graph are read where they are."""
 from __future__ import annotations
 
-from ...transforms.shape_inference import loop_trip_count
-from .registry import lowering
+from ....transforms.shape_inference import loop_trip_count
+from ..registry import lowering
 
 
 def _axes(cx, op, name, n, ranks):
@@ -54,7 +54,7 @@ def _state(cx, inits, results):
 def _end_step(cx, op, it, T, yld, state, stacked, first, out_axes, out_dirs):
     """Scan outputs written at their step, then the new state (a body may
     yield one value as both), then the step's own buffers freed."""
-    from .convert import _insert_deallocs
+    from ..convert import insert_deallocs
     L = cx.L
     L.loc = op.loc
     for k, dst in enumerate(stacked):
@@ -64,7 +64,7 @@ def _end_step(cx, op, it, T, yld, state, stacked, first, out_axes, out_dirs):
         new = cx.buf(yld.operands[first + i])
         if new is not s:
             L.op("loop.copy", [new, s])
-    _insert_deallocs(it.block)
+    insert_deallocs(it.block)
 
 
 @lowering("Scan")

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...ir.types import INDEX, f32
-from .builder import LOW_FLOATS, is_float
-from .registry import lowering
+from ....ir.types import INDEX, f32
+from ..common import LOW_FLOATS, is_float
+from ..registry import lowering
 
 
 @lowering("CumSum", "CumProd")
@@ -60,7 +60,7 @@ def lower_cumulative(cx, op):
 def lower_topk(cx, op):
     """k rounds of selection per row: the largest (smallest) value not yet
     taken, the lowest index among equals; outputs sorted."""
-    from ...ir.types import i1, i8, i64
+    from ....ir.types import i1, i8, i64
     L = cx.L
     x, kv = op.operands[:2]
     vals, inds = op.results[:2]
@@ -84,7 +84,7 @@ def lower_topk(cx, op):
     if is_float(T):
         cmp, pred = "arith.cmpf", "ogt" if largest else "olt"
     else:
-        from .builder import is_unsigned
+        from ..common import is_unsigned
         cmp, pred = "arith.cmpi", ("u" if is_unsigned(T) else "s") + ("gt" if largest else "lt")
     with L.loop(0, O, parallel=O > 1) as o:
         with L.loop(0, I) as i:
@@ -112,6 +112,6 @@ def lower_topk(cx, op):
 
 
 def emit_i64(L, v, el):
-    from .cast import emit_cast
-    from ...ir.types import i64
+    from ..cast import emit_cast
+    from ....ir.types import i64
     return emit_cast(L, v, i64, el)

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...ir.types import INDEX, f64, i1, i64
-from .cast import emit_cast
-from .registry import lowering
+from ....ir.types import INDEX, f64, i1, i64
+from ..cast import emit_cast
+from ..registry import lowering
 
 
 def _abs_at(L, a, i, k):

@@ -17,12 +17,13 @@ from contextlib import ExitStack
 
 import numpy as np
 
-from ...ir.attributes import DenseElementsAttr
-from ...ir.types import NONE, MemRefType, TensorType, f32
-from .builder import LOW_FLOATS, is_float
-from .kernels import annotate, gemm_params, pack_b_panels
-from .matmul import _ext, _finish, gemm_core, library_root
-from .registry import lowering
+from ....ir.attributes import DenseElementsAttr
+from ....ir.types import NONE, MemRefType, TensorType, f32
+from ..common import LOW_FLOATS, is_float
+from ..kernels import annotate, gemm_params, pack_b_panels
+from ..common import extend_low_float, library_root
+from .matmul import gemm_core, truncate_into
+from ..registry import lowering
 
 
 def twiddles(n, rows, cols, cin, cout, inverse, onesided):
@@ -75,7 +76,7 @@ def transform(cx, a, out, batch, rows, K, table):
     with ExitStack() as st:
         root = st.enter_context(library_root(L)) if library else None
         with L.loop(0, batch) as b:
-            gemm_core(cx, rows, N, K, lambda i, k: _ext(L, L.load(a, [b, i, k]), el), lambda k, j: L.load(g, [k, j]),
+            gemm_core(cx, rows, N, K, lambda i, k: extend_low_float(L, L.load(a, [b, i, k]), el), lambda k, j: L.load(g, [k, j]),
                       out, lambda i, j: [b, i, j], parallel=False)
     if library:
         lda = a.type.shape[2]
@@ -133,7 +134,7 @@ def lower_dft(cx, op):
         rowsbuf = L.alloc((pre, post, rows * cin), acc.type.element)
         xv, rv = L.view(xb, (pre, Lx, post, cin)), L.view(rowsbuf, (pre, post, rows, cin))
         with L.loops((pre, rows, post, cin)) as (b, t, p, c):
-            L.store(_ext(L, L.load(xv, [b, t, p, c]), x.type.element), rv, [b, p, t, c])
+            L.store(extend_low_float(L, L.load(xv, [b, t, p, c]), x.type.element), rv, [b, p, t, c])
         cols_buf = L.alloc((pre, post, cols * cout), acc.type.element)
         transform(cx, rowsbuf, cols_buf, pre, post, rows * cin, table)
         cv, ov = L.view(cols_buf, (pre, post, cols, cout)), L.view(acc, (pre, cols, post, cout))
@@ -142,7 +143,7 @@ def lower_dft(cx, op):
         L.op("loop.dealloc", [rowsbuf])
         L.op("loop.dealloc", [cols_buf])
     if low:
-        _finish(cx, acc, out)
+        truncate_into(cx, acc, out)
 
 
 @lowering("STFT")
@@ -178,13 +179,13 @@ def lower_stft(cx, op):
     xv, fv = L.view(cx.buf(x), (B, Lx, cin)), L.view(fb, (B, frames, n, cin))
     wb = cx.buf(win) if win is not None else None
     with L.loops((B, frames, n, cin)) as (b, f, s, c):
-        v = _ext(L, L.load(xv, [b, L.add(L.mul(f, step), s), c]), x.type.element)
+        v = extend_low_float(L, L.load(xv, [b, L.add(L.mul(f, step), s), c]), x.type.element)
         if wb is not None:
-            v = L.op("arith.mulf", [v, _ext(L, L.load(wb, [s]), win.type.element)], t)
+            v = L.op("arith.mulf", [v, extend_low_float(L, L.load(wb, [s]), win.type.element)], t)
         L.store(v, fv, [b, f, s, c])
     transform(cx, L.view(fb, (1, B * frames, n * cin)), L.view(acc, (1, B * frames, cols * 2)), 1, B * frames, n * cin,
               twiddles(n, n, cols, cin, 2, False, bool(onesided)))
     L.op("loop.dealloc", [fb])
     if low:
-        _finish(cx, acc, out)
+        truncate_into(cx, acc, out)
 

@@ -8,10 +8,10 @@ from contextlib import ExitStack
 
 import numpy as np
 
-from ...ir.types import f32, i1, i64
-from .builder import LOW_FLOATS, is_float
-from .cast import emit_cast
-from .registry import lowering
+from ....ir.types import f32, i1, i64
+from ..common import LOW_FLOATS, is_float
+from ..cast import emit_cast
+from ..registry import lowering
 
 
 def parse_einsum(eq, shapes):
@@ -127,5 +127,5 @@ def lower_hardmax(cx, op):
 
 
 def _index():
-    from ...ir.types import INDEX
+    from ....ir.types import INDEX
     return INDEX

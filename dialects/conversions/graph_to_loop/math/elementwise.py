@@ -9,10 +9,10 @@ from __future__ import annotations
 import math
 from contextlib import ExitStack
 
-from ...ir.types import NONE, f32
-from .builder import LOW_FLOATS, is_float, is_unsigned
-from .cast import emit_cast
-from .registry import lowering
+from ....ir.types import NONE, f32
+from ..common import LOW_FLOATS, is_float, is_unsigned
+from ..cast import emit_cast
+from ..registry import lowering
 
 EMITTERS = {}
 # Ops that move values without computing: no f32 round trip for them.
@@ -252,7 +252,7 @@ def _sign(cx, op, a, ins, out):
 
 
 def _i1():
-    from ...ir.types import i1
+    from ....ir.types import i1
     return i1
 
 
@@ -413,8 +413,8 @@ def _castop(cx, op, a, ins, out):
 
 
 def _bits(t):
-    from .cast import _FBITS
-    return _FBITS[t.name] if is_float(t) else t.width
+    from ..cast import FLOAT_BITS
+    return FLOAT_BITS[t.name] if is_float(t) else t.width
 
 
 @emitter("BitCast")
@@ -424,12 +424,12 @@ def _bitcast(cx, op, a, ins, out):
     if src == out:
         return a[0]
     if str(src) == "i1" and _bits(out) == 8:  # a bool's byte is 0 or 1
-        from ...ir.types import i8
+        from ....ir.types import i8
         if not is_float(out):
             return L.op("arith.extui", [a[0]], out)
         return L.op("arith.bitcast", [L.op("arith.extui", [a[0]], i8)], out)
     if str(out) == "i1" and _bits(src) == 8:
-        from ...ir.types import i8
+        from ....ir.types import i8
         v = a[0] if not is_float(src) else L.op("arith.bitcast", [a[0]], i8)
         return L.op("arith.cmpi", [v, L.c(0, v.type)], out, predicate="ne")
     if _bits(src) != _bits(out):
@@ -506,6 +506,6 @@ def _pow(cx, op, a, ins, out):
     L, x, y = cx.L, a[0], a[1]
     if is_float(out):
         return L.op("arith.powf", [x, emit_cast(L, y, ins[1], out)], out)
-    from ...ir.types import f64
+    from ....ir.types import f64
     r = L.op("arith.powf", [emit_cast(L, x, ins[0], f64), emit_cast(L, y, ins[1], f64)], f64)
     return emit_cast(L, r, f64, out)

@@ -4,9 +4,9 @@ hoisted), each result stored once, and the ops in between are scalar code
 from the elementwise emitters."""
 from __future__ import annotations
 
-from ...ir.types import NONE
+from ....ir.types import NONE
 from .elementwise import EMITTERS, elementwise_nest, emit
-from .registry import lowering
+from ..registry import lowering
 
 
 @lowering("graph.fused")

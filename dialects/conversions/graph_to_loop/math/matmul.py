@@ -15,12 +15,12 @@ from contextlib import contextmanager, ExitStack
 
 import numpy as np
 
-from ...ir.attributes import DenseElementsAttr
-from ...ir.types import NONE, MemRefType, TensorType, f32
-from .builder import LOW_FLOATS, is_float
+from ....ir.attributes import DenseElementsAttr
+from ....ir.types import NONE, MemRefType, TensorType, f32
+from ..common import LOW_FLOATS, all_f32, extend_low_float, is_float, library_root
 from .elementwise import elementwise_nest
-from .kernels import MAXB, annotate, gemm_params, pack_b_panels, strides
-from .registry import lowering
+from ..kernels import MAXB, annotate, gemm_params, pack_b_panels, strides
+from ..registry import lowering
 
 JB, KB, IB = 256, 128, 64
 
@@ -73,20 +73,6 @@ def gemm_core(cx, M, N, K, load_a, load_b, C, c_idx, epilogue=None, parallel=Tru
                     L.store(epilogue(L.load(C, idx), i, j), C, idx)
 
 
-@contextmanager
-def library_root(L):
-    """A one-trip loop holding a whole lowering, so it has one root op to
-    mark as a library call; yields a list that receives the root op."""
-    got = []
-    with L.loop(0, 1) as iv:
-        yield got
-    got.append(iv.block.parent_op)
-
-
-def _f32(*vals):
-    return all(str(v.type.element) == "f32" for v in vals)
-
-
 def _acc_buffer(cx, out):
     """f16/bf16 results accumulate in an f32 scratch buffer."""
     t = out.type.element
@@ -95,15 +81,11 @@ def _acc_buffer(cx, out):
     return out, False
 
 
-def _finish(cx, acc, out):
+def truncate_into(cx, acc, out):
     L = cx.L
     elementwise_nest(cx, out.type.shape, [acc], [out],
                      lambda v: [L.op("arith.truncf", [v[0]], out.type.element)])
     L.op("loop.dealloc", [acc])
-
-
-def _ext(L, v, t):
-    return L.op("arith.extf", [v], f32) if is_float(t) and t.name in LOW_FLOATS else v
 
 
 def matmul_views(cx, A, B, acc):
@@ -132,15 +114,15 @@ def lower_matmul(cx, op):
     M, K, N, batch, av, bv, cv = matmul_views(cx, A, B, acc)
     nb = len(batch)
     ta, tb = A.type.element, B.type.element
-    kernel = _f32(A, B, r) and nb <= MAXB
+    kernel = all_f32(A, B, r) and nb <= MAXB
     with ExitStack() as st:
         root = st.enter_context(library_root(L)) if kernel else None
         with L.loops(batch, vectorize_inner=False) as bivs:
             ai = [i if av.type.shape[d] != 1 else 0 for d, i in enumerate(bivs)]
             bi = [i if bv.type.shape[d] != 1 else 0 for d, i in enumerate(bivs)]
             gemm_core(cx, M, N, K,
-                      lambda i, k: _ext(L, L.load(av, ai + [i, k]), ta),
-                      lambda k, j: _ext(L, L.load(bv, bi + [k, j]), tb),
+                      lambda i, k: extend_low_float(L, L.load(av, ai + [i, k]), ta),
+                      lambda k, j: extend_low_float(L, L.load(bv, bi + [k, j]), tb),
                       cv, lambda i, j: list(bivs) + [i, j], parallel=not batch)
     if kernel:
         sa_, sb_, sc_ = strides(av.type.shape), strides(bv.type.shape), strides(cv.type.shape)
@@ -155,7 +137,7 @@ def lower_matmul(cx, op):
         else:
             annotate(root[0], "tcc_gemm_f32", params, [cv, av, bv, None])
     if low:
-        _finish(cx, acc, out)
+        truncate_into(cx, acc, out)
 
 
 @lowering("Gemm")
@@ -183,7 +165,7 @@ def lower_gemm(cx, op):
     el_a, el_b = A.type.element, B.type.element
 
     def load_b(k, j):
-        return _ext(L, L.load(bbuf, [j, k] if tb else [k, j]), el_b)
+        return extend_low_float(L, L.load(bbuf, [j, k] if tb else [k, j]), el_b)
 
     cbuf = None
     if Cin is not None and beta != 0:
@@ -194,7 +176,7 @@ def lower_gemm(cx, op):
         if alpha != 1:
             v = L.op("arith.mulf" if is_float(t) else "arith.muli", [v, L.c(alpha if is_float(t) else int(alpha), t)], t)
         if cbuf is not None:
-            c = _ext(L, L.load(cbuf, [i if cbuf.type.shape[0] != 1 else 0, j if cbuf.type.shape[1] != 1 else 0]),
+            c = extend_low_float(L, L.load(cbuf, [i if cbuf.type.shape[0] != 1 else 0, j if cbuf.type.shape[1] != 1 else 0]),
                      Cin.type.element)
             if beta != 1:
                 c = L.op("arith.mulf" if is_float(t) else "arith.muli", [c, L.c(beta if is_float(t) else int(beta), t)], t)
@@ -202,10 +184,10 @@ def lower_gemm(cx, op):
         return v
 
     need_epi = alpha != 1 or cbuf is not None
-    kernel = _f32(A, B, r) and (Cin is None or _f32(Cin))
+    kernel = all_f32(A, B, r) and (Cin is None or all_f32(Cin))
     with ExitStack() as st:
         root = st.enter_context(library_root(L)) if kernel else None
-        gemm_core(cx, M, N, K, lambda i, k: _ext(L, L.load(abuf, [k, i] if ta else [i, k]), el_a), load_b,
+        gemm_core(cx, M, N, K, lambda i, k: extend_low_float(L, L.load(abuf, [k, i] if ta else [i, k]), el_a), load_b,
                   acc, lambda i, j: [i, j], epilogue if need_epi else None)
     if kernel:
         rsa, csa = (1, M) if ta else (K, 1)
@@ -222,4 +204,4 @@ def lower_gemm(cx, op):
         else:
             annotate(root[0], "tcc_gemm_f32", params, [acc, abuf, bbuf, cbuf])
     if low:
-        _finish(cx, acc, out)
+        truncate_into(cx, acc, out)

@@ -13,10 +13,10 @@ from contextlib import ExitStack
 
 import numpy as np
 
-from ...ir.types import f32, i1, i64
-from .builder import LOW_FLOATS, is_float, is_unsigned
+from ....ir.types import f32, i1, i64
+from ..common import LOW_FLOATS, is_float, is_unsigned
 from .elementwise import elementwise_nest
-from .registry import lowering
+from ..registry import lowering
 
 _INIT = {"sum": 0, "mean": 0, "l1": 0, "l2": 0, "sumsquare": 0, "logsum": 0, "logsumexp": 0, "lp": 0,
          "prod": 1, "max": "lowest", "min": "highest"}
@@ -150,12 +150,12 @@ _KINDS = {"ReduceSum": "sum", "ReduceMean": "mean", "ReduceMax": "max", "ReduceM
 
 @lowering(*_KINDS)
 def lower_reduce(cx, op):
-    from .shape import _ints
+    from ..common import int_list
     kind = _KINDS[op.name.split(".")[1]]
     x = op.operands[0]
     since = 13 if kind == "sum" else 18
     if cx.opset() >= since:
-        axes = _ints(cx, op, 1)
+        axes = int_list(cx, op, 1)
     else:
         axes = cx.attr(op, "axes")
     if not axes:

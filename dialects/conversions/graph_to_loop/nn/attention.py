@@ -11,10 +11,10 @@ the reference takes in that type."""
 from __future__ import annotations
 
 
-from ...ir.types import NONE, INDEX, f32, f64, i1
-from .builder import LOW_FLOATS, is_float
-from .cast import emit_cast
-from .registry import lowering
+from ....ir.types import NONE, INDEX, f32, f64, i1
+from ..common import LOW_FLOATS, is_float
+from ..cast import emit_cast
+from ..registry import lowering
 
 _NEG_INF = float("-inf")
 
@@ -266,5 +266,5 @@ def lower_attention(cx, op):
 
 
 def _np(t):
-    from ...ir.types import to_numpy_dtype
+    from ....ir.types import to_numpy_dtype
     return to_numpy_dtype(t)

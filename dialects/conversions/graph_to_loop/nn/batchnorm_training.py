@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...ir.types import NONE
-from .cast import emit_cast
+from ....ir.types import NONE
+from ..cast import emit_cast
 
 
 def batch_statistics(cx, op, t):

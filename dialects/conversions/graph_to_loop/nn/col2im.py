@@ -13,10 +13,10 @@ from contextlib import ExitStack
 
 import numpy as np
 
-from ...ir.types import INDEX, f32, i64
-from .builder import LOW_FLOATS, is_float
-from .registry import lowering
-from .resize import _table
+from ....ir.types import INDEX, f32, i64
+from ..common import LOW_FLOATS, is_float
+from ..registry import lowering
+from ..common import constant_table
 
 
 def _ints(cx, op, i, what):
@@ -65,7 +65,7 @@ def lower_col2im(cx, op):
             ok = np.nonzero((pos >= 0) & (pos < img[d]))[0]
             lo.append(ok[0] if ok.size else 0)
             hi.append(ok[-1] + 1 if ok.size else 0)
-        ranges.append(_table(L, np.array([lo, hi], np.int64).T, i64))
+        ranges.append(constant_table(L, np.array([lo, hi], np.int64).T, i64))
     low = flt and el.name in LOW_FLOATS
     xv = L.view(src, (N, C, K, Lx))
     with L.loop(0, N, parallel=N > 1) as n, L.loop(0, C, parallel=N == 1 and C > 1) as c:

@@ -18,19 +18,15 @@ from __future__ import annotations
 import itertools
 import math
 
-from ...ir.types import INDEX, NONE, f32
-from .builder import LOW_FLOATS, is_float
+from ....ir.types import INDEX, NONE, f32
+from ..common import LOW_FLOATS, extend_low_float, is_float
 from contextlib import ExitStack
 
 import numpy as np
 
-from .kernels import CONV_FIELDS, annotate, pack_a_panels
-from .registry import lowering
-from .window import resolve_pads, window_nest
-
-
-def _ext(L, v, t):
-    return L.op("arith.extf", [v], f32) if is_float(t) and t.name in LOW_FLOATS else v
+from ..kernels import CONV_FIELDS, annotate, pack_a_panels
+from ..registry import lowering
+from ..window import resolve_pads, window_nest
 
 
 class ConvGeometry:
@@ -96,12 +92,12 @@ def lower_conv(cx, op):
         (Bv is None or str(Bv.type.element) == "f32")
     st = ExitStack()
     if kernel:
-        from .matmul import library_root
+        from ..math.matmul import library_root
         root = st.enter_context(library_root(L))
     with st:
-        direct_conv(cx, g, acc, t, lambda m: _ext(L, L.load(bb, [m]), Bv.type.element) if bb is not None else zero,
-                    lambda m, c, kp: _ext(L, L.load(wb, [m, c] + kp), W.type.element),
-                    lambda nn, ic, ii: _ext(L, L.load(xb, [nn, ic] + ii), X.type.element))
+        direct_conv(cx, g, acc, t, lambda m: extend_low_float(L, L.load(bb, [m]), Bv.type.element) if bb is not None else zero,
+                    lambda m, c, kp: extend_low_float(L, L.load(wb, [m, c] + kp), W.type.element),
+                    lambda nn, ic, ii: extend_low_float(L, L.load(xb, [nn, ic] + ii), X.type.element))
     if kernel:
         C, M, group = g.C, g.M, g.group
         h, w_ = (1,) + tuple(g.in_sp) if n == 1 else tuple(g.in_sp)
@@ -119,5 +115,5 @@ def lower_conv(cx, op):
         annotate(root[0], "tcc_conv_f32", [int(vals[f]) for f in CONV_FIELDS],
                  [acc, xb, "packed" if packed is not None else wb, bb], packed=packed)
     if low:
-        from .matmul import _finish
-        _finish(cx, acc, out)
+        from ..math.matmul import truncate_into
+        truncate_into(cx, acc, out)

@@ -17,12 +17,13 @@ import itertools
 import math
 from contextlib import ExitStack
 
-from ...ir.types import NONE, f32
-from .builder import LOW_FLOATS, is_float
-from .kernels import annotate, gemm_params
-from .matmul import _ext, _f32, _finish, gemm_core, library_root
-from .registry import lowering
-from .window import window_nest
+from ....ir.types import NONE, f32
+from ..common import LOW_FLOATS, is_float
+from ..kernels import annotate, gemm_params
+from ..common import all_f32, extend_low_float, library_root
+from ..math.matmul import gemm_core, truncate_into
+from ..registry import lowering
+from ..window import window_nest
 
 
 def begin_pads(auto_pad, pads, in_sp, kernel, strides, dil, out_pad, output_shape):
@@ -78,12 +79,12 @@ def lower_conv_transpose(cx, op):
     wv = L.view(cx.buf(W), (G, Cg, Mg * KK))
     xv = L.view(cx.buf(X), (N, G, Cg, Pin))
     cols = L.alloc((N, G, Mg * KK, Pin), t)
-    library = _f32(X, W, r)
+    library = all_f32(X, W, r)
     with ExitStack() as st:
         root = st.enter_context(library_root(L)) if library else None
         with L.loops((N, G), vectorize_inner=False) as (nn, g):
-            gemm_core(cx, Mg * KK, Pin, Cg, lambda i, k: _ext(L, L.load(wv, [g, k, i]), W.type.element),
-                      lambda k, j: _ext(L, L.load(xv, [nn, g, k, j]), X.type.element),
+            gemm_core(cx, Mg * KK, Pin, Cg, lambda i, k: extend_low_float(L, L.load(wv, [g, k, i]), W.type.element),
+                      lambda k, j: extend_low_float(L, L.load(xv, [nn, g, k, j]), X.type.element),
                       cols, lambda i, j: [nn, g, i, j], parallel=False)
     if library:
         annotate(root[0], "tcc_gemm_f32",
@@ -95,7 +96,7 @@ def lower_conv_transpose(cx, op):
     colv = L.view(cols, (N, M, KK) + tuple(in_sp))
     add = "arith.addf" if is_float(t) else "arith.addi"
     with L.loop(0, N) as nn, L.loop(0, M, parallel=True) as m:
-        init = _ext(L, L.load(bb, [m]), Bv.type.element) if bb is not None else L.c(0.0 if is_float(t) else 0, t)
+        init = extend_low_float(L, L.load(bb, [m]), Bv.type.element) if bb is not None else L.c(0.0 if is_float(t) else 0, t)
         with L.loop(0, Pout, vectorize=True) as p:
             L.store(init, accf, [nn, m, p])
         for kp, kpos in enumerate(itertools.product(*[range(k) for k in kernel])):
@@ -108,4 +109,4 @@ def lower_conv_transpose(cx, op):
             window_nest(L, in_sp, out_sp, strides, offs, body, taps=math.prod(kernel))
     L.op("loop.dealloc", [cols])
     if low:
-        _finish(cx, acc, out)
+        truncate_into(cx, acc, out)

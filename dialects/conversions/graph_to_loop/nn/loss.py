@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...ir.types import NONE, f32, f64, i1
-from .cast import emit_cast
-from .registry import lowering
+from ....ir.types import NONE, f32, f64, i1
+from ..cast import emit_cast
+from ..registry import lowering
 
 
 @lowering("NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss")

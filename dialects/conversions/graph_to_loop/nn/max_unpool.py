@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...ir.types import INDEX
-from .registry import lowering
-from .shape import _fill
+from ....ir.types import INDEX
+from ..registry import lowering
+from ..common import fill
 
 
 def _inferred(cx, op, xs):
@@ -34,7 +34,7 @@ def lower_max_unpool(cx, op):
     if len(oshape) != len(inf) or any(o < i for o, i in zip(oshape, inf)):
         cx.fail(op, f"MaxUnpool output shape {oshape} is smaller than the unpooled shape {inf}")
     out = cx.out(r)
-    _fill(cx, out, 0)
+    fill(cx, out, 0)
     total = int(np.prod(inf))
     E = x.type.num_elements
     xv, iv = L.view(cx.buf(x), (E,)), L.view(cx.buf(ind), (E,))

@@ -10,13 +10,13 @@ import math
 
 import numpy as np
 
-from ...ir.attributes import DenseElementsAttr
-from ...ir.types import NONE, MemRefType, TensorType, f32
-from .builder import LOW_FLOATS, is_float, is_unsigned
+from ....ir.attributes import DenseElementsAttr
+from ....ir.types import NONE, MemRefType, TensorType, f32
+from ..common import LOW_FLOATS, is_float, is_unsigned
 from .pool_indices import lower_maxpool_indices
-from .reduce import reduce_lowering
-from .registry import lowering
-from .window import resolve_pads, window_nest
+from ..math.reduce import reduce_lowering
+from ..registry import lowering
+from ..window import resolve_pads, window_nest
 
 
 def _params(cx, op, x, r):
@@ -94,8 +94,8 @@ def lower_pool(cx, op):
                     v = L.op("arith.powf", [v, L.c(1.0 / p_norm, t)], t)
                 L.store(v, flat, [nc, p])
     if low:
-        from .matmul import _finish
-        _finish(cx, acc, out)
+        from ..math.matmul import truncate_into
+        truncate_into(cx, acc, out)
 
 
 def _counts(cx, op, in_sp, out_sp, kernel, strides, dil, begin, end):

@@ -13,9 +13,9 @@ import math
 
 import numpy as np
 
-from ...ir.types import i1
-from .builder import compute_type, is_float, is_unsigned, load_as
-from .window import window_nest
+from ....ir.types import i1
+from ..common import compute_type, is_float, is_unsigned, load_as
+from ..window import window_nest
 
 
 def spatial_strides(in_sp, storage_order):
@@ -76,6 +76,6 @@ def lower_maxpool_indices(cx, op, params, minval):
                 L.store(L.op("arith.select", [win, pos, cur_i], ie), iv, idx)
             window_nest(L, out_sp, in_sp, strides, offs, body, taps=math.prod(kernel))
     if low:
-        from .matmul import _finish
-        _finish(cx, acc, out)
+        from ..math.matmul import truncate_into
+        truncate_into(cx, acc, out)
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...ir.types import f32, f64
-from .cast import emit_cast
-from .elementwise import elementwise_nest
-from .registry import lowering
+from ....ir.types import f32, f64
+from ..cast import emit_cast
+from ..math.elementwise import elementwise_nest
+from ..registry import lowering
 
 
 def _ct(el):
@@ -143,7 +143,7 @@ def lower_lrn(cx, op):
 
 
 def _i1():
-    from ...ir.types import i1
+    from ....ir.types import i1
     return i1
 
 
@@ -151,7 +151,7 @@ def _i1():
 def lower_groupnorm(cx, op):
     """Statistics per (n, group) over its channels and spatial dims; scale and
     bias per channel (opset 21) or per group (opset 18)."""
-    from .norm import _row_stats
+    from .softmax_normalization import row_stats
     x, sc, bi = op.operands[:3]
     y = op.results[0]
     L = cx.L
@@ -171,7 +171,7 @@ def lower_groupnorm(cx, op):
     yv = L.view(cx.out(y), (N * G, Cg * P))
     sb, bb = L.view(cx.buf(sc), (sc.type.num_elements,)), L.view(cx.buf(bi), (bi.type.num_elements,))
     with L.loop(0, N * G, parallel=True) as o:
-        mean, inv = _row_stats(L, xv, o, Cg * P, ct, eps)
+        mean, inv = row_stats(L, xv, o, Cg * P, ct, eps)
         g = L.op("arith.remui", [o, L.c(G)], o.type)
         with L.loop(0, Cg) as k:
             c = g if per_group else L.add(L.mul(g, Cg), k)

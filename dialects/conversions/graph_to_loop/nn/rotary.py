@@ -6,10 +6,10 @@ pair (x1, x2) (halves, or even/odd when interleaved) becomes
 (or cache[b, s, k] without position ids); dims past rotary_dim are copied."""
 from __future__ import annotations
 
-from ...ir.types import INDEX, NONE, f32, f64, i1
-from .builder import is_unsigned
-from .cast import emit_cast
-from .registry import lowering
+from ....ir.types import INDEX, NONE, f32, f64, i1
+from ..common import is_unsigned
+from ..cast import emit_cast
+from ..registry import lowering
 
 
 @lowering("RotaryEmbedding")

@@ -12,10 +12,10 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from ...ir.types import NONE, f32
+from ....ir.types import NONE, f32
 from .batchnorm_training import batch_statistics
-from .builder import LOW_FLOATS, is_float, load_as, store_as
-from .registry import lowering
+from ..common import LOW_FLOATS, is_float, load_as, store_as
+from ..registry import lowering
 
 
 def _ct(el):
@@ -77,7 +77,7 @@ def lower_softmax(cx, op):
         L.op("loop.dealloc", [sm])
 
 
-def _row_stats(L, xv, o, n, t, eps):
+def row_stats(L, xv, o, n, t, eps):
     """(mean, 1/sqrt(var + eps)) of row o of xv (two passes: stable)."""
     s = L.alloc((2,), t)
     L.store(L.c(0.0, t), s, [0])
@@ -121,7 +121,7 @@ def lower_layernorm(cx, op):
     bi = _vec(cx, op, op.operands[2] if len(op.operands) > 2 else None, N)
     extra = [L.view(cx.out(r), (O,)) if r.type is not NONE else None for r in op.results[1:3]]
     with L.loop(0, O, parallel=True) as o:
-        mean, inv = _row_stats(L, xv, o, N, t, eps)
+        mean, inv = row_stats(L, xv, o, N, t, eps)
         for buf, val in zip(extra, (mean, inv)):
             if buf is not None:
                 store_as(L, val, buf, [o])
@@ -147,7 +147,7 @@ def lower_instancenorm(cx, op):
     scb, bib = cx.buf(sc), cx.buf(bi)
     with L.loop(0, N * C, parallel=True) as o:
         c = L.op("arith.remui", [o, L.c(C)], o.type)
-        mean, inv = _row_stats(L, xv, o, P, t, eps)
+        mean, inv = row_stats(L, xv, o, P, t, eps)
         a = L.op("arith.mulf", [inv, load_as(L, scb, [c], t)], t)
         b = load_as(L, bib, [c], t)
         with L.loop(0, P, vectorize=True) as j:

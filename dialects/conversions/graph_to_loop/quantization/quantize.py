@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...ir.types import NONE, f32, f64, i64, to_numpy_dtype
-from .builder import LOW_FLOATS, is_float, is_unsigned
-from .cast import SMALL, emit_cast
-from .registry import lowering
+from ....ir.types import NONE, f32, f64, i64, to_numpy_dtype
+from ..common import LOW_FLOATS, is_float, is_unsigned
+from ..cast import SMALL, emit_cast
+from ..registry import lowering
 
 
 def _param_index(cx, op, v, x_shape, axis, block, ivs):
@@ -60,7 +60,7 @@ def lower_quantize(cx, op):
     prec = cx.attr(op, "precision") if "precision" in op.attributes else None
     if prec:
         import onnx.helper
-        from ...ir.types import from_numpy_dtype
+        from ....ir.types import from_numpy_dtype
         pt = from_numpy_dtype(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(prec)))
     elif not is_float(T) or not is_float(S):
         pt = f64  # numpy: int32 / f32 -> f64
@@ -149,7 +149,7 @@ def lower_dynamic_quantize(cx, op):
         L.store(L.op("arith.maximumf", [L.load(st, [0]), v], f32), st, [0])
         L.store(L.op("arith.minimumf", [L.load(st, [1]), v], f32), st, [1])
     mx, mn = L.load(st, [0]), L.load(st, [1])
-    from ...ir.types import i1
+    from ....ir.types import i1
     same = L.op("arith.cmpf", [mx, mn], i1, predicate="oeq")
     rng = L.op("arith.select", [same, L.c(1.0, f32), L.op("arith.subf", [mx, mn], f32)], f32)
     scale = L.op("arith.divf", [rng, L.c(255.0, f32)], f32)

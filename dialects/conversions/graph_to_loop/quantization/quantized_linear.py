@@ -7,12 +7,12 @@ scale_y, in the scales' own type) + y_zero_point, rounded half to even and
 saturated to the output type."""
 from __future__ import annotations
 
-from ...ir.types import NONE, f32, f64, i32
-from .builder import LOW_FLOATS, is_float
-from .cast import emit_cast
-from .conv import ConvGeometry, direct_conv
-from .matmul import gemm_core, matmul_views
-from .registry import lowering
+from ....ir.types import NONE, f32, f64, i32
+from ..common import LOW_FLOATS, is_float
+from ..cast import emit_cast
+from ..nn.conv import ConvGeometry, direct_conv
+from ..math.matmul import gemm_core, matmul_views
+from ..registry import lowering
 
 QRANGE = {"i8": (-128, 127), "ui8": (0, 255), "i16": (-32768, 32767), "ui16": (0, 65535)}
 

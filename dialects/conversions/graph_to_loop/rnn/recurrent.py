@@ -20,12 +20,12 @@ from contextlib import ExitStack
 
 import numpy as np
 
-from ...ir.attributes import DenseElementsAttr
-from ...ir.types import INDEX, NONE, MemRefType, TensorType, i1
-from .builder import compute_type, load_as, store_as
-from .kernels import NR, annotate, gemm_params, pack_b_panels
-from .matmul import gemm_core, library_root
-from .registry import lowering
+from ....ir.attributes import DenseElementsAttr
+from ....ir.types import INDEX, NONE, MemRefType, TensorType, i1
+from ..common import compute_type, load_as, store_as
+from ..kernels import NR, annotate, gemm_params, pack_b_panels
+from ..math.matmul import gemm_core, library_root
+from ..registry import lowering
 
 GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 DEFAULT_ACTS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"], "RNN": ["Tanh"]}

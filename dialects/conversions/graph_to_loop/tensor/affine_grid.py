@@ -9,11 +9,11 @@ from contextlib import ExitStack
 
 import numpy as np
 
-from ...ir.types import f64
-from .builder import is_float
-from .cast import emit_cast
-from .registry import lowering
-from .resize import _table
+from ....ir.types import f64
+from ..common import is_float
+from ..cast import emit_cast
+from ..registry import lowering
+from ..common import constant_table
 
 
 def _coords(n, align_corners):
@@ -48,7 +48,7 @@ def lower_affine_grid(cx, op):
         c = _coords(n, ac)
         if len(c) != n:
             cx.fail(op, f"AffineGrid cannot place {n} coordinates")
-        tabs.append(_table(L, c, f64))
+        tabs.append(constant_table(L, c, f64))
     tb, dst = cx.buf(theta), cx.out(r)
     if r.type.num_elements == 0:
         return

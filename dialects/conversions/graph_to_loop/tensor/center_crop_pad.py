@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...ir.types import INDEX, i1
-from .builder import is_float
-from .registry import lowering
+from ....ir.types import INDEX, i1
+from ..common import is_float
+from ..registry import lowering
 
 
 @lowering("CenterCropPad")

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...ir.attributes import DenseElementsAttr, DenseResourceAttr, elements_value
-from ...ir.types import INDEX, NONE, TensorType, from_numpy_dtype, i1
-from .builder import is_float
-from .registry import lowering
+from ....ir.attributes import DenseElementsAttr, DenseResourceAttr, elements_value
+from ....ir.types import INDEX, NONE, TensorType, from_numpy_dtype, i1
+from ..common import fill, int_list, is_float
+from ..registry import lowering
 
 
 def constant_value(cx, v):
@@ -26,23 +26,13 @@ def constant_value(cx, v):
     return None
 
 
-def _ints(cx, op, i):
-    """A constant int input, or None when absent."""
-    if len(op.operands) <= i or op.operands[i].type is NONE:
-        return None
-    v = cx.const(op.operands[i])
-    if v is None:
-        cx.fail(op, f"input #{i} of {op.name} must be a constant for the host lowering")
-    return [int(x) for x in np.asarray(v).ravel()]
-
-
 def _global(cx, arr, t):
     arr = np.asarray(arr).reshape(t.shape)
     return cx.L.at_top("loop.global", _mem(t), value=DenseElementsAttr(arr, TensorType(t.shape, t.element)))
 
 
 def _mem(t):
-    from ...ir.types import MemRefType
+    from ....ir.types import MemRefType
     return MemRefType(t.shape, t.element)
 
 
@@ -75,16 +65,7 @@ def lower_dropout(cx, op):
     lower_view(cx, op)
     if len(op.results) > 1 and op.results[1].type is not NONE:
         m = op.results[1]
-        _fill(cx, cx.out(m), 1)
-
-
-def _fill(cx, buf, value):
-    L = cx.L
-    el = buf.type.element
-    flat = L.view(buf, (buf.type.num_elements,)) if buf.type.rank != 1 else buf
-    c = L.c(float(value) if is_float(el) else int(value), el)
-    with L.loop(0, buf.type.num_elements, parallel=True, vectorize=True) as i:
-        L.store(c, flat, [i])
+        fill(cx, cx.out(m), 1)
 
 
 def copy_nest(cx, shape, dst, dst_idx, src, src_idx):
@@ -129,7 +110,7 @@ def _slice_params(cx, op):
     if cx.opset() < 10:
         starts, ends, axes, steps = cx.attr(op, "starts"), cx.attr(op, "ends"), cx.attr(op, "axes"), None
     else:
-        starts, ends, axes, steps = _ints(cx, op, 1), _ints(cx, op, 2), _ints(cx, op, 3), _ints(cx, op, 4)
+        starts, ends, axes, steps = int_list(cx, op, 1), int_list(cx, op, 2), int_list(cx, op, 3), int_list(cx, op, 4)
     axes = list(range(len(starts))) if axes is None else [a % rank for a in axes]
     steps = [1] * len(starts) if steps is None else steps
     begin, step = [0] * rank, [1] * rank
@@ -221,14 +202,14 @@ def lower_pad(cx, op):
         cval = L.c(float(cval) if is_float(el) else int(cval), el)
         axes = list(range(rank))
     else:
-        pads = _ints(cx, op, 1)
+        pads = int_list(cx, op, 1)
         cval = None
         if len(op.operands) > 2 and op.operands[2].type is not NONE:
             cb = cx.buf(op.operands[2])
             cval = L.load(cb, [0] * cb.type.rank)
         if cval is None:
             cval = L.c(0.0 if is_float(el) else 0, el)
-        axes = _ints(cx, op, 3)
+        axes = int_list(cx, op, 3)
         axes = list(range(rank)) if axes is None else [a % rank for a in axes]
     n = len(axes)
     before = {a: pads[k] for k, a in enumerate(axes)}
@@ -285,7 +266,7 @@ def lower_constant_of_shape(cx, op):
     v = 0 if a is None else np.asarray(elements_value(a)).ravel()[0]
     el = r.type.element
     if r.type.num_elements:
-        _fill(cx, cx.out(r), float(v) if is_float(el) else int(v))
+        fill(cx, cx.out(r), float(v) if is_float(el) else int(v))
     else:
         cx.out(r)
 
@@ -308,7 +289,7 @@ def lower_range(cx, op):
 
 
 def _i64():
-    from ...ir.types import i64
+    from ....ir.types import i64
     return i64
 
 
@@ -328,7 +309,7 @@ def lower_eyelike(cx, op):
 def lower_trilu(cx, op):
     x, r = op.operands[0], op.results[0]
     L, el = cx.L, r.type.element
-    k = (_ints(cx, op, 1) or [0])[0]
+    k = (int_list(cx, op, 1) or [0])[0]
     upper = cx.attr(op, "upper")
     src, dst = cx.buf(x), cx.out(r)
     zero = L.c(0.0 if is_float(el) else 0, el)

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import itertools
 
-from ...ir.types import INDEX, f32, f64, i1, i64
-from .cast import emit_cast
-from .registry import lowering
+from ....ir.types import INDEX, f32, f64, i1, i64
+from ..cast import emit_cast
+from ..registry import lowering
 
 
 @lowering("GridSample")

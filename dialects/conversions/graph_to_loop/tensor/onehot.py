@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...ir.types import f32, i1, i64
-from .builder import LOW_FLOATS, is_float, is_unsigned
-from .cast import emit_cast
-from .registry import lowering
+from ....ir.types import f32, i1, i64
+from ..common import LOW_FLOATS, is_float, is_unsigned
+from ..cast import emit_cast
+from ..registry import lowering
 
 
 @lowering("OneHot")

@@ -16,11 +16,11 @@ from contextlib import ExitStack
 
 import numpy as np
 
-from ...ir.attributes import DenseElementsAttr
-from ...ir.types import INDEX, NONE, IntegerType, MemRefType, TensorType, f32, f64, i1, i8, i64
-from .builder import LOW_FLOATS, is_float, is_unsigned
-from .cast import emit_cast
-from .registry import lowering
+from ....ir.attributes import DenseElementsAttr
+from ....ir.types import INDEX, NONE, IntegerType, MemRefType, TensorType, f32, f64, i1, i8, i64
+from ..common import LOW_FLOATS, constant_table, is_float, is_unsigned
+from ..cast import emit_cast
+from ..registry import lowering
 
 _MODES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric",
           "tf_crop_and_resize", "tf_half_pixel_for_nn")
@@ -185,12 +185,6 @@ def _simple_nearest(x, scale, w_in):
     return np.clip(i.astype(np.int64), 0, w_in - 1)
 
 
-def _table(L, arr, el):
-    arr = np.ascontiguousarray(arr)
-    t = TensorType(arr.shape, el)
-    return L.at_top("loop.global", MemRefType(arr.shape, el), value=DenseElementsAttr(arr, t))
-
-
 def _store_value(L, v, ct, el):
     """The compute-type result to the output type as onnx.reference's
     saturate_cast: integers round half to even and clamp; low floats clamp."""
@@ -294,8 +288,8 @@ def lower_resize(cx, op, scales=None):
             else:
                 i2, c2 = _taps(xs, shape[d], "nearest", scale[d], nearest, a, False, False)
                 idx = np.where(c2[:, 1] > 0, i2[:, 1], i2[:, 0])
-            tabs[d] = (_table(L, idx.astype(np.int64), i64),
-                       _table(L, ext.astype(np.int8), i8) if ext is not None and ext.any() else None)
+            tabs[d] = (constant_table(L, idx.astype(np.int64), i64),
+                       constant_table(L, ext.astype(np.int8), i8) if ext is not None and ext.any() else None)
         src = cx.buf(x)
         fill = L.c(_scalar_of(el, extrap), el) if str(el) != "i1" else L.c(int(bool(extrap)), i1)
 
@@ -342,8 +336,8 @@ def _axis_pass(L, src, src_el, dst, ct, d, shape, idx, w, ext, extrap, out_el):
     """dst[.., o, ..] = sum_k w[o, k] * src[.., idx[o, k], ..] along axis d
     (extrapolation_value where ext[o])."""
     n = idx.shape[1]
-    it, wt = _table(L, idx.astype(np.int64), i64), _table(L, w, ct)
-    et = None if ext is None else _table(L, ext.astype(np.int8), i8)
+    it, wt = constant_table(L, idx.astype(np.int64), i64), constant_table(L, w, ct)
+    et = None if ext is None else constant_table(L, ext.astype(np.int8), i8)
     rank = len(shape)
 
     def taps(o):

@@ -4,10 +4,10 @@ after another in index order (sequential loops, so duplicate indices
 combine as the reference's loop does; with reduction none the last wins)."""
 from __future__ import annotations
 
-from ...ir.types import INDEX, i1
-from .builder import is_float, is_unsigned
-from .registry import lowering
-from .shape import copy_nest
+from ....ir.types import INDEX, i1
+from ..common import is_float, is_unsigned
+from ..registry import lowering
+from .data_movement import copy_nest
 
 
 def _norm(cx, v, el, dim):

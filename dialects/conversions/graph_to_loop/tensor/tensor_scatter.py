@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...ir.types import INDEX, NONE, i1
-from .builder import is_unsigned
-from .registry import lowering
-from .shape import copy_nest
+from ....ir.types import INDEX, NONE, i1
+from ..common import is_unsigned
+from ..registry import lowering
+from .data_movement import copy_nest
 
 
 @lowering("TensorScatter")

@@ -3,7 +3,7 @@ same asymmetric nearest (floor) and linear sampling; opset 7-8 give the
 scales as an attribute, opset 9 as a constant input."""
 from __future__ import annotations
 
-from .registry import lowering
+from ..registry import lowering
 from .resize import lower_resize
 
 
