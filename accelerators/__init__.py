@@ -2,7 +2,7 @@
 loader that finds installed accelerators through entry points."""
 import pluggy
 
-from .api import (API_VERSION, AcceleratorInfo, CliOption, CompositePattern, InstrumentStage,  # noqa: F401
+from .api import (API_VERSION, AcceleratorInfo, CliOption, CompositePattern,  # noqa: F401
                   OptReportKind, PIPELINE_POINTS, PipelineStages, RuntimeModule, Support)
 
 hookimpl = pluggy.HookimplMarker("tcc")

@@ -97,14 +97,6 @@ class RuntimeModule:
 
 
 @dataclass(frozen=True)
-class InstrumentStage:
-    """onnx-mlir's INSTRUMENTSTAGE_* macros, as data: a named point where
-    the accelerator can instrument compiled code."""
-    name: str
-    description: str = ""
-
-
-@dataclass(frozen=True)
 class OptReportKind:
     """onnx-mlir's OPTREPORT_* macros, as data: a kind of optimization report
     the accelerator can print (e.g. which ops it placed and why)."""

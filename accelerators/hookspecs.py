@@ -66,11 +66,6 @@ def tcc_add_passes(pipeline, emission_target):
 
 
 @hookspec
-def tcc_instrument_stages():
-    """Return a list of `InstrumentStage` (onnx-mlir's INSTRUMENTSTAGE macros)."""
-
-
-@hookspec
 def tcc_opt_report_kinds():
     """Return a list of `OptReportKind` (onnx-mlir's OPTREPORT macros)."""
 

@@ -33,7 +33,7 @@ def list_cmd():
 @cli.command()
 @click.argument("name")
 def info(name):
-    """What accelerator NAME declares: options, composites, instrument stages, report kinds."""
+    """What accelerator NAME declares: options, composites, report kinds."""
     from tcc.accelerators.manager import load_accelerators
     (acc,) = load_accelerators([name])
 
@@ -44,8 +44,6 @@ def info(name):
         click.echo(f"  option      --{name}-{o.name} ({o.type.__name__}, default {o.default!r}): {o.help}")
     for c in hook("tcc_composite_patterns"):
         click.echo(f"  composite   {c.name}: {' -> '.join(c.ops)}")
-    for s in hook("tcc_instrument_stages"):
-        click.echo(f"  instrument  {s.name}: {s.description}")
     for k in hook("tcc_opt_report_kinds"):
         click.echo(f"  opt-report  {k.name}: {k.description}")
     factory = acc.call("tcc_device_manager_factory") if acc.has("tcc_device_manager_factory") else None
