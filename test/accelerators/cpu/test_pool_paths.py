@@ -149,13 +149,12 @@ def test_other_isa_builds(isa):
 
 # ---- small-M GEMM (kernels/gemm.c, not pooling: a classifier's batch-1 Gemm) ---------------------
 @pytest.mark.parametrize("isa", ["avx512", "avx2", "generic"])
-def test_small_m_gemm(isa):
+def test_small_m_gemm(isa, rng):
     lib = _lib(isa)
     f = lib.tcc_cpu_gemm
     L, F, P = ctypes.c_long, ctypes.c_float, ctypes.c_void_p
     f.argtypes = [ctypes.c_int, ctypes.c_int, L, L, L, F, P, L, P, L, P, L, P]
     f.restype = None
-    rng = np.random.default_rng()
     for m, n, k in ((1, 1000, 512), (2, 67, 129), (3, 5, 1100), (4, 300, 33), (1, 9, 700)):
         for ta in (0, 1):
             for tb in (0, 1):
