@@ -1,8 +1,9 @@
 """Shared test helpers and the suite's reproducibility and isolation rules.
 
-- One session seed, printed in the header, set with `--seed=N` or
+- One session seed, printed first, set with `--seed=N` or
   `TCC_TEST_SEED=N` (a fresh one otherwise; under xdist every worker gets the
-  controller's). Each test's seed is derived from it and the test's id, so a
+  controller's). pytest-randomly shuffles the test order with the same seed
+  (`-p no:randomly` keeps the file order). Each test's seed is derived from it and the test's id, so a
   test draws the same data alone, in any order and on any worker; a failing
   test prints the command that reruns it alone with the same data.
 - The `rng` fixture is that test's generator; module-level generators of test
@@ -49,12 +50,17 @@ def _session_seed(config):
             except ValueError:
                 raise pytest.UsageError(f"{SEED_ENV}={env!r}: not an integer") from None
         else:
-            seed = secrets.randbits(32)
+            rs = getattr(config.option, "randomly_seed", "default")
+            seed = rs if isinstance(rs, int) else secrets.randbits(32)
     return seed
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_configure(config):
     _state["seed"] = _session_seed(config)
+    if getattr(config.option, "randomly_seed", None) == "default":
+        # pytest-randomly (the test order) takes the same seed: one number repeats a run
+        config.option.randomly_seed = _state["seed"]
     wi = getattr(config, "workerinput", None)
     if wi is not None and "tcc_cache_root" in wi:
         # each worker its own directory: the specialization cache writes files in place
@@ -84,7 +90,10 @@ def pytest_sessionstart(session):
     """The seed line, printed even under -q (the header is not)."""
     tr = session.config.pluginmanager.get_plugin("terminalreporter")
     if tr is not None and getattr(session.config, "workerinput", None) is None:
-        tr.write_line(f"tcc test seed: {_state['seed']} (repeat with --seed={_state['seed']} or {SEED_ENV}); "
+        order = session.config.pluginmanager.hasplugin("randomly") and \
+            session.config.getoption("randomly_seed") == _state["seed"]
+        tr.write_line(f"tcc test seed: {_state['seed']} (repeat with --seed={_state['seed']} or {SEED_ENV}"
+                      f"{'; it also shuffles the test order' if order else ''}); "
                       f"TCC_CACHE_DIR for this run: {_state['cache']}")
 
 
@@ -138,6 +147,29 @@ def _tcc_test_seed(request):
     return seed
 
 
+def _loaded_kernel_libraries():
+    """Paths of the cpu accelerator's kernel library builds this process has loaded."""
+    if "tcc.accelerators.cpu.build" not in sys.modules:
+        return []
+    with open("/proc/self/maps") as f:
+        return sorted({ln.split()[-1] for ln in f if "libtcc_cpu_" in ln and ln.rstrip().endswith(".so")})
+
+
+@pytest.fixture(autouse=True)
+def _kernel_threads_restored():
+    """A test that limits a kernel library's pool (tcc_cpu_set_num_threads)
+    leaves it unlimited for the next one, as it is when loaded: later "split
+    over threads" tests would otherwise run on one thread."""
+    yield
+    import ctypes
+    for path in _loaded_kernel_libraries():
+        try:
+            lib = ctypes.CDLL(path, mode=ctypes.RTLD_LOCAL | getattr(os, "RTLD_NOLOAD", 4))
+        except OSError:
+            continue
+        lib.tcc_cpu_set_num_threads(0)
+
+
 @pytest.fixture
 def rng(_tcc_test_seed):
     """This test's generator: the same numbers for the same session seed and test id."""
@@ -150,7 +182,7 @@ def pytest_runtest_makereport(item, call):
     if report.failed:
         report.sections.append(("tcc test seed", f"rerun alone with the same data: "
                                 f"{sys.executable} -m pytest -p no:randomly --seed={_state['seed']} "
-                                f"'{item.nodeid}'"))
+                                f"'{item.nodeid}'\n(the whole run in the same order: --seed={_state['seed']})"))
     return report
 
 

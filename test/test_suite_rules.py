@@ -127,3 +127,14 @@ def test_the_rule_sees_an_unseeded_call(tmp_path):
     p.write_text("import numpy as np\nR = np.random.default_rng()\ndef f():\n    g = np.random.default_rng()\n"
                  "    np.random.seed(1)\n    return np.random.default_rng(3)\n")
     assert [ln for ln, _ in _unseeded_calls(str(p))] == [4, 5]
+
+
+def test_a_thread_limit_does_not_outlive_its_test_1():
+    from tcc.accelerators.cpu import build
+    lib = build.load_kernels()
+    assert lib.tcc_cpu_num_threads() == (int(os.environ.get("TCC_NUM_THREADS", 0)) or os.cpu_count())
+    lib.tcc_cpu_set_num_threads(1)  # left behind on purpose
+
+
+def test_a_thread_limit_does_not_outlive_its_test_2():
+    test_a_thread_limit_does_not_outlive_its_test_1()  # in either order, the other's limit is gone
