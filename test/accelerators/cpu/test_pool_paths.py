@@ -14,7 +14,7 @@ import onnxruntime as ort
 import pytest
 from onnx import helper
 
-from .helpers import check, model, rand
+from .helpers import check, model, rand, skip_unless_runs
 
 H = helper.make_node
 
@@ -114,8 +114,7 @@ class PoolParams(ctypes.Structure):
 
 def _lib(isa):
     from tcc.accelerators.cpu import build
-    if not build.ISA_NEEDS[isa] <= build.cpu_flags():
-        pytest.skip(f"this CPU does not run the {isa} build")
+    skip_unless_runs(isa)
     lib = ctypes.CDLL(build.library_path(isa), mode=ctypes.RTLD_LOCAL)
     for f in ("tcc_cpu_maxpool2d", "tcc_cpu_avgpool2d"):
         getattr(lib, f).argtypes = [ctypes.POINTER(PoolParams), ctypes.c_void_p, ctypes.c_void_p]
