@@ -76,14 +76,17 @@ def kernels_called(src):
     return set(re.findall(r"\b(tcc_cpu_\w+)\(", src))
 
 
+def c_source_for_isa(m, isa, monkeypatch):
+    """The C generated for the `isa` build (compiled, not run: TCC_CPU_ISA
+    selects the build on any machine; its previous value is restored)."""
+    with monkeypatch.context() as mp:
+        mp.setenv("TCC_CPU_ISA", isa)
+        return c_source_of(tcc.compile(m, maccel=["cpu"]))
+
+
 def kernels_for_isa(m, isa, monkeypatch):
-    """The kernels the C generated for the `isa` build calls (compiled, not
-    run: TCC_CPU_ISA selects the build on any machine)."""
-    monkeypatch.setenv("TCC_CPU_ISA", isa)
-    try:
-        return kernels_called(c_source_of(tcc.compile(m, maccel=["cpu"])))
-    finally:
-        monkeypatch.delenv("TCC_CPU_ISA")
+    """The kernels the C generated for the `isa` build calls."""
+    return kernels_called(c_source_for_isa(m, isa, monkeypatch))
 
 
 def choose_as(monkeypatch, name, isa="avx512"):

@@ -19,9 +19,7 @@ import onnxruntime as ort
 import pytest
 from onnx import helper, numpy_helper
 
-import tcc
-
-from .helpers import c_source_of, check, choose_as, kernels_for_isa, model, rand, run_both, skip_unless_runs
+from .helpers import c_source_for_isa, c_source_of, check, choose_as, kernels_for_isa, model, rand, run_both, skip_unless_runs
 
 H = helper.make_node
 
@@ -560,9 +558,7 @@ def test_winograd_chosen_and_matches(monkeypatch):
     choose_as(monkeypatch, "wino_tile")
     for hw, t in ((28, 4), (14, 4), (7, 2)):
         mdl, feeds = conv_model(1, 32, hw, hw, 48, 3, pads=(1, 1, 1, 1), act="Relu", residual=True)
-        monkeypatch.setenv("TCC_CPU_ISA", "avx512")
-        assert f"tcc_cpu_conv2d_wino(&p, {t}," in c_source_of(tcc.compile(mdl, maccel=["cpu"]))
-        monkeypatch.delenv("TCC_CPU_ISA")
+        assert f"tcc_cpu_conv2d_wino(&p, {t}," in c_source_for_isa(mdl, "avx512", monkeypatch)
         ours, ref, sess = run_both(mdl, feeds)
         np.testing.assert_allclose(ours[0], ref[0], rtol=1e-4, atol=6e-5 * (9 * 32) ** 0.5)  # as in the kernel test
         assert f"tcc_cpu_conv2d_wino(&p, {t}," in c_source_of(sess.path)
