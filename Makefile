@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 JOBS   ?= 2
 
-.PHONY: install test test-fast bench bench-ir clean native
+.PHONY: install test test-fast test-ordered test-isas bench bench-ir clean native
 
 $(VENV)/.installed: pyproject.toml setup.py requirements-ci.txt
 	$(PYTHON) -m venv $(VENV)
@@ -29,8 +29,31 @@ cpu-kernels: $(VENV)/.installed
 runtime/native/libtccrt.so: $(VENV)/.installed $(wildcard runtime/native/*.c runtime/native/*.h)
 	$(PY) -m tcc.runtime.native $@
 
+# The suite, in an order pytest-randomly shuffles with the printed seed (see
+# test/conftest.py); -rs lists every skip with its reason.
 test: install
-	$(PY) -m pytest -n $(JOBS) test
+	$(PY) -m pytest -n $(JOBS) -rs test
+
+# The same suite in file order.
+test-ordered: install
+	$(PY) -m pytest -n $(JOBS) -rs -p no:randomly test
+
+# The edit-run loop: the IR, the runtime, the elementwise and shape lowerings
+# (interpreter and compiled), the cpu accelerator's models and the CLIs end to
+# end; stops at the first failure.
+FAST := test/ir test/runtime test/test_suite_rules.py test/lowering/test_elementwise.py \
+	test/lowering/test_shape.py test/accelerators/cpu/test_models.py \
+	test/accelerators/cpu/test_kernel_choice.py test/cli/test_end_to_end.py
+test-fast: install
+	$(PY) -m pytest -n $(JOBS) -rs -x $(FAST)
+
+# The cpu accelerator's tests again on each other kernel build this CPU runs
+# (TCC_CPU_ISA=avx2 and generic on an AVX-512 machine, generic on an AVX2 one).
+test-isas: install
+	@for isa in $$($(PY) -c "from tcc.accelerators.cpu import build as b; \
+	    print(*[i for i in b.ISA_ORDER if b.ISA_NEEDS[i] <= b.cpu_flags() and i != b.best_isa()])"); do \
+	  echo "== TCC_CPU_ISA=$$isa"; TCC_CPU_ISA=$$isa $(PY) -m pytest -n $(JOBS) -rs test/accelerators/cpu || exit 1; \
+	done
 
 bench-ir: install
 	$(PY) bench/bench_ir.py

@@ -7,6 +7,7 @@ is a regression."""
 import os
 import warnings
 
+import numpy as np
 import onnx.backend.test
 
 from tcc.backend import backend_for
@@ -20,6 +21,43 @@ def allowlist(name):
 
 
 HOST = allowlist("allowlist_host.txt")
+# The allow-list's size when last regenerated: it may only grow, so a case
+# that stops passing cannot leave the list unnoticed when it is rewritten.
+# Raise this (never lower it) with the regenerated list.
+HOST_CASES = 1731
+INT_NAMES = {"int4", "uint4", "int2", "uint2"}  # ml_dtypes' sub-byte integers
+
+
+def test_allowlist_only_grows():
+    assert len(set(HOST)) == len(HOST), "allow-list names a case twice"
+    assert len(HOST) >= HOST_CASES, (f"allow-list has {len(HOST)} cases, {HOST_CASES - len(HOST)} fewer than "
+                                     f"HOST_CASES = {HOST_CASES}: a regression (see this file's docstring)")
+
+
+class ExactIntegersBackendTest(onnx.backend.test.BackendTest):
+    """onnx's runner compares every output with rtol 1e-3, integers too (so
+    1001 passes for 1000): integer and boolean outputs must be exact."""
+
+    @classmethod
+    def assert_similar_outputs(cls, ref_outputs, outputs, rtol, atol, model_dir=None):
+        np.testing.assert_equal(len(outputs), len(ref_outputs))
+        for r, o in zip(ref_outputs, outputs):
+            dt = getattr(r, "dtype", None)
+            if dt is not None and dt != object and (dt.kind in "iub" or dt.name in INT_NAMES):
+                np.testing.assert_equal(o.dtype, dt)
+                np.testing.assert_array_equal(o.shape, r.shape, err_msg="incorrect shape")
+                np.testing.assert_array_equal(o.astype(np.int64), r.astype(np.int64))
+            else:
+                super().assert_similar_outputs([r], [o], rtol, atol, model_dir=model_dir)
+
+
+def test_integers_compared_exactly():
+    a = np.array([1000, 7], np.int64)
+    ExactIntegersBackendTest.assert_similar_outputs([a], [a.copy()], 1e-3, 1e-7)
+    with np.testing.assert_raises(AssertionError):
+        ExactIntegersBackendTest.assert_similar_outputs([a], [a + [1, 0]], 1e-3, 1e-7)
+    with np.testing.assert_raises(AssertionError):
+        ExactIntegersBackendTest.assert_similar_outputs([a], [a, a], 1e-3, 1e-7)
 
 
 def test_allowlist_names_real_cases():
@@ -30,7 +68,7 @@ def test_allowlist_names_real_cases():
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
-    _suite = onnx.backend.test.BackendTest(backend_for(), __name__)
+    _suite = ExactIntegersBackendTest(backend_for(), __name__)
     for _name in HOST:
         _suite.include(f"^{_name}_cpu$")
     globals().update(_suite.test_cases)

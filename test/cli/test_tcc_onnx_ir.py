@@ -155,7 +155,7 @@ def test_random_inputs_for_dynamic_dims_is_a_one_line_error(tmp_path):
     assert r.returncode == 0 and "float32[2, 3]" in r.stdout, r.stderr
 
 
-def test_placed_model_with_shape_deciding_input_is_placed_per_input(tmp_path):
+def test_placed_model_with_shape_deciding_input_is_placed_per_input(tmp_path, rng):
     """--maccel with an input that decides a shape by its value: placement
     needs static shapes, so the artifact is specialized, placed on the
     accelerator and compiled per input at run time, and runs right."""
@@ -170,7 +170,7 @@ def test_placed_model_with_shape_deciding_input_is_placed_per_input(tmp_path):
     r = run_tool("tcc", "--maccel=cpu", p, "-o", out)
     assert r.returncode == 0 and out.exists(), r.stderr
     sess = tcc.load(str(out))
-    xv = np.random.default_rng().standard_normal((2, 6)).astype(np.float32)
+    xv = rng.standard_normal((2, 6)).astype(np.float32)
     for shape in ([3, 4], [6, 2]):
         got = sess.run({"x": xv, "s": np.array(shape, np.int64)})[0]
         np.testing.assert_array_equal(got, np.maximum(xv, 0).reshape(shape))

@@ -10,6 +10,8 @@ from onnx import TensorProto, helper
 import tcc
 from tcc.runtime.signature import InputError
 
+RNG = np.random.default_rng()  # reseeded per test by test/conftest.py
+
 
 @pytest.fixture(autouse=True)
 def cache_dir(tmp_path, monkeypatch):
@@ -21,7 +23,7 @@ def model():
     nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
              helper.make_node("Reshape", ["r", "s"], ["y"]),
              helper.make_node("ReduceMean", ["x", "axes"], ["m"], keepdims=1)]
-    w = np.random.default_rng().standard_normal((6, 4)).astype(np.float32)
+    w = RNG.standard_normal((6, 4)).astype(np.float32)
     g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 6]),
                                        helper.make_tensor_value_info("s", TensorProto.INT64, [2]),
                                        helper.make_tensor_value_info("axes", TensorProto.INT64, [1])],

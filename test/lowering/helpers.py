@@ -1,5 +1,6 @@
 """Shared harness: build an ONNX model, run it through onnxruntime and through
-import -> (fuse) -> convert-onnx-to-loop -> interpreter, compare."""
+import -> (fuse) -> convert-onnx-to-loop, then both the loop interpreter and
+the natively compiled code, and compare each with onnxruntime."""
 from __future__ import annotations
 
 import numpy as np
@@ -11,6 +12,7 @@ from tcc.dialects.init_all import new_context
 from tcc.dialects.loop.interpreter import run_loop_module
 from tcc.dialects.onnx.importer import import_model
 from tcc.dialects.conversions.graph_to_loop import ConvertOnnxToLoopPass
+from tcc.dialects.conversions.loop_to_native.jit import run_native
 
 RNG = np.random.default_rng()
 NP2ONNX = {np.dtype(k): v for k, v in {
@@ -62,17 +64,29 @@ def ort_run(model, inputs):
     return s.run(None, inputs)
 
 
+def same_outputs(got, want, rtol, atol, what):
+    """Output lists equal in length, each output in shape and dtype; floats
+    within rtol/atol (NaN where the reference has NaN), integers and booleans
+    exactly."""
+    got, want = list(got), list(want)
+    assert len(got) == len(want), (what, f"{len(got)} outputs, expected {len(want)}")
+    for i, (g, w) in enumerate(zip(got, want)):
+        g, w = np.asarray(g), np.asarray(w)
+        msg = f"{what}: output {i}"
+        assert g.shape == w.shape, (msg, g.shape, w.shape)
+        assert g.dtype == w.dtype, (msg, g.dtype, w.dtype)
+        if w.dtype.kind == "f" or "float" in w.dtype.name:
+            np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=rtol, atol=atol,
+                                       err_msg=msg, equal_nan=True)
+        else:
+            np.testing.assert_array_equal(g, w, err_msg=msg)
+
+
 def check(nodes, inputs, outputs, initializers=(), opset=None, fuse=False, rtol=1e-5, atol=1e-6):
     model = make_model(nodes, inputs, outputs, initializers, opset)
     want = ort_run(model, inputs)
     mod = lower(model, fuse=fuse)
-    got = run_loop_module(mod, list(inputs.values()))
-    assert len(got) == len(want)
-    for g, w in zip(got, want):
-        assert g.shape == w.shape, (g.shape, w.shape)
-        assert g.dtype == w.dtype, (g.dtype, w.dtype)
-        if w.dtype.kind == "f":
-            np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=rtol, atol=atol)
-        else:
-            np.testing.assert_array_equal(g, w)
+    args = list(inputs.values())
+    same_outputs(run_loop_module(mod, args), want, rtol, atol, "interpreter")
+    same_outputs(run_native(mod, args), want, rtol, atol, "native")
     return mod

@@ -16,6 +16,8 @@ from tcc.dialects.init_all import new_context
 from tcc.dialects.loop.interpreter import run_loop_module
 from tcc.dialects.onnx.importer import import_model
 
+from helpers import same_outputs
+
 RNG = np.random.default_rng()
 
 
@@ -59,25 +61,12 @@ def lowered(m):
     return mod
 
 
-def _same(got, want, rtol, atol, what):
-    got, want = np.asarray(got), np.asarray(want)
-    assert got.shape == want.shape, (what, got.shape, want.shape)
-    assert got.dtype == want.dtype, (what, got.dtype, want.dtype)
-    if want.dtype.kind == "f" or want.dtype.itemsize <= 2 and want.dtype.kind == "V" or "float" in str(want.dtype):
-        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=rtol, atol=atol,
-                                   err_msg=what, equal_nan=True)
-    else:
-        np.testing.assert_array_equal(got, want, err_msg=what)
-
-
-def check(nodes, inputs, outputs, opset=23, ref="ort", rtol=1e-5, atol=1e-6, native=True, initializers=()):
+def check(nodes, inputs, outputs, opset=23, ref="ort", rtol=1e-5, atol=1e-6, initializers=()):
+    """The interpreter and the compiled code, each against the reference."""
     m = model(nodes, inputs, outputs, opset, initializers)
     want = expected(m, inputs, ref)
     mod = lowered(m)
     args = list(inputs.values())
-    for g, w in zip(run_loop_module(mod, args), want):
-        _same(g, w, rtol, atol, "interpreter")
-    if native:
-        for g, w in zip(run_native(mod, args), want):
-            _same(g, w, rtol, atol, "native")
+    same_outputs(run_loop_module(mod, args), want, rtol, atol, "interpreter")
+    same_outputs(run_native(mod, args), want, rtol, atol, "native")
     return mod

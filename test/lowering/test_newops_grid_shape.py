@@ -25,7 +25,7 @@ def test_onehot(axis, idt, vdt):
     vals = np.array([RNG.integers(-3, 3), RNG.integers(4, 9)]).astype(vdt)
     # ORT's OneHot kernels cover few type pairs: onnx.reference for the others.
     check([h.make_node("OneHot", ["i", "d", "v"], ["y"], axis=axis)], {"i": ind, "v": vals}, {"y": vdt},
-          opset=11, initializers={"d": np.array(depth, np.int64)}, native=axis == -1,
+          opset=11, initializers={"d": np.array(depth, np.int64)},
           ref="ort" if (idt, vdt) == (np.int64, np.float32) else "onnx")
 
 
@@ -43,7 +43,7 @@ def test_center_crop_pad(shape, axes, dt):
     x = (f(4, 5, 6) > 0) if dt == np.bool_ else (f(4, 5, 6) * 10).astype(dt)
     attrs = {} if axes is None else {"axes": axes}
     check([h.make_node("CenterCropPad", ["x", "s"], ["y"], **attrs)], {"x": x}, {"y": dt}, opset=18, ref="onnx",
-          initializers={"s": np.array(shape, np.int64)}, native=dt == np.float32)
+          initializers={"s": np.array(shape, np.int64)})
 
 
 @pytest.mark.parametrize("img,blk,attrs", [
@@ -60,7 +60,7 @@ def test_col2im(img, blk, attrs, dt):
     x = (f(2, 3 * int(np.prod(blk)), int(np.prod(nb))) * 4).astype(dt)
     tol = 2e-3 if dt == np.float16 else 1e-5
     check([h.make_node("Col2Im", ["x", "i", "b"], ["y"], **attrs)], {"x": x}, {"y": dt}, opset=18, ref="onnx",
-          initializers={"i": np.array(img, np.int64), "b": np.array(blk, np.int64)}, native=dt != np.int32,
+          initializers={"i": np.array(img, np.int64), "b": np.array(blk, np.int64)},
           rtol=tol, atol=tol)
 
 
@@ -71,7 +71,7 @@ def test_affine_grid(size, ac):
     nd = len(size) - 2
     theta = f(size[0], nd, nd + 1)
     check([h.make_node("AffineGrid", ["t", "s"], ["y"], align_corners=ac)], {"t": theta}, {"y": np.float32},
-          opset=20, ref="onnx", initializers={"s": np.array(size, np.int64)}, native=ac == 1, rtol=1e-5, atol=1e-6)
+          opset=20, ref="onnx", initializers={"s": np.array(size, np.int64)}, rtol=1e-5, atol=1e-6)
 
 
 def test_affine_grid_f64_matches_ort():

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from onnx import helper as h
 
-from newops_helpers import RNG, _same, expected, lowered, model
+from helpers import same_outputs
+from newops_helpers import RNG, expected, lowered, model
 from tcc.dialects.conversions.graph_to_loop import LoweringError
 from tcc.dialects.conversions.loop_to_native.jit import run_native
 from tcc.dialects.loop.interpreter import run_loop_module
@@ -19,7 +20,7 @@ def f(*s, dt=np.float32):
 
 
 def rnn(kind, T=3, B=2, I=4, H=3, direction="forward", layout=0, bias=True, sl=None, h0=False, c0=False,
-        p=False, outs=("y", "yh", "yc"), native=False, dt=np.float32, const=False, ref="ort", rtol=1e-4,
+        p=False, outs=("y", "yh", "yc"), dt=np.float32, const=False, ref="ort", rtol=1e-4,
         atol=1e-5, **attrs):
     """One `kind` node on random data; `const` makes W, R, B, P initializers."""
     nd = 2 if direction == "bidirectional" else 1
@@ -63,11 +64,8 @@ def rnn(kind, T=3, B=2, I=4, H=3, direction="forward", layout=0, bias=True, sl=N
         want = [w.transpose(2, 0, 1, 3) if w.ndim == 4 else w.transpose(1, 0, 2) for w in want]
     mod = lowered(m)
     args = list(ins.values())
-    for g, w in zip(run_loop_module(mod, args), want):
-        _same(g, w, rtol, atol, "interpreter")
-    if native:
-        for g, w in zip(run_native(mod, args), want):
-            _same(g, w, rtol, atol, "native")
+    same_outputs(run_loop_module(mod, args), want, rtol, atol, "interpreter")
+    same_outputs(run_native(mod, args), want, rtol, atol, "native")
 
 
 KINDS = ["LSTM", "GRU", "RNN"]
@@ -150,19 +148,18 @@ def test_f64(kind):
 def test_f16(kind):
     # onnxruntime has no f16 recurrent kernels: onnx's reference (defaults only)
     rnn(kind, direction="bidirectional", dt=np.float16, h0=True, c0=True, p=True, ref="onnx", rtol=3e-3,
-        atol=3e-3, native=True)
+        atol=3e-3)
 
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("const", [False, True])
 def test_native(kind, const):
-    rnn(kind, T=5, B=3, I=7, H=5, direction="bidirectional", h0=True, c0=True, p=True, sl=[5, 2, 4],
-        native=True, const=const, **({"linear_before_reset": 1} if kind == "GRU" and const else {}))
+    rnn(kind, T=5, B=3, I=7, H=5, direction="bidirectional", h0=True, c0=True, p=True, sl=[5, 2, 4], const=const, **({"linear_before_reset": 1} if kind == "GRU" and const else {}))
 
 
 def test_native_gru_default_reset_and_f64():
-    rnn("GRU", T=4, B=2, I=3, H=6, direction="reverse", const=True, native=True, clip=1.5)
-    rnn("LSTM", T=4, B=2, I=3, H=6, dt=np.float64, const=True, native=True, p=True, input_forget=1)
+    rnn("GRU", T=4, B=2, I=3, H=6, direction="reverse", const=True, clip=1.5)
+    rnn("LSTM", T=4, B=2, I=3, H=6, dt=np.float64, const=True, p=True, input_forget=1)
 
 
 def test_unknown_activation():
@@ -188,5 +185,4 @@ def test_compile_and_load(kind, tmp_path):
     m = model([node], ins, {o: np.float32 for o in outs}, initializers=inits)
     want = expected(m, ins)
     s = tcc.load(tcc.compile(m, output=str(tmp_path / "m.tcc")))
-    for g_, w in zip(s.run(list(ins.values())), want):
-        _same(g_, w, 1e-4, 1e-5, "tcc.load")
+    same_outputs(s.run(list(ins.values())), want, 1e-4, 1e-5, "tcc.load")

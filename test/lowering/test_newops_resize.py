@@ -17,7 +17,7 @@ def f(*s, dt=np.float32):
     return RNG.standard_normal(s).astype(dt)
 
 
-def resize(x, scales=None, sizes=None, roi=None, opset=19, ref="ort", native=False, rtol=1e-4, atol=1e-5,
+def resize(x, scales=None, sizes=None, roi=None, opset=19, ref="ort", rtol=1e-4, atol=1e-5,
            **attrs):
     inits, names = {}, ["x"]
     if opset in (11, 12) and roi is None:
@@ -35,7 +35,7 @@ def resize(x, scales=None, sizes=None, roi=None, opset=19, ref="ort", native=Fal
     while names[-1] == "":
         names.pop()
     check([h.make_node("Resize", names, ["y"], **attrs)], {"x": x}, {"y": x.dtype}, opset=opset, ref=ref,
-          initializers=inits, native=native, rtol=rtol, atol=atol)
+          initializers=inits, rtol=rtol, atol=atol)
 
 
 @pytest.mark.parametrize("ctm", ["half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric",
@@ -55,14 +55,14 @@ def test_resize_nearest(nm, ctm):
 
 def test_resize_nearest_ints_native():
     x = RNG.integers(-100, 100, (1, 2, 3, 4)).astype(np.int8)
-    resize(x, scales=[1, 1, 2.5, 0.5], mode="nearest", native=True)
+    resize(x, scales=[1, 1, 2.5, 0.5], mode="nearest")
 
 
 @pytest.mark.parametrize("dt", [np.uint8, np.int32, np.float64, np.float16])
 def test_resize_linear_types_native(dt):
     x = (RNG.integers(0, 200, (1, 2, 4, 5)) if np.dtype(dt).kind in "iu" else f(1, 2, 4, 5)).astype(dt)
     tol = 2e-3 if dt == np.float16 else 1e-5
-    resize(x, scales=[1, 1, 1.5, 0.8], mode="linear", native=True, ref="onnx", rtol=tol, atol=tol)
+    resize(x, scales=[1, 1, 1.5, 0.8], mode="linear", ref="onnx", rtol=tol, atol=tol)
 
 
 def test_resize_cubic_exclude_outside_a():
@@ -72,13 +72,13 @@ def test_resize_cubic_exclude_outside_a():
 @pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
 def test_resize_tf_crop_and_resize(mode):
     resize(f(1, 2, 5, 5), sizes=[1, 2, 4, 6], roi=[0, 0, -0.2, 0.3, 1, 1, 0.7, 1.3], mode=mode,
-           coordinate_transformation_mode="tf_crop_and_resize", extrapolation_value=3.5, native=mode == "linear")
+           coordinate_transformation_mode="tf_crop_and_resize", extrapolation_value=3.5)
 
 
 @pytest.mark.parametrize("mode", ["linear", "cubic"])
 def test_resize_antialias(mode):
     # 0.1 needs more taps than are unrolled; 1.4 is upsampling (antialias is a no-op there).
-    resize(f(1, 2, 20, 7), scales=[1, 1, 0.1, 1.4], mode=mode, antialias=1, ref="onnx", native=True)
+    resize(f(1, 2, 20, 7), scales=[1, 1, 0.1, 1.4], mode=mode, antialias=1, ref="onnx")
 
 
 @pytest.mark.parametrize("policy", ["stretch", "not_larger", "not_smaller"])

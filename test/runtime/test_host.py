@@ -15,8 +15,7 @@ def cpu():
     return get_device("cpu:0")
 
 
-def test_allocations_are_64_byte_aligned_views_of_their_handle(cpu):
-    rng = np.random.default_rng()
+def test_allocations_are_64_byte_aligned_views_of_their_handle(cpu, rng):
     for nbytes in rng.integers(1, 10_000, 50):
         buf = cpu.alloc(int(nbytes))
         view = cpu.host_view(buf)

@@ -36,8 +36,7 @@ def test_json_and_short_forms_agree():
     assert Target("gpu -arch=sm_90 -max_threads=512 -mattr=x,y") == a
 
 
-def test_random_targets_round_trip():
-    rng = np.random.default_rng()
+def test_random_targets_round_trip(rng):
     for _ in range(50):
         attrs = {"max_threads": int(rng.integers(1, 1 << 20)),
                  "warp_size": int(rng.choice([16, 32, 64])),
@@ -113,11 +112,11 @@ def test_from_host_device():
     assert target["vector_width"] == (cpu.get_attr(DeviceAttr.VECTOR_WIDTH) or 16)
 
 
-def test_register_a_kind_with_a_preprocessor():
+def test_register_a_kind_with_a_preprocessor(rng):
     def derive(attrs, device):
         attrs.setdefault("lanes", attrs.get("width", 128) // 32)
         return attrs
-    name = f"vec{np.random.default_rng().integers(1 << 30)}"
+    name = f"vec{rng.integers(1 << 30)}"
     kind = (register_target_kind(name, device_type="sim")
             .add_attr_option("width", int, 256)
             .add_attr_option("lanes", int)

@@ -4,10 +4,6 @@ import pytest
 from tcc.runtime.device import DeviceBuffer, DeviceError, Tensor, get_device
 
 
-@pytest.fixture
-def rng():
-    return np.random.default_rng()
-
 
 def test_numpy_passes_in_without_a_copy(rng):
     array = rng.standard_normal((4, 6))

@@ -8,16 +8,18 @@ builds), the packed pointwise kernel (conv_pw.c), the depthwise kernel (3x3
 and other tap counts, strides, dilations, pads), the im2col fallback for
 strides beyond the phase table, and every fused epilogue. On AVX-512 a conv
 with constant weights takes a packed kernel; the direct kernel's tests pass
-the weights as an input."""
+the weights as an input. Each compiled-model test names the kernel the
+generated C must call; the packed and Winograd tests make the selection
+answer as for the AVX-512 build, so those kernels run on whichever build
+this CPU runs (the choice itself is tested per ISA in test_kernel_choice.py)."""
 import ctypes
-import zipfile
 
 import numpy as np
 import onnxruntime as ort
 import pytest
 from onnx import helper, numpy_helper
 
-from .helpers import check, model, rand, run_both
+from .helpers import c_source_for_isa, c_source_of, check, choose_as, kernels_for_isa, model, rand, run_both, skip_unless_runs
 
 H = helper.make_node
 
@@ -283,6 +285,10 @@ def no_winograd(monkeypatch):
     # 3x3 stride-1 shapes would take conv_wino.c (tested below): keep them on conv_ocv.c here
     from tcc.accelerators.cpu import codegen
     monkeypatch.setattr(codegen, "wino_tile", lambda *a: 0)
+    choose_as(monkeypatch, "conv_packed")  # and on conv_ocv.c whatever this CPU's build would pick
+
+
+PACKED_KERNEL = "tcc_cpu_conv2d_packed"
 
 
 @pytest.fixture
@@ -300,7 +306,7 @@ def threads_limit(request):
 @pytest.mark.parametrize("threads", [1, 2])
 def test_packed_shapes(n, c, h, w, m, k, s, d, pads, g, threads, threads_limit, no_winograd):
     mdl, feeds = conv_model(n, c, h, w, m, k, s, d, pads, g, act="Relu", residual=True)
-    check(mdl, feeds, rtol=1e-4, atol=1e-4)
+    check(mdl, feeds, rtol=1e-4, atol=1e-4, kernel=PACKED_KERNEL)
 
 
 @pytest.mark.parametrize("shape", [(5, 7, 40, 3), (4, 30, 13, 3), (3, 17, 35, 7)])
@@ -310,19 +316,13 @@ def test_packed_epilogues(shape, act, residual, no_winograd):
     c, hw, m, k = shape
     mdl, feeds = conv_model(2, c, hw, hw, m, k, s=(1 if k == 3 else 2,) * 2, pads=(k // 2,) * 4, act=act,
                             residual=residual)
-    check(mdl, feeds)
+    check(mdl, feeds, kernel=PACKED_KERNEL)
 
 
-def test_packed_chosen_on_avx512(tmp_path):
-    from tcc.accelerators.cpu import build
-    from tcc.accelerators.cpu.runtime import c_source
-    if build.best_isa() != "avx512":
-        pytest.skip("the packed kernel is chosen for the AVX-512 build")
-    mdl, feeds = conv_model(1, 8, 9, 9, 16, 3, pads=(1, 1, 1, 1))
-    _, _, sess = run_both(mdl, feeds, tmp_path)
-    with zipfile.ZipFile(tmp_path / "m.tcc") as z:
-        src = c_source(z.read(sess.manifest["accelerators"]["cpu"]["member"]))
-    assert "tcc_cpu_conv2d_packed(" in src
+def test_packed_chosen_on_avx512(monkeypatch):
+    # compiled for the AVX-512 build on any machine (TCC_CPU_ISA), not run
+    mdl, _ = conv_model(1, 8, 9, 9, 16, 3, pads=(1, 1, 1, 1))
+    assert PACKED_KERNEL in kernels_for_isa(mdl, "avx512", monkeypatch)
 
 
 # ---- few input channels: positions in the lanes, on the same packed weights (conv_rows.c) -----
@@ -344,15 +344,16 @@ ROWS = [
 @pytest.mark.parametrize("n,c,h,w,m,k,s,d,pads,g", ROWS)
 @pytest.mark.parametrize("threads", [1, 2])
 def test_rows_kernel_shapes(n, c, h, w, m, k, s, d, pads, g, threads, threads_limit, no_winograd):
+    # conv_rows.c is chosen inside tcc_cpu_conv2d_packed (AVX-512 build); the others run conv_ocv.c
     mdl, feeds = conv_model(n, c, h, w, m, k, s, d, pads, g, act="Clip", residual=True)
-    check(mdl, feeds, rtol=1e-4, atol=1e-4)
+    check(mdl, feeds, rtol=1e-4, atol=1e-4, kernel=PACKED_KERNEL)
 
 
 @pytest.mark.parametrize("act", ACTS)
 @pytest.mark.parametrize("residual", [False, True])
 def test_rows_kernel_epilogues(act, residual, no_winograd):
     mdl, feeds = conv_model(1, 3, 23, 98, 9, 3, s=(2, 2), pads=(1, 1, 1, 1), act=act, residual=residual)
-    check(mdl, feeds, rtol=1e-4, atol=1e-4)
+    check(mdl, feeds, rtol=1e-4, atol=1e-4, kernel=PACKED_KERNEL)
 
 
 @pytest.mark.parametrize("isa", ["avx512", "avx2", "generic"])
@@ -384,14 +385,14 @@ def test_rows_kernel_direct_call(isa, offset):
 ])
 def test_pointwise_packed(n, c, h, w, m):
     mdl, feeds = conv_model(n, c, h, w, m, 1, act="Clip", residual=True)
-    check(mdl, feeds, rtol=1e-4, atol=1e-4)
+    check(mdl, feeds, rtol=1e-4, atol=1e-4, kernel="tcc_cpu_conv2d_pw")
 
 
 @pytest.mark.parametrize("act", ACTS)
 @pytest.mark.parametrize("residual", [False, True])
 def test_pointwise_packed_epilogues(act, residual):
     mdl, feeds = conv_model(1, 24, 9, 11, 19, 1, bias=act != "Relu", act=act, residual=residual)
-    check(mdl, feeds, rtol=1e-4, atol=1e-4)
+    check(mdl, feeds, rtol=1e-4, atol=1e-4, kernel="tcc_cpu_conv2d_pw")
 
 
 @pytest.fixture
@@ -400,8 +401,7 @@ def pw_lib(request):
     the limit is lifted afterwards)."""
     from tcc.accelerators.cpu import build
     isa, threads = request.node.callspec.params["isa"], request.node.callspec.params["threads"]
-    if not build.ISA_NEEDS[isa] <= build.cpu_flags():
-        pytest.skip(f"this CPU does not run the {isa} build")
+    skip_unless_runs(isa)
     lib = ctypes.CDLL(build.library_path(isa), mode=ctypes.RTLD_LOCAL)
     lib.tcc_cpu_set_num_threads(threads)
     yield lib
@@ -420,8 +420,7 @@ class Epilogue(ctypes.Structure):
 def isa_lib(isa):
     """The `isa` build of the kernel library, loaded on its own (skips when this CPU lacks it)."""
     from tcc.accelerators.cpu import build
-    if not build.ISA_NEEDS[isa] <= build.cpu_flags():
-        pytest.skip(f"this CPU does not run the {isa} build")
+    skip_unless_runs(isa)
     lib = ctypes.CDLL(build.library_path(isa), mode=ctypes.RTLD_LOCAL)
     lib.tcc_cpu_conv2d_scratch.restype = ctypes.c_size_t
     return lib
@@ -508,8 +507,7 @@ WINO = [
 
 def wino_lib(isa, threads):
     from tcc.accelerators.cpu import build
-    if not build.ISA_NEEDS[isa] <= build.cpu_flags():
-        pytest.skip(f"this CPU does not run the {isa} build")
+    skip_unless_runs(isa)
     lib = ctypes.CDLL(build.library_path(isa), mode=ctypes.RTLD_LOCAL)
     lib.tcc_cpu_set_num_threads(threads)
     return lib
@@ -545,25 +543,22 @@ def test_winograd_isa_threads(isa, threads, tile):
         lib.tcc_cpu_set_num_threads(0)
 
 
-def test_winograd_chosen_and_matches(tmp_path):
+def test_winograd_chosen_and_matches(monkeypatch):
     # ResNet's 3x3 layers on the AVX-512 build: F(4x4) on 56x56 and 28x28 planes, F(2x2) on 14x14
     # (256 channels: F(4x4)'s weights would pass 8 MB), the direct packed kernel on 7x7 (512
     # channels: 17 MB even with F(2x2)) and for strided convolutions; with few channels small
     # planes take narrow 16-tile panels
-    from tcc.accelerators.cpu import build
     from tcc.accelerators.cpu.codegen import wino_tile
-    from tcc.accelerators.cpu.runtime import c_source
 
     def tile(hw, c=64, s=1, isa="avx512"):
         return wino_tile((1, c, hw * s, hw * s), (c, c, 3, 3), (1, c, hw, hw), (s, s), (1, 1), (1,) * 4, 1, isa)
-    assert (tile(56), tile(28), tile(14, 256), tile(7, 512), tile(28, s=2), tile(56, isa="avx2")) == (4, 4, 2, 0, 0, 0)
+    assert (tile(56), tile(28), tile(14, 256), tile(7, 512), tile(28, s=2)) == (4, 4, 2, 0, 0)
     assert (tile(14), tile(7)) == (4, 2)
-    if build.best_isa() != "avx512":
-        pytest.skip("Winograd is chosen for the AVX-512 build")
+    # the AVX-512 build's choice, compiled (not run) on any machine; then run here with that choice
+    choose_as(monkeypatch, "wino_tile")
     for hw, t in ((28, 4), (14, 4), (7, 2)):
         mdl, feeds = conv_model(1, 32, hw, hw, 48, 3, pads=(1, 1, 1, 1), act="Relu", residual=True)
-        ours, ref, sess = run_both(mdl, feeds, tmp_path)
+        assert f"tcc_cpu_conv2d_wino(&p, {t}," in c_source_for_isa(mdl, "avx512", monkeypatch)
+        ours, ref, sess = run_both(mdl, feeds)
         np.testing.assert_allclose(ours[0], ref[0], rtol=1e-4, atol=6e-5 * (9 * 32) ** 0.5)  # as in the kernel test
-        with zipfile.ZipFile(tmp_path / "m.tcc") as z:
-            src = c_source(z.read(sess.manifest["accelerators"]["cpu"]["member"]))
-        assert f"tcc_cpu_conv2d_wino(&p, {t}," in src
+        assert f"tcc_cpu_conv2d_wino(&p, {t}," in c_source_of(sess.path)

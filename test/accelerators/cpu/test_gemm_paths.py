@@ -30,7 +30,8 @@ class Ep(ctypes.Structure):
 
 
 def lib_at(isa, threads):
-    """The `isa` build of the kernel library, its pool limited to `threads`."""
+    """The `isa` build of the kernel library, its pool limited to `threads`
+    (test/conftest.py lifts the limit after each test)."""
     lib = _lib(isa)
     lib.tcc_cpu_set_num_threads(threads)
     return lib

@@ -14,7 +14,7 @@ import onnxruntime as ort
 import pytest
 from onnx import helper
 
-from .helpers import check, model, rand
+from .helpers import check, model, rand, skip_unless_runs
 
 H = helper.make_node
 
@@ -114,8 +114,7 @@ class PoolParams(ctypes.Structure):
 
 def _lib(isa):
     from tcc.accelerators.cpu import build
-    if not build.ISA_NEEDS[isa] <= build.cpu_flags():
-        pytest.skip(f"this CPU does not run the {isa} build")
+    skip_unless_runs(isa)
     lib = ctypes.CDLL(build.library_path(isa), mode=ctypes.RTLD_LOCAL)
     for f in ("tcc_cpu_maxpool2d", "tcc_cpu_avgpool2d"):
         getattr(lib, f).argtypes = [ctypes.POINTER(PoolParams), ctypes.c_void_p, ctypes.c_void_p]
@@ -149,13 +148,12 @@ def test_other_isa_builds(isa):
 
 # ---- small-M GEMM (kernels/gemm.c, not pooling: a classifier's batch-1 Gemm) ---------------------
 @pytest.mark.parametrize("isa", ["avx512", "avx2", "generic"])
-def test_small_m_gemm(isa):
+def test_small_m_gemm(isa, rng):
     lib = _lib(isa)
     f = lib.tcc_cpu_gemm
     L, F, P = ctypes.c_long, ctypes.c_float, ctypes.c_void_p
     f.argtypes = [ctypes.c_int, ctypes.c_int, L, L, L, F, P, L, P, L, P, L, P]
     f.restype = None
-    rng = np.random.default_rng()
     for m, n, k in ((1, 1000, 512), (2, 67, 129), (3, 5, 1100), (4, 300, 33), (1, 9, 700)):
         for ta in (0, 1):
             for tb in (0, 1):

@@ -10,12 +10,11 @@ TASK = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_long, ctypes.c_long)
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3, 5])
-def test_parallel_for_covers_each_item_once(threads):
+def test_parallel_for_covers_each_item_once(threads, rng):
     from tcc.accelerators.cpu import build
     lib = build.load_kernels()
     lib.tcc_cpu_parallel_for.argtypes = [ctypes.c_long, ctypes.c_long, TASK, ctypes.c_void_p]
     lib.tcc_cpu_parallel_for.restype = None
-    rng = np.random.default_rng()
     lib.tcc_cpu_set_num_threads(threads)
     try:
         for _ in range(200):

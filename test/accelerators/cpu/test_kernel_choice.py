@@ -1,0 +1,107 @@
+"""Kernel selection for every ISA build, on any machine: a model compiled
+with TCC_CPU_ISA=<isa> (compiled, never run, so the AVX-512 build's choices
+are checked on an AVX2 host too) calls exactly the kernel codegen's
+selection functions answer for that build (conv_packed, wino_tile,
+narrow_gemm, the small-M rule), for convolutions and GEMMs of every family.
+The kernels themselves are tested where they run (test_conv_paths.py,
+test_gemm_paths.py)."""
+import numpy as np
+import pytest
+from onnx import helper
+
+from tcc.accelerators.cpu import build, codegen
+
+from .helpers import kernels_for_isa, model, rand
+from .test_conv_paths import conv_model, out_size
+
+CONV_KERNELS = {"tcc_cpu_conv2d", "tcc_cpu_conv2d_packed", "tcc_cpu_conv2d_wino", "tcc_cpu_conv2d_pw",
+                "tcc_cpu_conv2d_pw_split_c"}
+GEMM_KERNELS = {"tcc_cpu_gemm", "tcc_cpu_gemm_packed", "tcc_cpu_gemm_narrow"}
+
+# (n, c, h, w, m, k, strides, pads, group): ResNet-like 3x3 layers (Winograd candidates on AVX-512),
+# a stem, a strided 3x3, a grouped one, a pointwise one, few channels (the rows kernel's shapes)
+CONVS = [
+    (1, 64, 28, 28, 64, 3, (1, 1), (1, 1, 1, 1), 1),
+    (1, 32, 14, 14, 48, 3, (1, 1), (1, 1, 1, 1), 1),
+    (1, 3, 56, 56, 32, 7, (2, 2), (3, 3, 3, 3), 1),
+    (1, 24, 20, 17, 16, 3, (2, 2), (1, 1, 1, 1), 1),
+    (1, 12, 9, 10, 40, 3, (1, 1), (1, 1, 1, 1), 2),
+    (1, 40, 12, 12, 33, 1, (1, 1), (0, 0, 0, 0), 1),
+    (1, 3, 60, 224, 24, 3, (2, 2), (1, 1, 1, 1), 1),
+    (1, 8, 30, 70, 20, 4, (4, 4), (0, 0, 0, 0), 1),
+]
+
+
+def expected_conv(case, isa):
+    """The kernel codegen.op_conv documents for a constant-weight conv, from
+    the selection functions' answers for `isa`."""
+    n, c, h, w, m, k, s, pads, g = case
+    oh, ow = out_size(h, k, s[0], 1, pads[0], pads[2]), out_size(w, k, s[1], 1, pads[1], pads[3])
+    xs, ws, ys = (n, c, h, w), (m, c // g, k, k), (n, m, oh, ow)
+    if (k, k, *s, *pads, g) == (1, 1, 1, 1, 0, 0, 0, 0, 1):
+        return "tcc_cpu_conv2d_pw"
+    if codegen.wino_tile(xs, ws, ys, s, (1, 1), pads, g, isa):
+        return "tcc_cpu_conv2d_wino"
+    if codegen.conv_packed(xs, ws, ys, s, pads, g, isa):
+        return "tcc_cpu_conv2d_packed"
+    return "tcc_cpu_conv2d"
+
+
+@pytest.mark.parametrize("isa", build.ISA_ORDER)
+@pytest.mark.parametrize("case", CONVS, ids=lambda c: "x".join(map(str, c[:6])))
+def test_conv_kernel_follows_the_selection(case, isa, monkeypatch):
+    n, c, h, w, m, k, s, pads, g = case
+    mdl, _ = conv_model(n, c, h, w, m, k, s, (1, 1), pads, g)
+    called = kernels_for_isa(mdl, isa, monkeypatch) & CONV_KERNELS
+    assert called == {expected_conv(case, isa)}, (isa, case, called)
+
+
+def test_the_selection_differs_by_isa_where_documented():
+    # the AVX-512 build packs constant weights and runs Winograd on ResNet's 3x3 layers
+    for case in CONVS[:2]:
+        assert expected_conv(case, "avx512") == "tcc_cpu_conv2d_wino"
+    assert expected_conv(CONVS[3], "avx512") == "tcc_cpu_conv2d_packed"
+    assert all(expected_conv(c, isa) == "tcc_cpu_conv2d_pw" for c in CONVS[5:6] for isa in build.ISA_ORDER)
+    # narrow B: the AVX-512 panels win from 14 columns at K = 256, the portable ones lose below 17
+    assert (codegen.narrow_gemm("avx512", 10, 300), codegen.narrow_gemm("avx512", 14, 300)) == (True, False)
+    assert codegen.narrow_gemm("avx512", 8, 128) and not codegen.narrow_gemm("avx512", 8, 100)
+
+
+# (m, k, n): batch-1 rows (gemm.c streams B), a classifier's few columns, wide panels, the crossovers
+GEMMS = [(1, 512, 1000), (64, 300, 10), (64, 256, 14), (64, 128, 8), (32, 100, 8), (70, 64, 200)]
+
+
+def expected_gemm(m, k, n, isa):
+    if m <= codegen.SMALL_M:
+        return "tcc_cpu_gemm"
+    return "tcc_cpu_gemm_narrow" if codegen.narrow_gemm(isa, n, k) else "tcc_cpu_gemm_packed"
+
+
+@pytest.mark.parametrize("isa", build.ISA_ORDER)
+@pytest.mark.parametrize("op", ["MatMul", "Gemm"])
+def test_gemm_kernel_follows_the_selection(op, isa, monkeypatch):
+    got, want = [], []
+    for m, k, n in GEMMS:
+        wt = rand(k, n) if op == "MatMul" else rand(n, k)
+        node = helper.make_node(op, ["x", "w"], ["y"], **({"transB": 1} if op == "Gemm" else {}))
+        mdl = model([node], [("x", (m, k))], [("y", (m, n))], [("w", wt)])
+        got.append(kernels_for_isa(mdl, isa, monkeypatch) & GEMM_KERNELS)
+        want.append({expected_gemm(m, k, n, isa)})
+    assert got == want, list(zip(GEMMS, got, want))
+
+
+def test_unknown_isa_is_refused(monkeypatch):
+    monkeypatch.setenv("TCC_CPU_ISA", "avx9000")
+    with pytest.raises(build.CpuBuildError, match="TCC_CPU_ISA=avx9000: unknown"):
+        build.best_isa()
+
+
+def test_best_isa_is_a_pure_function_of_the_flags(monkeypatch):
+    monkeypatch.delenv("TCC_CPU_ISA", raising=False)
+    for isa in build.ISA_ORDER:
+        assert build.best_isa(set(build.ISA_NEEDS[isa])) == isa
+    assert build.best_isa((build.ISA_NEEDS["avx512"] | build.ISA_NEEDS["avx2"]) - {"avx512bw"}) == "avx2"
+    assert build.best_isa(set()) == "generic"
+    monkeypatch.setenv("TCC_CPU_ISA", "generic")
+    assert build.best_isa(set(build.ISA_NEEDS["avx512"])) == "generic"  # forced: the env wins
+    np.testing.assert_equal(sorted(build.ISA_ORDER), sorted(build.ISA_NEEDS))
