@@ -57,7 +57,8 @@ def _ok(r):
 
 
 def test_emit_onnx_ir_and_loop_ir_parse_and_loop_ir_runs(tmp_path, rng):
-    from tcc.dialects.ir import default_context, parse_module
+    from tcc.dialects.ir import parse_module
+    from tcc.dialects.init_all import default_context
     from tcc.dialects.loop.interpreter import run_loop_module
     p, model, feeds = mlp(tmp_path, rng)
     onnx_ir = _ok(run_tool("tcc", "--emit=onnx-ir", p)).stdout
@@ -104,7 +105,7 @@ def _add_mul_model(tmp_path):
 def test_emit_obj_is_an_object_whose_entry_computes_the_model(tmp_path, rng):
     import subprocess
 
-    from tcc.runtime.session import _jit
+    from tcc.runtime.jit import jit_entry as _jit
     p, model = _add_mul_model(tmp_path)
     out = tmp_path / "m.o"
     _ok(run_tool("tcc", "--emit=obj", p, "-o", out))
@@ -258,7 +259,8 @@ def _big_const_ir(tmp_path, rng):
 
 
 def test_tcc_opt_resources(tmp_path, rng):
-    from tcc.dialects.ir import default_context, parse_module
+    from tcc.dialects.ir import parse_module
+    from tcc.dialects.init_all import default_context
     from tcc.dialects.ir.attributes import elements_value
     ir, w = _big_const_ir(tmp_path, rng)
     res = tmp_path / "big.mlir.resources"

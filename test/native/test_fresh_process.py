@@ -26,7 +26,7 @@ PROBE = textwrap.dedent("""
     from tcc.dialects.conversions.loop_to_native.codegen import lower_module
     from tcc.dialects.conversions.loop_to_native.target import _init, emit_object, optimize
     from tcc.runtime import native
-    from tcc.runtime.session import _jit
+    from tcc.runtime.jit import jit_entry as _jit
     cases = [(f"arith.{k}", [s], d) for k, s, d in CASTS]
     cases += [(f"math.{op}", [el], el) for op in UNARY for el in FLOAT_TYPES]
     cases += [(f"arith.{op}", [el, el], el) for op in ("powf", "remf", "divf", "maximumf") for el in FLOAT_TYPES]
