@@ -115,10 +115,11 @@ def pack_conv(w, group):
 
 def conv_packed(x_shape, w_shape, y_shape, strides, pads, group, isa):
     """Whether a constant-weight conv runs conv_ocv.c (output channels in the
-    vector lanes): AVX-512 only (its tiles need 32 registers; the other builds
-    run it too, for artifacts compiled elsewhere, but slower), not the
-    pointwise and depthwise kernels' cases, strides the phase table covers."""
-    if isa != "avx512" or conv_scratch(x_shape, w_shape, y_shape, strides, pads, group) == 0:
+    vector lanes): AVX-512 (tiles of 14 pixels x 32 channels) and AVX2 (6 x 16;
+    the generic build runs it too, for artifacts compiled elsewhere, but
+    slower), not the pointwise and depthwise kernels' cases, strides the phase
+    table covers."""
+    if isa not in ("avx512", "avx2") or conv_scratch(x_shape, w_shape, y_shape, strides, pads, group) == 0:
         return False
     return strides[0] * strides[1] <= 64
 

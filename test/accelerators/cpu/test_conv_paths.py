@@ -255,7 +255,8 @@ def test_direct_gap_stores(n, c, h, w, m, k, s, d, pads, act, residual):
 
 # ---- weights packed at compile time: output channels in the lanes (conv_ocv.c) --------------
 # Tiles are runs of up to 14 pixels of one output row (two rows when a row holds at most 7),
-# times 32 output channels; input channels go in blocks when a panel's weights exceed L1.
+# times 32 output channels (AVX2: 6 pixels, two rows of at most 3, x 16 channels); input
+# channels go in blocks when a panel's weights exceed L1.
 PACKED = [
     (1, 5, 7, 7, 32, 3, (1, 1), (1, 1), (1, 1, 1, 1), 1),      # 7x7: two-row tiles, the last one row
     (1, 6, 14, 14, 45, 3, (1, 1), (1, 1), (1, 1, 1, 1), 1),    # one 14-pixel tile per row, panel tail
@@ -313,11 +314,11 @@ def test_packed_epilogues(shape, act, residual, no_winograd):
     check(mdl, feeds)
 
 
-def test_packed_chosen_on_avx512(tmp_path):
+def test_packed_chosen_on_avx512_and_avx2(tmp_path):
     from tcc.accelerators.cpu import build
     from tcc.accelerators.cpu.runtime import c_source
-    if build.best_isa() != "avx512":
-        pytest.skip("the packed kernel is chosen for the AVX-512 build")
+    if build.best_isa() not in ("avx512", "avx2"):
+        pytest.skip("the packed kernel is chosen for the AVX-512 and AVX2 builds")
     mdl, feeds = conv_model(1, 8, 9, 9, 16, 3, pads=(1, 1, 1, 1))
     _, _, sess = run_both(mdl, feeds, tmp_path)
     with zipfile.ZipFile(tmp_path / "m.tcc") as z:
