@@ -95,6 +95,31 @@ CV_INLINE void tr16(__m512 r[16]) {
         r[12 + c] = _mm512_shuffle_f32x4(v1, v3, 0xDD);
     }
 }
+#elif defined(__AVX2__)
+/* r[i] lane l -> r[l] lane i (8 x 8). */
+CV_INLINE void tr8(__m256 r[8]) {
+    __m256 t[8], s[8];
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    /* s[4h + c]: columns c and c + 4 of rows 4h..4h+3 */
+    for (int h = 0; h < 2; h++) {
+        s[4 * h] = _mm256_shuffle_ps(t[4 * h], t[4 * h + 2], 0x44);
+        s[4 * h + 1] = _mm256_shuffle_ps(t[4 * h], t[4 * h + 2], 0xEE);
+        s[4 * h + 2] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], 0x44);
+        s[4 * h + 3] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], 0xEE);
+    }
+    for (int c = 0; c < 4; c++) {
+        r[c] = _mm256_permute2f128_ps(s[c], s[4 + c], 0x20);
+        r[4 + c] = _mm256_permute2f128_ps(s[c], s[4 + c], 0x31);
+    }
+}
+
+CV_INLINE __m256i lanes_in(int lo, int hi) { /* lanes [lo, hi) of 8 */
+    const __m256i i = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(lo), i), _mm256_cmpgt_epi32(_mm256_set1_epi32(hi), i));
+}
 #endif
 
 /* The tap's two input rows, opaque to GCC: it would otherwise hoist every
@@ -201,6 +226,36 @@ CV_INLINE void ov_tile(const ov_job *j, long pn, long oh0, long ow0, const ov_kr
                 a = (__m512)cv_act_v((vf)a, e->act, e->a0, e->a1);
                 _mm512_mask_storeu_ps(y + o0, k1, a);
                 if (NR == 2) _mm512_mask_storeu_ps(y + o1, k2, a);
+            }
+        }
+        return;
+    }
+#elif defined(__AVX2__)
+    if (cv_vec_act(e->act)) {
+        /* as above, 8 x 8: lanes [0, W) row oh0; [W, 2W) row oh0 + 1. The
+         * per-channel scalar rows (below) cost a 7x7 stem (K = 147) as much
+         * as its multiply-adds. */
+        const __m256i k1 = lanes_in(0, W), k2 = lanes_in(W, NR == 2 ? 2 * W : W);
+        const long o1 = o0 + OW - W;
+#pragma GCC unroll 2
+        for (int v = 0; v < NV; v++) {
+            __m256 r[8];
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i++) r[i] = (__m256)acc[i < R ? i : R - 1][v];
+            tr8(r);
+            for (int c = 0; c < VL; c++) {
+                const long m = pn * TN + v * VL + c;
+                if (m >= j->mg) break;
+                __m256 a = _mm256_add_ps(r[c], _mm256_set1_ps(cv_bias(e, j->m_base + m)));
+                float *y = j->y + m * ohw;
+                if (j->res) {
+                    const float *rs = j->res + m * ohw;
+                    a = _mm256_add_ps(a, _mm256_maskload_ps(rs + o0, k1));
+                    if (NR == 2) a = _mm256_add_ps(a, _mm256_maskload_ps(rs + o1, k2));
+                }
+                a = (__m256)cv_act_v((vf)a, e->act, e->a0, e->a1);
+                _mm256_maskstore_ps(y + o0, k1, a);
+                if (NR == 2) _mm256_maskstore_ps(y + o1, k2, a);
             }
         }
         return;
