@@ -20,7 +20,7 @@ def compile(model, maccel=(), opt_level=2, output=None):  # noqa: A001 - mirrors
             output = os.path.splitext(os.fspath(model))[0] + ".tcc"
         else:
             output = os.path.join(tempfile.mkdtemp(prefix="tcc-"), "model.tcc")
-    maccel = list(maccel)
+    maccel = accel.resolve_maccel(maccel)  # maccel=["host"]: the same as (), the host path alone
     accels = accel.load_accelerators(maccel) if maccel else []
     ctx = accel.setup_context(new_context(), accels, opt_level)
     options = CompileOptions(maccel=maccel, opt_level=opt_level, emit="tcc", output=os.fspath(output))
