@@ -547,7 +547,7 @@ def test_winograd_isa_threads(isa, threads, tile):
 
 
 def test_winograd_chosen_and_matches(tmp_path):
-    # ResNet's 3x3 layers on the AVX-512 build: F(4x4) on 56x56 and 28x28 planes, F(2x2) on 14x14
+    # ResNet's 3x3 layers on the AVX-512 and AVX2 builds: F(4x4) on 56x56 and 28x28 planes, F(2x2) on 14x14
     # (256 channels: F(4x4)'s weights would pass 8 MB), the direct packed kernel on 7x7 (512
     # channels: 17 MB even with F(2x2)) and for strided convolutions; with few channels small
     # planes take narrow 16-tile panels
@@ -557,10 +557,13 @@ def test_winograd_chosen_and_matches(tmp_path):
 
     def tile(hw, c=64, s=1, isa="avx512"):
         return wino_tile((1, c, hw * s, hw * s), (c, c, 3, 3), (1, c, hw, hw), (s, s), (1, 1), (1,) * 4, 1, isa)
-    assert (tile(56), tile(28), tile(14, 256), tile(7, 512), tile(28, s=2), tile(56, isa="avx2")) == (4, 4, 2, 0, 0, 0)
-    assert (tile(14), tile(7)) == (4, 2)
-    if build.best_isa() != "avx512":
-        pytest.skip("Winograd is chosen for the AVX-512 build")
+    for isa in ("avx512", "avx2"):
+        assert (tile(56, isa=isa), tile(28, isa=isa), tile(14, 256, isa=isa), tile(7, 512, isa=isa),
+                tile(28, s=2, isa=isa)) == (4, 4, 2, 0, 0)
+        assert (tile(14, isa=isa), tile(7, isa=isa)) == (4, 2)
+    assert tile(56, isa="generic") == 0
+    if build.best_isa() not in ("avx512", "avx2"):
+        pytest.skip("Winograd is chosen for the AVX-512 and AVX2 builds")
     for hw, t in ((28, 4), (14, 4), (7, 2)):
         mdl, feeds = conv_model(1, 32, hw, hw, 48, 3, pads=(1, 1, 1, 1), act="Relu", residual=True)
         ours, ref, sess = run_both(mdl, feeds, tmp_path)
