@@ -42,23 +42,6 @@ static inline float row_max(const float *x, long n) {
     return m;
 }
 
-static inline float row_sum(const float *x, long n) {
-    vf s0 = (vf){0}, s1 = s0, s2 = s0, s3 = s0;
-    long k = 0;
-    for (; k + 4 * VL <= n; k += 4 * VL) {
-        s0 += v_ld(x + k);
-        s1 += v_ld(x + k + VL);
-        s2 += v_ld(x + k + 2 * VL);
-        s3 += v_ld(x + k + 3 * VL);
-    }
-    for (; k + VL <= n; k += VL) s0 += v_ld(x + k);
-    if (k < n) s1 += v_ld_n(x + k, (int)(n - k));
-    const vf s = (s0 + s1) + (s2 + s3);
-    float t = 0.f;
-    for (int l = 0; l < VL; l++) t += s[l];
-    return t;
-}
-
 /* Any row length (row_max needs one full vector). */
 static inline float row_max_any(const float *x, long n) {
     if (n >= VL) return row_max(x, n);
@@ -69,7 +52,7 @@ static inline float row_max_any(const float *x, long n) {
 
 /* LayerNormalization's statistics of one row: the mean, and 1/std in *rstd. */
 static inline float row_mean_rstd(const float *x, long C, float eps, float *rstd) {
-    const float mean = row_sum(x, C) / (float)C;
+    const float mean = cv_sum(x, C) / (float)C;
     vf v0 = (vf){0}, v1 = v0, v2 = v0, v3 = v0;
     long k = 0;
     for (; k + 4 * VL <= C; k += 4 * VL) {
@@ -149,7 +132,7 @@ static void softmax_rows(void *arg, long b, long e) {
         }
         /* exponentials stored first (a loop the compiler vectorizes), summed after */
         for (long k = 0; k < A; k++) y[k] = tcc_exp_(x[k] - m);
-        const float inv = 1.f / row_sum(y, A);
+        const float inv = 1.f / cv_sum(y, A);
         for (long k = 0; k < A; k++) y[k] *= inv;
     }
 }
@@ -224,7 +207,7 @@ static void softmax_layernorm_rows(void *arg, long b, long e) {
         float *y = j->y + r * C;
         const float m = row_max_any(x, C);
         for (long k = 0; k < C; k++) t[k] = tcc_exp_(x[k] - m);
-        const float inv = 1.f / row_sum(t, C);
+        const float inv = 1.f / cv_sum(t, C);
         for (long k = 0; k < C; k++) t[k] *= inv;
         float rstd;
         const float mean = row_mean_rstd(t, C, j->eps, &rstd);
