@@ -16,7 +16,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_models import _interleaved_ms  # noqa: E402  (one timing method for every table)
+from bench_models import _interleaved_ms, header  # noqa: E402  (one timing method and header for every table)
 
 MODELS = ["mlp", "resnet18", "mobilenetv2", "bert", "chain", "softmax_ln"]
 
@@ -107,6 +107,7 @@ def bench_gemm(sizes, min_time):
 def child(args):
     from tcc.accelerators.cpu import build
     isa = build.load_kernels().tcc_cpu_isa().decode()
+    print(header(args.thread))
     print(f"## {args.thread} thread(s), kernel library: {isa}")
     print(f"{'model':<12} {'tcc ms':>9} {'ORT ms':>9} {'ratio':>7} {'max rel err':>12}")
     for name, t, o, r, e in bench_models(args.thread, args.models, args.min_time):

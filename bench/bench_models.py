@@ -56,6 +56,41 @@ def gemm_model(n):
     return m
 
 
+def cpu_model():
+    """The CPU's model name, family/model numbers and vector extensions, from
+    /proc/cpuinfo (a cloud VM's name can be as short as "AMD EPYC")."""
+    info = {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                k, _, v = line.partition(":")
+                info.setdefault(k.strip(), v.strip())
+                if not line.strip():
+                    break
+    except OSError:
+        pass
+    if "model name" not in info:
+        import platform
+        return platform.processor() or platform.machine()
+    flags = set(info.get("flags", "").split())
+    ext = [f for f in ("avx2", "fma", "avx512f", "avx512_vnni", "amx_tile") if f in flags]
+    return (f"{info['model name']} (family {info.get('cpu family', '?')} model {info.get('model', '?')}; "
+            f"{' '.join(ext) or 'no avx2'}{'' if 'avx512f' in flags else ', no avx512'})")
+
+
+def header(threads):
+    """The machine a table came from: every table of speed names it (the
+    same models run 0.7-1.0x onnxruntime on one x86 CPU and 1.7-2.5x on
+    another)."""
+    import onnxruntime as ort
+
+    from tcc.accelerators.cpu import build
+    isa = build.best_isa()
+    forced = " (TCC_CPU_ISA)" if os.environ.get("TCC_CPU_ISA") else ""
+    return (f"# CPU: {cpu_model()}, {os.cpu_count()} cores; cpu kernel library: {isa}{forced}; "
+            f"threads: {threads}; onnxruntime {ort.__version__}, numpy {np.__version__}")
+
+
 def _interleaved_ms(fa, fb, repeats, warmup=2, burst=5, pause=0.05):
     """Medians (ms) of fa and fb timed in alternating bursts, so both see
     the same machine load (the CI machine is shared: absolute times drift).
@@ -173,6 +208,7 @@ def main():
         gemms.append({"n": n, "artifact": tcc.compile(path, output=os.path.join(tmp, f"gemm{n}.tcc"))})
 
     rows = []
+    print(header(args.threads))
     for th in [int(x) for x in args.threads.split(",")]:
         job = os.path.join(tmp, f"job{th}.json")
         with open(job, "w") as f:

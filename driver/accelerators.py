@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from tcc.accelerators.manager import describe_installed, load_accelerators
+from tcc.accelerators.manager import AcceleratorError, available_names, describe_installed, load_accelerators
 
 from .io import CLIError
 
@@ -24,6 +24,55 @@ def scan_maccel(argv):
             i += 1
         i += 1
     return names
+
+
+HOST = "host"  # --maccel=host: the host lowering alone, no accelerator
+DEFAULT_ACCEL = "cpu"
+
+
+def default_accelerators():
+    """What `tcc model.onnx` targets without --maccel: the in-tree cpu
+    accelerator when it is installed and a C compiler is there to build its
+    partitions. Its kernels (packed GEMM/conv tiles, Winograd, fused
+    elementwise trees) ran the bench models 2-3x faster than the host
+    lowering's loops (issue 22: MLP 5.36 vs 2.52 ORT's time, ResNet-18 5.24
+    vs 1.80), so the fastest code is the default; --maccel=host keeps the
+    host path alone."""
+    from tcc.runtime.native import find_cc
+    if DEFAULT_ACCEL not in available_names() or find_cc() is None:
+        return []
+    return [DEFAULT_ACCEL]
+
+
+def resolve_maccel(names, default=False):
+    """The accelerators to load for --maccel values `names`: `host` alone means
+    none; no value means default_accelerators() where `default` is set (the
+    CLI compiling an artifact), else none."""
+    names = list(names)
+    if HOST in names:
+        if len(names) > 1:
+            raise AcceleratorError(f"--maccel={HOST} (the host path alone) cannot be combined with other "
+                                   f"accelerators ({', '.join(n for n in names if n != HOST)})")
+        return []
+    if not names and default:
+        return default_accelerators()
+    return names
+
+
+def scan_emit(argv):
+    """The --emit value in argv (default: tcc), before click parses anything."""
+    emit, i = "tcc", 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--":
+            break
+        if a.startswith("--emit="):
+            emit = a.split("=", 1)[1]
+        elif a == "--emit" and i + 1 < len(argv):
+            emit = argv[i + 1]
+            i += 1
+        i += 1
+    return emit
 
 
 def plugin_click_options(accels):
@@ -101,5 +150,7 @@ def list_accelerators():
         click.echo(f"{name:<10} {version:<10} {api:<11} {dist}" + (f"  -- {desc}" if desc else ""))
 
 
-def load(argv):
-    return load_accelerators(scan_maccel(argv))
+def load(argv, default=False):
+    """The accelerators argv's --maccel values name; with `default` (tcc
+    compiling an artifact) and none named, default_accelerators()."""
+    return load_accelerators(resolve_maccel(scan_maccel(argv), default))

@@ -25,12 +25,16 @@ def _list_accelerators(ctx, _param, value):
 
 
 def build(argv):
-    accels = accel.load(argv)
+    # the artifact (the default --emit) gets the fastest code by default: the
+    # cpu accelerator when installed (--maccel=host: the host path alone); the
+    # IR stages show what was asked for, the host's unless --maccel is given
+    accels = accel.load(argv, default=accel.scan_emit(argv) == "tcc")
 
     @click.command(context_settings={"help_option_names": ["-h", "--help"]})
     @click.argument("model")
     @click.option("--maccel", multiple=True, help="Target accelerator (repeatable, priority in order given; "
-                  "installed ones only).")
+                  "installed ones only). Default for --emit=tcc: cpu when installed; --maccel=host: the host "
+                  "path alone.")
     @click.option("-O", "opt_level", type=click.IntRange(0, 3), default=2, show_default=True,
                   help="Optimization level, -O0 to -O3.")
     @click.option("--emit", type=click.Choice(ALL_EMITS), default="tcc", show_default=True,
@@ -48,7 +52,7 @@ def build(argv):
     @click.option("--debug", is_flag=True, help="Show Python tracebacks on errors.")
     def cli(model, maccel, opt_level, emit, output, strict, placement_report, verbose, print_ir_after_all,
             timing, debug, **plugin_opts):
-        options = CompileOptions(maccel=list(maccel), opt_level=opt_level, emit=emit, output=output,
+        options = CompileOptions(maccel=[a.name for a in accels], opt_level=opt_level, emit=emit, output=output,
                                  strict=strict, verbose=verbose, print_ir_after_all=print_ir_after_all,
                                  timing=timing, accel_options=accel.plugin_option_values(accels, plugin_opts))
         pipeline = CompilePipeline(options, accels)

@@ -10,6 +10,7 @@ def compile(model, maccel=(), opt_level=2, output=None, accel_options=None):  # 
     returns its path (default: beside the model as MODEL.tcc, or a fresh
     temporary directory for a ModelProto). `accel_options` gives accelerator
     options as the CLI's `--<accel>-<name>` do: {"sim": {"max-rank": 2}}."""
+    from tcc.driver import accelerators as accel
     from tcc.driver.options import CompileOptions
     from tcc.driver.pipeline import CompilePipeline
 
@@ -18,6 +19,7 @@ def compile(model, maccel=(), opt_level=2, output=None, accel_options=None):  # 
             output = os.path.splitext(os.fspath(model))[0] + ".tcc"
         else:
             output = os.path.join(tempfile.mkdtemp(prefix="tcc-"), "model.tcc")
+    maccel = accel.resolve_maccel(maccel)  # maccel=["host"]: the same as (), the host path alone
     options = CompileOptions(maccel=list(maccel), opt_level=opt_level, emit="tcc", output=os.fspath(output),
                              accel_options=dict(accel_options or {}))
     return CompilePipeline(options).compile(os.fspath(model) if isinstance(model, os.PathLike) else model)

@@ -166,8 +166,29 @@ def load_kernels(isa=None):
             else:
                 os.environ["OPENBLAS_NUM_THREADS"] = saved
         lib.tcc_cpu_isa.restype = ctypes.c_char_p
+        _share_pool(lib)
         _loaded[isa] = lib
     return _loaded[isa]
+
+
+_pool_owner = []
+
+
+def _share_pool(lib):
+    """One thread pool per process: the host runtime's loops run on this
+    library's pool from now on (runtime/native/threadpool.c, tcc_use_pool).
+    The first library loaded keeps it (TCC_CPU_ISA picks one per process)."""
+    import ctypes
+
+    from tcc.runtime import native
+    if _pool_owner:
+        return
+    rt = ctypes.CDLL(native.load(), mode=ctypes.RTLD_GLOBAL | getattr(os, "RTLD_NODELETE", 0x1000))
+    rt.tcc_use_pool.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    rt.tcc_use_pool.restype = None
+    addr = lambda f: ctypes.cast(f, ctypes.c_void_p).value  # noqa: E731
+    rt.tcc_use_pool(addr(lib.tcc_cpu_parallel_for), addr(lib.tcc_cpu_num_threads))
+    _pool_owner.append(lib)
 
 
 def codegen_flags(isa):

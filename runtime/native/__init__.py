@@ -20,7 +20,8 @@ from tcc.dialects.ir.errors import TccError
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCES = ["threadpool.c", "gemm.c", "stream.c"]
 # a symbol of every source: a library built from fewer sources is stale
-REQUIRED_SYMBOLS = [b"tcc_parallel_for", b"tcc_gemm_bpacked_f32", b"tcc_conv_f32", b"tcc_stream_copy"]
+REQUIRED_SYMBOLS = [b"tcc_parallel_for", b"tcc_use_pool", b"tcc_gemm_bpacked_f32", b"tcc_conv_f32",
+                    b"tcc_stream_copy"]
 LIB_NAME = "libtccrt.so"
 CFLAGS = ["-O2", "-fPIC", "-shared", "-pthread"]
 

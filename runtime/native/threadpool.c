@@ -10,7 +10,13 @@
  * (the common case in one model run) do not pay a wake-up each. The caller
  * returns as soon as every item is done, whichever threads did them. A call made
  * from inside a body, or while another thread owns the pool, runs serially:
- * correctness never depends on the pool being free. */
+ * correctness never depends on the pool being free.
+ *
+ * One pool per process: when the cpu accelerator's kernel library is loaded
+ * it hands its pool over (tcc_use_pool, from Python), and every later loop
+ * runs on it, so a placed model alternating host and cpu steps no longer has
+ * two sets of threads spinning in turn (this pool's workers, if started,
+ * go to sleep after their spin and are not woken again). */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <sched.h>
@@ -103,13 +109,45 @@ static void pool_init(void) {
     }
 }
 
+/* the adopted pool: tcc_cpu_parallel_for(n, grain, fn, ctx), tcc_cpu_num_threads() */
+typedef void (*ext_task_fn)(void *ctx, long begin, long end);
+typedef void (*ext_for_fn)(long n, long grain, ext_task_fn fn, void *ctx);
+typedef int (*ext_nt_fn)(void);
+static _Atomic(ext_for_fn) ext_for;
+static _Atomic(ext_nt_fn) ext_nt;
+
+void tcc_use_pool(ext_for_fn parallel_for, ext_nt_fn num_threads_fn) {
+    atomic_store(&ext_nt, num_threads_fn);
+    atomic_store(&ext_for, parallel_for);
+}
+
+typedef struct {
+    tcc_body_fn body;
+    void *ctx;
+} ext_job;
+
+static void ext_task(void *arg, long b, long e) {
+    const ext_job *j = arg;
+    j->body(b, e, j->ctx);
+    tcc_stream_fence(); /* as work_on: streamed stores visible before the chunk counts as done */
+}
+
 int tcc_num_threads(void) {
+    ext_nt_fn nt = atomic_load_explicit(&ext_nt, memory_order_acquire);
+    if (nt) return nt();
     pthread_once(&pool_once, pool_init);
     return num_threads;
 }
 
 void tcc_parallel_for(int64_t n, tcc_body_fn body, void *ctx) {
     if (n <= 0) return;
+    ext_for_fn f = atomic_load_explicit(&ext_for, memory_order_acquire);
+    if (f) {
+        /* grain 1: a contiguous share per thread in 4 stolen chunks, this pool's own split */
+        ext_job j = {body, ctx};
+        f((long)n, 1, ext_task, &j);
+        return;
+    }
     pthread_once(&pool_once, pool_init);
     if (n == 1 || num_threads == 1 || in_parallel || pthread_mutex_trylock(&pool_lock) != 0) {
         body(0, n, ctx);

@@ -18,19 +18,32 @@
 #include "conv_vec.h"
 
 #define PN 32         /* output channels per panel */
-#define NV (PN / VL)  /* vectors per panel row */
 #define TG 8          /* tiles sharing one block of weights */
-#define KB_BYTES (20 * 1024)
 
 #if defined(__AVX512F__)
 #define RMAX 14 /* 28 accumulators + 2 weight vectors + 1 broadcast */
+#define TN PN   /* output channels per tile */
+#define KB_BYTES (20 * 1024)
+#elif defined(__AVX2__)
+/* 16 ymm registers: 6 pixels x 16 channels (half a panel, one 64-byte line
+ * per k), 12 accumulators + 2 weight vectors + 1 broadcast, the shape of
+ * the AVX2 GEMM tiles */
+#define RMAX 6
+#define TN 16
+#define KB_BYTES (KB_AVX2 * 1024)
 #else
 #define RMAX 2
+#define TN PN
+#define KB_BYTES (20 * 1024)
 #endif
+#ifndef KB_AVX2
+#define KB_AVX2 12
+#endif
+#define NV (TN / VL) /* vectors per tile row */
 
 typedef struct ov_job ov_job;
 /* A tile's input channels [c0, c1); partial sums of earlier blocks come from
- * part (R x PN) unless first, and go back to it unless last. */
+ * part (R x TN) unless first, and go back to it unless last. */
 typedef struct {
     long c0, c1;
     float *part;
@@ -50,6 +63,7 @@ struct ov_job {
     long mg, cg, K, m_base;
     long cw, nrow, ncol, ntile; /* tiles: nrow output rows x cw columns; ncol per row block */
     long cb;                    /* input channels per block */
+    long ntn;                   /* tile column groups: ceil(mg / TN) */
     const ov_fn (*fns)[2];      /* [width][rows - 1] */
 };
 
@@ -81,6 +95,31 @@ CV_INLINE void tr16(__m512 r[16]) {
         r[12 + c] = _mm512_shuffle_f32x4(v1, v3, 0xDD);
     }
 }
+#elif defined(__AVX2__)
+/* r[i] lane l -> r[l] lane i (8 x 8). */
+CV_INLINE void tr8(__m256 r[8]) {
+    __m256 t[8], s[8];
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    /* s[4h + c]: columns c and c + 4 of rows 4h..4h+3 */
+    for (int h = 0; h < 2; h++) {
+        s[4 * h] = _mm256_shuffle_ps(t[4 * h], t[4 * h + 2], 0x44);
+        s[4 * h + 1] = _mm256_shuffle_ps(t[4 * h], t[4 * h + 2], 0xEE);
+        s[4 * h + 2] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], 0x44);
+        s[4 * h + 3] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], 0xEE);
+    }
+    for (int c = 0; c < 4; c++) {
+        r[c] = _mm256_permute2f128_ps(s[c], s[4 + c], 0x20);
+        r[4 + c] = _mm256_permute2f128_ps(s[c], s[4 + c], 0x31);
+    }
+}
+
+CV_INLINE __m256i lanes_in(int lo, int hi) { /* lanes [lo, hi) of 8 */
+    const __m256i i = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(lo), i), _mm256_cmpgt_epi32(_mm256_set1_epi32(hi), i));
+}
 #endif
 
 /* The tap's two input rows, opaque to GCC: it would otherwise hoist every
@@ -94,25 +133,26 @@ CV_INLINE void ov_rows(const float *s[2], const float *a, long wq, const int NR)
     s[1] = b;
 }
 
-/* One weight row (PN floats) into L2 (past the panels' end: prefetches never fault). */
+/* One weight row (TN floats) into L2 (past the panels' end: prefetches never fault). */
 CV_INLINE void ov_prefetch(const float *w) {
     __builtin_prefetch(w, 0, 1);
-    __builtin_prefetch(w + 16, 0, 1);
+    if (TN > 16) __builtin_prefetch(w + 16, 0, 1);
 }
 
-/* Tile of NR rows x W columns of outputs from (oh0, ow0), panel pn; pixel i
+/* Tile of NR rows x W columns of outputs from (oh0, ow0), channels
+ * [pn * TN, pn * TN + TN) (TN < PN: part of a panel); pixel i
  * is (i / W, i % W). t9: 3x3, channels outer and the taps unrolled. */
 CV_INLINE void ov_tile(const ov_job *j, long pn, long oh0, long ow0, const ov_kr *kr, const int W, const int NR,
                        const int t9) {
     const int R = W * NR;
     const cv_layout *l = j->l;
     const long wq = l->wq, cs = l->cs, *off = l->off, T = l->taps;
-    const float *xs = j->x + kr->c0 * cs + oh0 * wq + ow0, *w = j->wp + (pn * j->K + kr->c0 * T) * PN;
+    const float *xs = j->x + kr->c0 * cs + oh0 * wq + ow0, *w = j->wp + (pn * TN / PN * j->K + kr->c0 * T) * PN + pn * TN % PN;
     vf acc[RMAX][NV];
 #pragma GCC unroll 16
     for (int i = 0; i < R; i++)
 #pragma GCC unroll 8
-        for (int v = 0; v < NV; v++) acc[i][v] = kr->first ? (vf){0} : v_ld(kr->part + i * PN + v * VL);
+        for (int v = 0; v < NV; v++) acc[i][v] = kr->first ? (vf){0} : v_ld(kr->part + i * TN + v * VL);
     if (t9) {
         for (long c = kr->c0; c < kr->c1; c++, xs += cs, w += 9 * PN) {
 #pragma GCC unroll 9
@@ -157,7 +197,7 @@ CV_INLINE void ov_tile(const ov_job *j, long pn, long oh0, long ow0, const ov_kr
 #pragma GCC unroll 16
         for (int i = 0; i < R; i++)
 #pragma GCC unroll 8
-            for (int v = 0; v < NV; v++) v_st(kr->part + i * PN + v * VL, acc[i][v]);
+            for (int v = 0; v < NV; v++) v_st(kr->part + i * TN + v * VL, acc[i][v]);
         return;
     }
     const tcc_conv_params *p = j->p;
@@ -190,15 +230,45 @@ CV_INLINE void ov_tile(const ov_job *j, long pn, long oh0, long ow0, const ov_kr
         }
         return;
     }
+#elif defined(__AVX2__)
+    if (cv_vec_act(e->act)) {
+        /* as above, 8 x 8: lanes [0, W) row oh0; [W, 2W) row oh0 + 1. The
+         * per-channel scalar rows (below) cost a 7x7 stem (K = 147) as much
+         * as its multiply-adds. */
+        const __m256i k1 = lanes_in(0, W), k2 = lanes_in(W, NR == 2 ? 2 * W : W);
+        const long o1 = o0 + OW - W;
+#pragma GCC unroll 2
+        for (int v = 0; v < NV; v++) {
+            __m256 r[8];
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i++) r[i] = (__m256)acc[i < R ? i : R - 1][v];
+            tr8(r);
+            for (int c = 0; c < VL; c++) {
+                const long m = pn * TN + v * VL + c;
+                if (m >= j->mg) break;
+                __m256 a = _mm256_add_ps(r[c], _mm256_set1_ps(cv_bias(e, j->m_base + m)));
+                float *y = j->y + m * ohw;
+                if (j->res) {
+                    const float *rs = j->res + m * ohw;
+                    a = _mm256_add_ps(a, _mm256_maskload_ps(rs + o0, k1));
+                    if (NR == 2) a = _mm256_add_ps(a, _mm256_maskload_ps(rs + o1, k2));
+                }
+                a = (__m256)cv_act_v((vf)a, e->act, e->a0, e->a1);
+                _mm256_maskstore_ps(y + o0, k1, a);
+                if (NR == 2) _mm256_maskstore_ps(y + o1, k2, a);
+            }
+        }
+        return;
+    }
 #endif
     /* acc must not escape (GCC would then keep it in memory) */
-    float tb[RMAX][PN] __attribute__((aligned(64)));
+    float tb[RMAX][TN] __attribute__((aligned(64)));
 #pragma GCC unroll 16
     for (int i = 0; i < R; i++)
 #pragma GCC unroll 8
         for (int v = 0; v < NV; v++) v_st(tb[i] + v * VL, acc[i][v]);
-    for (long c = 0; c < PN && pn * PN + c < j->mg; c++) {
-        const long m = pn * PN + c;
+    for (long c = 0; c < TN && pn * TN + c < j->mg; c++) {
+        const long m = pn * TN + c;
         float row[RMAX];
         for (int i = 0; i < R; i++) row[i] = tb[i][c];
         for (int r = 0; r < NR; r++) {
@@ -209,11 +279,11 @@ CV_INLINE void ov_tile(const ov_job *j, long pn, long oh0, long ow0, const ov_kr
 }
 
 #define OV_INST(W, NR)                                                                                    \
-    __attribute__((noinline)) static void ov_##W##x##NR(const ov_job *j, long pn, long oh0, long ow0,    \
+    __attribute__((noinline, unused)) static void ov_##W##x##NR(const ov_job *j, long pn, long oh0, long ow0,    \
                                                         const ov_kr *kr) {                                \
         ov_tile(j, pn, oh0, ow0, kr, W, NR, 0);                                                           \
     }                                                                                                     \
-    __attribute__((noinline)) static void ov_##W##x##NR##_t9(const ov_job *j, long pn, long oh0, long ow0, \
+    __attribute__((noinline, unused)) static void ov_##W##x##NR##_t9(const ov_job *j, long pn, long oh0, long ow0, \
                                                              const ov_kr *kr) {                           \
         ov_tile(j, pn, oh0, ow0, kr, W, NR, 1);                                                           \
     }
@@ -229,6 +299,14 @@ OV_PAIR(2) OV_PAIR(3) OV_PAIR(4) OV_PAIR(5) OV_PAIR(6) OV_PAIR(7)
 OV_INST(8, 1) OV_INST(9, 1) OV_INST(10, 1) OV_INST(11, 1) OV_INST(12, 1) OV_INST(13, 1) OV_INST(14, 1)
 /* [t9][width][rows - 1]; two rows only where 2 * width <= RMAX */
 static const ov_fn OV_FNS[2][RMAX + 1][2] = {OV_TAB(), OV_TAB(_t9)};
+#elif RMAX == 6
+OV_PAIR(2) OV_PAIR(3)
+OV_INST(4, 1) OV_INST(5, 1) OV_INST(6, 1)
+/* Six-pixel tiles keep the flat loop for 3x3 too: with the taps unrolled GCC
+ * kept two of the 12 accumulators in memory (16 registers) */
+static const ov_fn OV_FNS[2][RMAX + 1][2] = {
+    {OV_ROW(1, ), OV_ROW(2, ), OV_ROW(3, ), OV_ROW1(4, ), OV_ROW1(5, ), OV_ROW1(6, )},
+    {OV_ROW(1, _t9), OV_ROW(2, _t9), [3] = {ov_3x1_t9, ov_3x2}, OV_ROW1(4, _t9), OV_ROW1(5, _t9), OV_ROW1(6, )}};
 #else
 OV_INST(2, 1)
 static const ov_fn OV_FNS[2][RMAX + 1][2] = {{OV_ROW(1, ), OV_ROW1(2, )}, {OV_ROW(1, _t9), OV_ROW1(2, _t9)}};
@@ -243,7 +321,7 @@ static const ov_fn OV_FNS[2][RMAX + 1][2] = {{OV_ROW(1, ), OV_ROW1(2, )}, {OV_RO
 static void ov_task(void *arg, long b, long e) {
     const ov_job *j = arg;
     const long OH = j->p->oh, OW = j->p->ow, ng = (j->ntile + TG - 1) / TG;
-    float *part = cv_tls_buffer(1, TG * RMAX * PN);
+    float *part = cv_tls_buffer(1, TG * RMAX * TN);
     for (long it = b; it < e; it++) {
         const long pn = it / ng, t0 = it % ng * TG, t1 = t0 + TG < j->ntile ? t0 + TG : j->ntile;
         for (long c0 = 0; c0 < j->cg; c0 += j->cb) {
@@ -252,7 +330,7 @@ static void ov_task(void *arg, long b, long e) {
                 kr.pf = t == t0 ? 2 * j->cb * j->l->taps * PN : 0;
                 const long oh0 = t / j->ncol * j->nrow, ow0 = t % j->ncol * j->cw;
                 const long nr = OH - oh0 < j->nrow ? OH - oh0 : j->nrow, w = OW - ow0 < j->cw ? OW - ow0 : j->cw;
-                kr.part = part + (t - t0) * RMAX * PN;
+                kr.part = part + (t - t0) * RMAX * TN;
                 j->fns[w][nr - 1](j, pn, oh0, ow0, &kr);
             }
         }
@@ -282,7 +360,8 @@ void tcc_cpu_conv2d_packed(const tcc_conv_params *p, const float *x, const float
     j.nrow = 2 * j.cw <= RMAX && p->oh > 1 ? 2 : 1;
     j.ntile = (p->oh + j.nrow - 1) / j.nrow * j.ncol;
     j.fns = OV_FNS[l.taps == 9];
-    const long nkb = (K * PN * (long)sizeof(float) + KB_BYTES - 1) / KB_BYTES;
+    const long nkb = (K * TN * (long)sizeof(float) + KB_BYTES - 1) / KB_BYTES;
+    j.ntn = (mg + TN - 1) / TN;
     j.cb = (cg + nkb - 1) / nkb;
     for (long n = 0; n < p->n; n++) {
         for (long g = 0; g < G; g++) {
@@ -299,7 +378,7 @@ void tcc_cpu_conv2d_packed(const tcc_conv_params *p, const float *x, const float
             j.res = e.res ? e.res + yoff : NULL;
             j.m_base = g * mg;
             if (rows) cv_conv_rows(p, &l, j.x, j.wp, j.y, j.res, &e, j.m_base);
-            else tcc_cpu_parallel_for(npan * ((j.ntile + TG - 1) / TG), 1, ov_task, &j);
+            else tcc_cpu_parallel_for(j.ntn * ((j.ntile + TG - 1) / TG), 1, ov_task, &j);
         }
     }
     if (off != off_stack) free(off);

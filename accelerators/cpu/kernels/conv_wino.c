@@ -15,16 +15,18 @@
  * (ti, tj) is at a constant offset from ti * wq + tj in one of T*T planes
  * (wq = TW + 1). Tiles are numbered ti * TW + tj, so no lane is spent on
  * the planes' last column; on AVX-512 a vector of 16 tiles is one permute
- * of a 32-float window of a plane row pair (the other builds gather). A
+ * of a 32-float window of a plane row pair (AVX2: two permutes and a
+ * blend of a 16-float window; generic: scalar gathers). A
  * panel is 32 consecutive tiles (16 when a plane has at most 16: 7x7 with
  * F(2x2), 14x14 with F(4x4)); a task transforms one panel's input for
  * all channels (it stays in L2), then runs each block of up to WR output
  * channels through the NX GEMMs (tiles in the vector lanes, weights
  * broadcast) and the output transform, which stores each run of tiles of
  * one tile row as T interleaved output rows with the epilogue.
- * Codegen chooses it on AVX-512 for planes whose tiles fill the panels
- * (14x14 and up); the other builds carry it for artifacts compiled
- * elsewhere. */
+ * Codegen chooses it on AVX-512 and AVX2 (there a vector of 8 tiles is two
+ * one-source permutes of a 16-float window and a blend, and the GEMM tiles
+ * are 14 rows x one vector: 14 accumulators) for planes whose tiles fill the
+ * panels; the generic build carries it for artifacts compiled elsewhere. */
 #include <stdatomic.h>
 
 #include "conv_vec.h"
@@ -105,6 +107,8 @@ typedef struct {
     long q0;
 #if defined(__AVX512F__)
     __m512i idx;
+#elif defined(__AVX2__)
+    __m256i idx, hi; /* lane distances (< 16: 8 tiles span at most 7 row ends), and which are >= 8 */
 #else
     int idx[VL];
 #endif
@@ -121,6 +125,9 @@ static void wg_lanes_at(const wg_job *j, long t0, wg_lanes *ln) {
     }
 #if defined(__AVX512F__)
     ln->idx = _mm512_loadu_si512(idx);
+#elif defined(__AVX2__)
+    ln->idx = _mm256_loadu_si256((const __m256i *)idx);
+    ln->hi = _mm256_cmpgt_epi32(ln->idx, _mm256_set1_epi32(VL - 1));
 #else
     memcpy(ln->idx, idx, sizeof idx);
 #endif
@@ -129,6 +136,12 @@ static void wg_lanes_at(const wg_job *j, long t0, wg_lanes *ln) {
 CV_INLINE vf wg_ld(const float *x, const wg_lanes *ln) {
 #if defined(__AVX512F__)
     return (vf)_mm512_permutex2var_ps(_mm512_loadu_ps(x), ln->idx, _mm512_loadu_ps(x + VL));
+#elif defined(__AVX2__)
+    /* a 16-float window: two one-source permutes (by idx mod 8) and a blend,
+     * instead of 8 scalar loads and inserts */
+    const __m256 lo = _mm256_permutevar8x32_ps(_mm256_loadu_ps(x), ln->idx);
+    const __m256 hi = _mm256_permutevar8x32_ps(_mm256_loadu_ps(x + VL), ln->idx);
+    return (vf)_mm256_blendv_ps(lo, hi, _mm256_castsi256_ps(ln->hi));
 #else
     vf v;
     for (int l = 0; l < VL; l++) v[l] = x[ln->idx[l]];

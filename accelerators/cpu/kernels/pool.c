@@ -274,28 +274,11 @@ typedef struct {
     float *y;
 } gap_job;
 
-CV_INLINE float hsum(vf v) {
-    float s = 0.f;
-    for (int i = 0; i < VL; i++) s += v[i];
-    return s;
-}
-
 static void gap_task(void *arg, long b, long e) {
     const gap_job *j = arg;
     const long hw = j->hw;
     for (long i = b; i < e; i++) {
-        const float *s = j->x + i * hw;
-        vf a0 = (vf){0}, a1 = (vf){0}, a2 = (vf){0}, a3 = (vf){0};
-        long k = 0;
-        for (; k + 4 * VL <= hw; k += 4 * VL) {
-            a0 += v_ld(s + k);
-            a1 += v_ld(s + k + VL);
-            a2 += v_ld(s + k + 2 * VL);
-            a3 += v_ld(s + k + 3 * VL);
-        }
-        for (; k + VL <= hw; k += VL) a0 += v_ld(s + k);
-        if (k < hw) a1 += v_ld_n(s + k, (int)(hw - k));
-        j->y[i] = hsum((a0 + a1) + (a2 + a3)) / (float)hw;
+        j->y[i] = cv_sum(j->x + i * hw, hw) / (float)hw;
     }
 }
 

@@ -257,7 +257,8 @@ def test_direct_gap_stores(n, c, h, w, m, k, s, d, pads, act, residual):
 
 # ---- weights packed at compile time: output channels in the lanes (conv_ocv.c) --------------
 # Tiles are runs of up to 14 pixels of one output row (two rows when a row holds at most 7),
-# times 32 output channels; input channels go in blocks when a panel's weights exceed L1.
+# times 32 output channels (AVX2: 6 pixels, two rows of at most 3, x 16 channels); input
+# channels go in blocks when a panel's weights exceed L1.
 PACKED = [
     (1, 5, 7, 7, 32, 3, (1, 1), (1, 1), (1, 1, 1, 1), 1),      # 7x7: two-row tiles, the last one row
     (1, 6, 14, 14, 45, 3, (1, 1), (1, 1), (1, 1, 1, 1), 1),    # one 14-pixel tile per row, panel tail
@@ -319,10 +320,12 @@ def test_packed_epilogues(shape, act, residual, no_winograd):
     check(mdl, feeds, kernel=PACKED_KERNEL)
 
 
-def test_packed_chosen_on_avx512(monkeypatch):
-    # compiled for the AVX-512 build on any machine (TCC_CPU_ISA), not run
+@pytest.mark.parametrize("isa", ["avx512", "avx2"])
+def test_packed_chosen_on_avx512_and_avx2(isa, monkeypatch):
+    # compiled for that build on any machine (TCC_CPU_ISA), not run; the generic build keeps the direct kernel
     mdl, _ = conv_model(1, 8, 9, 9, 16, 3, pads=(1, 1, 1, 1))
-    assert PACKED_KERNEL in kernels_for_isa(mdl, "avx512", monkeypatch)
+    assert PACKED_KERNEL in kernels_for_isa(mdl, isa, monkeypatch)
+    assert PACKED_KERNEL not in kernels_for_isa(mdl, "generic", monkeypatch)
 
 
 # ---- few input channels: positions in the lanes, on the same packed weights (conv_rows.c) -----
@@ -544,7 +547,7 @@ def test_winograd_isa_threads(isa, threads, tile):
 
 
 def test_winograd_chosen_and_matches(monkeypatch):
-    # ResNet's 3x3 layers on the AVX-512 build: F(4x4) on 56x56 and 28x28 planes, F(2x2) on 14x14
+    # ResNet's 3x3 layers on the AVX-512 and AVX2 builds: F(4x4) on 56x56 and 28x28 planes, F(2x2) on 14x14
     # (256 channels: F(4x4)'s weights would pass 8 MB), the direct packed kernel on 7x7 (512
     # channels: 17 MB even with F(2x2)) and for strided convolutions; with few channels small
     # planes take narrow 16-tile panels
@@ -552,8 +555,11 @@ def test_winograd_chosen_and_matches(monkeypatch):
 
     def tile(hw, c=64, s=1, isa="avx512"):
         return wino_tile((1, c, hw * s, hw * s), (c, c, 3, 3), (1, c, hw, hw), (s, s), (1, 1), (1,) * 4, 1, isa)
-    assert (tile(56), tile(28), tile(14, 256), tile(7, 512), tile(28, s=2)) == (4, 4, 2, 0, 0)
-    assert (tile(14), tile(7)) == (4, 2)
+    for isa in ("avx512", "avx2"):
+        assert (tile(56, isa=isa), tile(28, isa=isa), tile(14, 256, isa=isa), tile(7, 512, isa=isa),
+                tile(28, s=2, isa=isa)) == (4, 4, 2, 0, 0)
+        assert (tile(14, isa=isa), tile(7, isa=isa)) == (4, 2)
+    assert tile(56, isa="generic") == 0
     # the AVX-512 build's choice, compiled (not run) on any machine; then run here with that choice
     choose_as(monkeypatch, "wino_tile")
     for hw, t in ((28, 4), (14, 4), (7, 2)):

@@ -1,6 +1,7 @@
 """Softmax/layernorm rows (kernels/norm.c, and the two fused) and transposes (kernels/copy.c),
 called directly in every ISA build against numpy on fresh random data: row
-lengths below, at and past the vector width, in-place softmax; transposes
+lengths below, at and past the vector width, in-place softmax, streamed
+stores from an unaligned output; transposes
 of rank 1-5 with strided and contiguous last dimensions, partial 16 x 16
 blocks, rows split across 2 threads."""
 import ctypes
@@ -47,6 +48,28 @@ def test_norm_rows(isa):
             y = np.empty_like(x)
             lib.tcc_cpu_softmax_layernorm(5, cols, x.ctypes.data, s.ctypes.data, bp, 1e-5, y.ctypes.data)
             np.testing.assert_allclose(y, want, rtol=1e-4, atol=2e-6 * cols, err_msg=f"softmax_layernorm {cols}")
+
+
+@pytest.mark.parametrize("isa", ["avx512", "avx2", "generic"])
+@pytest.mark.parametrize("offset", [0, 1, 3])
+def test_softmax_layernorm_streamed(isa, offset):
+    """Past 8 MB the fused rows are written with non-temporal stores from y's
+    first vector-aligned element: y at an offset of 0, 1 and 3 floats from an
+    aligned buffer, rows (1001) no vector width divides."""
+    lib = lib_at(isa, 2)
+    lib.tcc_cpu_softmax_layernorm.argtypes = [L, L, P, P, P, F, P]
+    rows, cols = 2100, 1001
+    x = rng.standard_normal((rows, cols)).astype(np.float32)
+    s, bias = rng.standard_normal(cols).astype(np.float32), rng.standard_normal(cols).astype(np.float32)
+    buf = np.empty(rows * cols + 16 + offset, np.float32)
+    start = (-buf.ctypes.data // 4) % 16 + offset  # 64-byte aligned, then `offset` floats on
+    y = buf[start:start + rows * cols].reshape(rows, cols)
+    lib.tcc_cpu_softmax_layernorm(rows, cols, x.ctypes.data, s.ctypes.data, bias.ctypes.data, 1e-5, y.ctypes.data)
+    x64 = x.astype(np.float64)
+    e = np.exp(x64 - x64.max(1, keepdims=True))
+    sm = e / e.sum(1, keepdims=True)
+    want = (sm - sm.mean(1, keepdims=True)) / np.sqrt(sm.var(1, keepdims=True) + 1e-5) * s + bias
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=2e-6 * cols)
 
 
 @pytest.mark.parametrize("threads", [1, 2])

@@ -31,3 +31,58 @@ def test_parallel_for_covers_each_item_once(threads, rng):
             assert sum(c < grain for c in chunks) <= threads, (n, grain, chunks)
     finally:
         lib.tcc_cpu_set_num_threads(0)
+
+
+SHARED_POOL_SCRIPT = r"""
+import ctypes, os, sys
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+import tcc
+from tcc.accelerators.cpu import build
+from tcc.runtime import native
+
+def threads():
+    return len(os.listdir("/proc/self/task"))
+
+lib = build.load_kernels()
+lib.tcc_cpu_set_num_threads(2)
+rt = ctypes.CDLL(native.load())
+# the host runtime reports (and runs on) the kernel library's pool
+lib.tcc_cpu_set_num_threads(1)
+assert rt.tcc_num_threads() == 1, rt.tcc_num_threads()
+lib.tcc_cpu_set_num_threads(2)
+assert rt.tcc_num_threads() == 2
+n = 1 << 20
+g = helper.make_graph([helper.make_node("Tanh", ["x"], ["t"]), helper.make_node("Mul", ["t", "x"], ["y"])], "g",
+                      [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n])])
+m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+m.ir_version = 10
+cpu = tcc.load(tcc.compile(m, maccel=["cpu"]))
+host = tcc.load(tcc.compile(m, maccel=["host"]))
+x = np.random.default_rng().standard_normal(n).astype(np.float32)
+cpu.run({"x": x})
+before = threads()
+for _ in range(3):
+    got = host.run({"x": x})[0]
+    np.testing.assert_allclose(got, np.tanh(x.astype(np.float64)) * x, rtol=1e-5, atol=1e-6)
+    cpu.run({"x": x})
+print("THREADS", before, threads())
+"""
+
+
+def test_host_runtime_shares_the_kernel_pool(tmp_path):
+    """One pool per process: once the kernel library is loaded the host
+    runtime's parallel loops run on its pool (its thread count, no threads of
+    their own), with correct results; in a fresh process (the pools start
+    once), TCC_NUM_THREADS=2."""
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, TCC_NUM_THREADS="2")
+    r = subprocess.run([sys.executable, "-c", SHARED_POOL_SCRIPT], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    line = [ln for ln in r.stdout.splitlines() if ln.startswith("THREADS")][0]
+    before, after = map(int, line.split()[1:])
+    assert after == before, f"the host runs started threads of their own: {before} -> {after}"
