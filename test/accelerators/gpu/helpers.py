@@ -1,16 +1,12 @@
 """Compiling an ONNX model as one gpu partition through the plugin's hooks,
 and running it on the CPU (the CUDA C compiled as host C++) or checking it
 with nvcc."""
-import os
-
 import numpy as np
 
-os.environ.setdefault("TCC_GPU_COMPILE_ONLY", "1")
-
-from tcc.accelerators.gpu import plugin  # noqa: E402
-from tcc.dialects.ir import attributes as A  # noqa: E402
-from tcc.dialects.ir import default_context  # noqa: E402
-from tcc.dialects.onnx.importer import import_model  # noqa: E402
+from tcc.accelerators.gpu import plugin
+from tcc.dialects.ir import attributes as A
+from tcc.dialects.ir import default_context
+from tcc.dialects.onnx.importer import import_model
 
 
 def compile_partition(model, name="gpu_0"):
