@@ -9,7 +9,7 @@ def _gpu_skip_reason():
     try:
         import cupy
     except Exception as e:  # noqa: BLE001
-        return f"cupy is not importable ({type(e).__name__}); install tcc[gpu]"
+        return f"cupy is not importable ({type(e).__name__}); install tcc[gpu-cuda13] or tcc[gpu-cuda12]"
     try:
         n = cupy.cuda.runtime.getDeviceCount()
     except Exception as e:  # noqa: BLE001
