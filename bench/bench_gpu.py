@@ -19,12 +19,13 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
+CHAIN = 1 << 26  # floats in the elementwise-chain model (and the copy it is compared with)
 MODELS = ("elementwise_chain_64M", "softmax_layernorm", "mlp", "cnn", "transformer_bert4", "resnet18")
 
 
 def _models():
     from tcc import samples
-    return {"elementwise_chain_64M": lambda: samples.elementwise_chain(1 << 26),
+    return {"elementwise_chain_64M": lambda: samples.elementwise_chain(CHAIN),
             "softmax_layernorm": lambda: samples.softmax_layernorm(8192, 1024),
             "mlp": lambda: samples.mlp(seed=0), "cnn": lambda: samples.cnn(seed=0),
             "transformer_bert4": lambda: samples.transformer(seq=128, d=256, heads=4, layers=4, seed=0),
@@ -203,6 +204,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--json", default=None)
+    ap.add_argument("--copy-elems", type=int, default=CHAIN, help="floats in the copy-bandwidth test")
     a = ap.parse_args(argv)
     try:
         import cupy as cp
@@ -215,13 +217,14 @@ def main(argv=None):
     from test.accelerators.gpu.helpers import compile_partition, onnxruntime_outputs, random_inputs
     default_registry.register(plugin.tcc_device_manager_factory(), replace=True)
     dev = default_registry.get_device("gpu:0")
-    n = 1 << 26
-    a_, b_ = cp.empty(n, cp.float32), cp.empty(n, cp.float32)
-    st = cp.cuda.Stream(non_blocking=True)
-    with st:
-        t_copy = _timeit(lambda: b_.__setitem__(Ellipsis, a_), st.synchronize)
-    copy_bw = 2 * 4 * n / t_copy
-    del a_, b_
+    n = CHAIN
+    src, dst, s = dev.alloc(4 * a.copy_elems), dev.alloc(4 * a.copy_elems), dev.create_stream()
+    rt = cp.cuda.runtime
+    t_copy = _timeit(lambda: rt.memcpyAsync(dst.ptr, src.ptr, 4 * a.copy_elems, rt.memcpyDeviceToDevice, s.ptr),
+                     s.sync)
+    copy_bw = 2 * 4 * a.copy_elems / t_copy  # bytes read + written
+    dev.free(src)
+    dev.free(dst)
     rows = []
     makers = _models()
     for name in a.models.split(","):

@@ -134,6 +134,7 @@ def _libcublas():
     vp, i32, i64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
     lib.cublasSetStream_v2.argtypes = [vp, vp]
     lib.cublasGetStream_v2.argtypes = [vp, ctypes.POINTER(vp)]
+    lib.cublasGetVersion_v2.argtypes = [vp, ctypes.POINTER(i32)]
     lib.cublasSgemm_v2.argtypes = [vp, i32, i32, i32, i32, i32, vp, vp, i32, vp, i32, vp, vp, i32]
     lib.cublasSgemmStridedBatched.argtypes = [vp, i32, i32, i32, i32, i32, vp, vp, i32, i64, vp, i32, i64,
                                               vp, vp, i32, i64, i32]

@@ -2,9 +2,11 @@
 
 Device memory is host memory (device pointers are host addresses), kernels
 run through the CUDA emulation (`emulate.build`: the generated CUDA C as host
-C++), GEMMs in numpy. Work runs when it is queued, unless its stream is
-capturing: then it is recorded into the graph that `end_capture` returns,
-and `Graph.launch` runs the recording again. What real cupy 14 / CUDA /
+C++), GEMMs in numpy. Each stream is a worker thread running its queue in
+order (events and cross-stream waits are real, so a missing wait is a race
+here too; the legacy stream 0 runs work at once), unless the stream is
+capturing: then work is recorded into the graph that `end_capture` returns,
+and `Graph.launch` queues the recording again. What real cupy 14 / CUDA /
 cuBLAS refuse, this refuses the same way:
 - cupy's cuBLAS wrappers (`cupy_backends.cuda.libs.cublas.setStream`, and
   `sgemm` etc. which call it with the current stream) raise
@@ -29,6 +31,7 @@ from __future__ import annotations
 import ctypes
 import importlib.machinery
 import itertools
+import queue
 import re
 import sys
 import threading
@@ -79,8 +82,13 @@ def _enqueue(stream_ptr, fn):
     s = STATE.streams.get(stream_ptr)
     if s is not None and s.capture is not None:
         s.capture.append(fn)
-    else:
+    elif s is None or s.ptr == 0:
         fn()
+    else:
+        s.put(fn)
+
+
+_EMU = threading.Lock()  # the emulation's grid/block are globals: one kernel at a time
 
 
 def _capturing(ptr):
@@ -127,7 +135,28 @@ class Stream:
         self.ptr = 0 if null else next(STATE.ptrs)
         self.capture = None
         self.waits = []
+        self.pending = 0
+        self.cv = threading.Condition()
+        self.q = None
         STATE.streams[self.ptr] = self
+
+    def put(self, fn):
+        with self.cv:
+            self.pending += 1
+        if self.q is None:
+            self.q = queue.Queue()
+            threading.Thread(target=self._work, daemon=True).start()
+        self.q.put(fn)
+
+    def _work(self):
+        while True:
+            fn = self.q.get()
+            try:
+                fn()
+            finally:
+                with self.cv:
+                    self.pending -= 1
+                    self.cv.notify_all()
 
     def __enter__(self):
         _stack().append(self)
@@ -144,12 +173,16 @@ class Stream:
         if self.capture is not None:
             raise CUDARuntimeError("cudaErrorStreamCaptureUnsupported: operation not permitted when "
                                    "stream is capturing")
+        with self.cv:
+            self.cv.wait_for(lambda: self.pending == 0)
 
     def launch_host_func(self, fn, arg):
         _enqueue(self.ptr, lambda: fn(arg))
 
     def wait_event(self, ev):
         self.waits.append(ev)
+        target = ev.recorded
+        _enqueue(self.ptr, lambda: ev.wait_for(target))
 
     def begin_capture(self, mode=None):
         if self.ptr == 0:
@@ -176,16 +209,32 @@ class Graph:
 class Event:
     def __init__(self, block=False, disable_timing=False, interprocess=False):
         self.recorded_on = None
+        self.recorded = self.reached = 0
+        self.cv = threading.Condition()
 
     def record(self, stream=None):
         self.recorded_on = stream.ptr if stream is not None else current_stream_ptr()
+        with self.cv:
+            self.recorded += 1
+            n = self.recorded
+
+        def reach():
+            with self.cv:
+                self.reached = max(self.reached, n)
+                self.cv.notify_all()
+        _enqueue(self.recorded_on, reach)
+
+    def wait_for(self, n):
+        with self.cv:
+            self.cv.wait_for(lambda: self.reached >= n)
 
     def synchronize(self):
-        pass
+        self.wait_for(self.recorded)
 
     @property
     def done(self):
-        return True
+        with self.cv:
+            return self.reached >= self.recorded
 
 
 class Device:
@@ -293,7 +342,8 @@ class Kernel:
         def run():
             STATE.launches.append((self.name, grid, block))
             arr = (ctypes.c_void_p * max(1, len(ptrs)))(*ptrs)
-            fn(arr, *[ctypes.c_uint(x) for x in grid + block])
+            with _EMU:
+                fn(arr, *[ctypes.c_uint(x) for x in grid + block])
         _enqueue(current_stream_ptr(), run)
 
 
@@ -341,6 +391,10 @@ class FakeLibcublas:
         return 0
 
     def cublasGetStream_v2(self, handle, out):
+        return 0
+
+    def cublasGetVersion_v2(self, handle, out):
+        out._obj.value = 130200  # a ctypes.byref(c_int)
         return 0
 
     def cublasSetWorkspace_v2(self, handle, ptr, size):
@@ -462,6 +516,7 @@ def _build():
     cupy.cuda = cuda
     cupy.RawModule = RawModule
     cupy.ndarray = ndarray
+    cupy.empty = lambda shape, dtype=np.float32: ndarray(shape if isinstance(shape, tuple) else (shape,), dtype)
     cupy.float32 = np.float32
     cupy.from_dlpack = from_dlpack
     pool = _Pool()
