@@ -259,7 +259,7 @@ class _Session:
         s.stream = dev.create_stream()
         s._stream_of = lambda d: s.stream
         from tcc.runtime.artifact import TensorSpec
-        s.spec = TensorSpec("x", (4, 4), "f32")
+        s.spec = TensorSpec("x", (16, 4), "f32")  # 256 bytes: a multiple of the alignment
         s.values = {"x": s.spec}
         s._prepare_any = lambda v, spec: v
 
@@ -277,12 +277,13 @@ def _borrowed(dev, arr, byte_offset_elems=0):
 
 
 def test_misaligned_borrowed_input_is_copied_not_used_in_place(fake):
-    """x[1:] of a row of 4 floats starts 16 bytes into its allocation (and
-    x[1:] of odd rows, 4 bytes in): the kernels' float4 loads would fault, so
-    the input is copied into an aligned buffer."""
+    """A slice such as x[1:] starts inside its allocation (here 4 bytes in),
+    with byte_offset 0 and a size that is a multiple of the alignment: the
+    kernels' float4 loads would fault, so the input is copied into an
+    aligned buffer."""
     dev = _device()
     s = _Session(dev)
-    x = np.random.default_rng(0).standard_normal((4, 4)).astype(np.float32)
+    x = np.random.default_rng(0).standard_normal((16, 4)).astype(np.float32)
     t, _keep = _borrowed(dev, x, 1)
     assert t.buffer.ptr % 16 and t.byte_offset == 0
     where = {}
@@ -300,7 +301,7 @@ def test_dlpack_inputs_wait_for_the_producer_stream(fake):
     and the executor's stream waits on the event recorded there."""
     dev = _device()
     s = _Session(dev)
-    x = np.ones((4, 4), np.float32)
+    x = np.ones((16, 4), np.float32)
     t, _keep = _borrowed(dev, x, 0)
     (handed,) = fake.dlpack_streams
     assert handed not in (None, 0, 1) and handed == dev._import_stream().ptr
