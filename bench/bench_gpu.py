@@ -176,27 +176,16 @@ def _tcc(dev, model, feeds, ins, outs, rm):
     """(seconds per replay, outputs, graph note)."""
     from tcc.accelerators.gpu import plugin
     mod = plugin.tcc_load_runtime_module(rm, dev)
+    from test.accelerators.gpu.helpers import device_buffers, download
     stream = dev.create_stream()
-    bufs = []
-    for k in ins:
-        x = np.ascontiguousarray(feeds[k])
-        buf = dev.alloc(x.nbytes)
-        dev.copy_host_to_device(x, buf, stream=stream)
-        bufs.append(buf)
-    for shape, dt in outs:
-        bufs.append(dev.alloc(int(np.prod(shape)) * np.dtype(dt).itemsize))
+    bufs = device_buffers(dev, stream, feeds, ins, outs)
     fn = mod.get_function("gpu_0")
     for _ in range(3):  # eager, capture, replay: the executor's own policy
         fn(bufs, stream)
     stream.sync()
     graph = "graph" if fn.capture_error is None else f"NO GRAPH ({fn.capture_error[:60]})"
     t = _timeit(lambda: fn(bufs, stream), stream.sync)
-    got = []
-    for (shape, dt), b in zip(outs, bufs[len(ins):]):
-        r = np.empty(shape, dt)
-        dev.copy_device_to_host(b, r, stream=stream)
-        got.append(r)
-    stream.sync()
+    got = download(dev, stream, bufs[len(ins):], outs)
     return t, got, graph
 
 

@@ -107,7 +107,8 @@ def probe(dry):
     from tcc.accelerators.gpu import plugin
     from tcc.runtime.device import default_registry
     sys.path.insert(0, ROOT)
-    from test.accelerators.gpu.helpers import compile_partition, onnxruntime_outputs, random_inputs
+    from test.accelerators.gpu.helpers import (compile_partition, device_buffers, download,
+                                               onnxruntime_outputs, random_inputs)
     default_registry.register(plugin.tcc_device_manager_factory(), replace=True)
     dev = default_registry.get_device("gpu:0")
     model = samples.mlp_matmul(batch=4, sizes=(64, 48, 10), seed=0)
@@ -117,19 +118,11 @@ def probe(dry):
     load = time.perf_counter() - t
     feeds = random_inputs(model)
     stream = dev.create_stream()
-    bufs = []
-    for k in ins:
-        b = dev.alloc(feeds[k].nbytes)
-        dev.copy_host_to_device(np.ascontiguousarray(feeds[k]), b, stream=stream)
-        bufs.append(b)
-    for shape, dt in outs:
-        bufs.append(dev.alloc(int(np.prod(shape)) * np.dtype(dt).itemsize))
+    bufs = device_buffers(dev, stream, feeds, ins, outs)
     fn = mod.get_function("gpu_0")
     for _ in range(3):
         fn(bufs, stream)
-    got = np.empty(outs[0][0], outs[0][1])
-    dev.copy_device_to_host(bufs[len(ins)], got, stream=stream)
-    stream.sync()
+    got = download(dev, stream, bufs[len(ins):], outs)[0]
     ok = np.allclose(got, onnxruntime_outputs(model, feeds)[0], rtol=1e-3, atol=1e-4)
     graph = "replays as a CUDA graph" if fn.capture_error is None else f"NO GRAPH: {fn.capture_error}"
     summary(f"tiny GEMM model: load {load * 1e3:.0f} ms, {'matches' if ok else 'DIFFERS FROM'} onnxruntime, "

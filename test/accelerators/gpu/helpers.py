@@ -47,3 +47,27 @@ def random_inputs(model, seed=0):
         dt = onnx.helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type)
         feeds[i.name] = rng.standard_normal(shape).astype(dt)
     return feeds
+
+
+def device_buffers(dev, stream, feeds, ins, outs):
+    """The inputs uploaded to `dev` (in `ins` order), then one buffer per output."""
+    bufs = []
+    for k in ins:
+        x = np.ascontiguousarray(feeds[k])
+        b = dev.alloc(x.nbytes)
+        dev.copy_host_to_device(x, b, stream=stream)
+        bufs.append(b)
+    for shape, dt in outs:
+        bufs.append(dev.alloc(int(np.prod(shape, dtype=np.int64)) * np.dtype(dt).itemsize))
+    return bufs
+
+
+def download(dev, stream, bufs, outs):
+    """The output buffers as numpy arrays (NaN where a copy did not land)."""
+    res = []
+    for (shape, dt), b in zip(outs, bufs):
+        r = np.full(shape, np.nan, dt)
+        dev.copy_device_to_host(b, r, r.nbytes, stream=stream)
+        res.append(r)
+    stream.sync()
+    return res

@@ -13,7 +13,7 @@ from onnx import TensorProto, helper
 from tcc.accelerators.gpu import emulate
 
 from . import fake_cupy
-from .helpers import compile_partition, onnxruntime_outputs, random_inputs
+from .helpers import compile_partition, device_buffers, download, onnxruntime_outputs, random_inputs
 from .test_gpu_codegen import SAMPLES
 
 pytestmark = pytest.mark.skipif(emulate.compiler() is None, reason="no host C++ compiler for the CUDA emulation")
@@ -42,25 +42,7 @@ def _load(model, dev):
 
 def _upload(dev, stream, model, ins, outs, seed=0):
     feeds = random_inputs(model, seed)
-    bufs = []
-    for k in ins:
-        x = np.ascontiguousarray(feeds[k])
-        b = dev.alloc(x.nbytes)
-        dev.copy_host_to_device(x, b, stream=stream)
-        bufs.append(b)
-    for shape, dt in outs:
-        bufs.append(dev.alloc(int(np.prod(shape, dtype=np.int64)) * np.dtype(dt).itemsize))
-    return feeds, bufs
-
-
-def _download(dev, stream, bufs, outs):
-    res = []
-    for (shape, dt), b in zip(outs, bufs):
-        r = np.full(shape, np.nan, dt)
-        dev.copy_device_to_host(b, r, stream=stream)
-        res.append(r)
-    stream.sync()
-    return res
+    return feeds, device_buffers(dev, stream, feeds, ins, outs)
 
 
 @pytest.mark.parametrize("name", ["mlp", "mlp_matmul", "cnn", "transformer"])
@@ -78,7 +60,7 @@ def test_gemm_plans_capture_and_replay_as_cuda_graphs(fake, name):
         fn(bufs, stream)
     assert fn.capture_error is None
     assert any(not isinstance(v, str) for v in fn._graphs.values())
-    got = _download(dev, stream, bufs[len(ins):], outs)
+    got = download(dev, stream, bufs[len(ins):], outs)
     for g, r in zip(got, onnxruntime_outputs(model, feeds)):
         np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-5)
     # new inputs at the same addresses, outputs poisoned: one replay recomputes everything
@@ -90,7 +72,7 @@ def test_gemm_plans_capture_and_replay_as_cuda_graphs(fake, name):
     stream.sync()
     gemms = fake.gemms
     fn(bufs, stream)
-    got = _download(dev, stream, bufs[len(ins):], outs)
+    got = download(dev, stream, bufs[len(ins):], outs)
     assert fake.gemms > gemms
     for g, r in zip(got, onnxruntime_outputs(model, feeds2)):
         np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-5)
@@ -166,7 +148,7 @@ def test_transpose_loops_over_a_capped_grid(fake, monkeypatch, shape):
     stream = dev.create_stream()
     feeds, bufs = _upload(dev, stream, model, ins, outs)
     mod.get_function("gpu_0").run(bufs, stream)
-    got = _download(dev, stream, bufs[len(ins):], outs)
+    got = download(dev, stream, bufs[len(ins):], outs)
     np.testing.assert_array_equal(got[0], onnxruntime_outputs(model, feeds)[0])
 
 
