@@ -135,7 +135,13 @@ def suite(dry):
     if dry:
         args = ["test/accelerators/gpu/test_gpu_device.py", "-k", "mlp"]
     else:
-        args = ["test/accelerators/gpu"]
+        # (not test_device_script.py: that is this script's own dry run)
+        args = ["test/accelerators/gpu", "--ignore=test/accelerators/gpu/test_device_script.py"]
+        try:
+            import xdist  # noqa: F401  (the emulated numerics are CPU-bound: use the machine's cores)
+            args += ["-n", str(min(8, os.cpu_count() or 2))]
+        except ImportError:
+            pass
     rc, last = _pytest(args)
     summary(f"gpu suite ({' '.join(args)}): {last}")
     status |= rc != 0
@@ -192,7 +198,13 @@ def main(argv):
         return 0
     dry = "--dry-run" in rest
     os.makedirs(OUT, exist_ok=True)
-    return {"probe": probe, "suite": suite, "bench": bench, "nodes": nodes}[phase](dry)
+    try:
+        return {"probe": probe, "suite": suite, "bench": bench, "nodes": nodes}[phase](dry)
+    except Exception as e:  # noqa: BLE001 - the table says why; the log has the traceback
+        import traceback
+        traceback.print_exc()
+        summary(f"{phase} failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:160])
+        return 1
 
 
 if __name__ == "__main__":

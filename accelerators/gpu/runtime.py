@@ -104,14 +104,11 @@ _CUBLAS_LIB = []
 
 
 def _libcublas():
-    """libcublas as ctypes, the copy cupy loaded (importing cupy's cublas
-    module loads it): found in /proc/self/maps, else by soname."""
+    """libcublas as ctypes, the copy cupy loaded: found in /proc/self/maps,
+    else by soname."""
     if _CUBLAS_LIB:
         return _CUBLAS_LIB[0]
-    try:
-        from cupy_backends.cuda.libs import cublas  # noqa: F401  (loads libcublas)
-    except ImportError:
-        from cupy.cuda import cublas  # noqa: F401
+    _cupy().cuda.device.get_cublas_handle()  # creating cupy's handle loads libcublas, however cupy binds it
     paths = []
     try:
         with open("/proc/self/maps") as f:
