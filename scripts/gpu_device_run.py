@@ -6,7 +6,8 @@
 Each phase writes its full log to stdout (the shell script sends it to
 $OUT/<phase>.log) and its summary lines, prefixed "SUMMARY ", for the table.
 `--dry-run` runs the same phases on smaller sets, for the fake cupy that the
-shell script's --dry-run puts in every process (test/accelerators/gpu/fake_site)."""
+shell script's --dry-run puts in every process (TCC_FAKE_CUPY=1, read by the
+layout's sitecustomize)."""
 from __future__ import annotations
 
 import os
@@ -26,7 +27,7 @@ def layout(site):
     """DIR/tcc: a folder of links onto the tree's packages (tcc/, driver/,
     dialects/, runtime/, accelerators/, as setup.py maps them), and a
     dist-info with the entry points, so `import tcc` and the accelerator
-    plugins work from PYTHONPATH=DIR without pip or setuptools."""
+    plugins work from PYTHONPATH=DIR without pip or setuptools (see SITECUSTOMIZE)."""
     import re
     pkg = os.path.join(site, "tcc")
     os.makedirs(pkg, exist_ok=True)
@@ -56,7 +57,36 @@ def layout(site):
     with open(os.path.join(info, "entry_points.txt"), "w") as f:
         for group, lines in sections.items():
             f.write(f"[{group}]\n" + "\n".join(lines) + "\n\n")
+    with open(os.path.join(site, "sitecustomize.py"), "w") as f:
+        f.write(SITECUSTOMIZE.format(site=site, root=ROOT))
     print(f"tcc {version} laid out in {site} (entry points: {', '.join(sections)})")
+
+
+# Python runs this at start-up in every process with DIR on PYTHONPATH. The finder
+# makes `import tcc` mean DIR/tcc even where the tree's root comes first on sys.path
+# (python -m pytest from the root, pytest's rootdir insertion), whose bare tcc/
+# folder lacks the subpackages. TCC_FAKE_CUPY=1 (the dry run) installs the fake cupy.
+SITECUSTOMIZE = """# written by scripts/gpu_device_run.py layout
+import importlib.machinery
+import os
+import sys
+
+
+class _TccFinder:
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name == "tcc":
+            return importlib.machinery.PathFinder.find_spec(name, [{site!r}])
+        return None
+
+
+sys.meta_path.insert(0, _TccFinder)
+if os.environ.get("TCC_FAKE_CUPY") == "1":
+    sys.path.insert(0, {root!r})  # the tree's test package, not the standard library's
+    from test.accelerators.gpu import fake_cupy
+
+    fake_cupy.install()
+"""
 
 
 def _link(src, dst):

@@ -64,10 +64,7 @@ except Exception: print('')" "$dist" 2>/dev/null)
   fi
 done
 export PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH}
-if [ -n "$DRY" ]; then
-  export TCC_FAKE_CUPY=1 TCC_FAKE_CUPY_ROOT=$ROOT
-  export PYTHONPATH=$ROOT/test/accelerators/gpu/fake_site:$PYTHONPATH
-fi
+[ -n "$DRY" ] && export TCC_FAKE_CUPY=1  # the layout's sitecustomize installs the fake cupy
 export TCC_CACHE_DIR=${TCC_CACHE_DIR:-$WORK/cache}
 say "carried wheels unpacked:${CARRIED:- none needed}"
 if command -v gcc >/dev/null || command -v cc >/dev/null; then
