@@ -84,7 +84,8 @@ phase() {  # name budget-seconds
   [ "$budget" -gt "$left" ] && budget=$left
   if [ "$budget" -lt 10 ]; then say "[$name] SKIPPED: out of time"; STATUS=1; return; fi
   t0=$(date +%s)
-  timeout -k 5 "$budget" "$PY" scripts/gpu_device_run.py "$name" $DRY > "$OUT/$name.log" 2>&1
+  TCC_PHASE_BUDGET=$budget timeout -k 5 "$budget" "$PY" scripts/gpu_device_run.py "$name" $DRY \
+    > "$OUT/$name.log" 2>&1
   rc=$?
   local verdict="ok"
   [ $rc -ne 0 ] && verdict="FAILED rc=$rc" && STATUS=1
@@ -95,7 +96,7 @@ phase() {  # name budget-seconds
 phase probe 45
 phase suite 200
 phase bench 150
-phase nodes 120
+phase nodes 400   # whatever time is left (capped by TOTAL)
 say "total $(( $(date +%s) - START ))s, status $STATUS"
 head -40 "$SUMMARY"
 rm -rf "$WORK"
