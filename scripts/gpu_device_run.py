@@ -204,8 +204,8 @@ def bench(dry):
 
 def nodes(dry):
     """The ONNX node tests with --maccel gpu and forced placement, the ops the
-    gpu claims first (single-op cases before `_expanded` ones), in batches
-    until the phase's time budget (TCC_PHASE_BUDGET seconds) is nearly spent:
+    gpu claims first (single-op cases before `_expanded` ones), until the
+    phase's time budget (TCC_PHASE_BUDGET seconds) is nearly spent:
     the whole suite takes longer than one run allows, so the table says how
     many cases ran."""
     os.environ["TCC_GPU_CONFORMANCE"] = "1"  # every supported op on the gpu, however small
@@ -219,12 +219,7 @@ def nodes(dry):
         names = [n for n in names if "test_relu" in n]
     names.sort(key=lambda n: ("onnx." + node_report.op_of(n) not in COMMON, n.endswith("_expanded"), n))
     jobs = min(8, os.cpu_count() or 2)
-    results = {}
-    step = 4 * jobs
-    for i in range(0, len(names), step):
-        if time.time() - t0 > budget - 45:  # leave time for a last batch and the report
-            break
-        results.update(node_report.run_all(names[i:i + step], ("gpu",), jobs, chunk=4, case_timeout=60))
+    results = _node_workers(names, jobs, t0 + budget - 20)
     table, total = node_report.scoreboard(results)
     print(table)
     for n in sorted(results):
@@ -236,7 +231,48 @@ def nodes(dry):
             f"{total['crashed']} crashed")
     for n in bad[:5]:
         summary(f"  {results[n][0]} {n}: {results[n][1]}"[:150])
-    return 1 if bad else 0
+    return 1 if bad or not results else 0
+
+
+def _node_workers(names, jobs, deadline):
+    """{name: (status, detail)} from node_report's worker processes (each
+    generates the cases once: ~60 s here), fed round-robin so the first names
+    run first, until `deadline`; a worker that dies costs the case it was on."""
+    import json
+    import selectors
+    results, sel = {}, selectors.DefaultSelector()
+    queues = [names[k::jobs] for k in range(jobs)]
+
+    def start(batch):
+        p = subprocess.Popen([sys.executable, "-m", "tcc.node_report", "--worker", "gpu", *batch],
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        sel.register(p.stdout, selectors.EVENT_READ, [p, list(batch)])
+    for q in queues:
+        if q:
+            start(q)
+    while sel.get_map() and time.time() < deadline:
+        for key, _ in sel.select(timeout=min(5.0, max(0.1, deadline - time.time()))):
+            p, left = key.data
+            line = key.fileobj.readline()
+            if line:
+                try:
+                    r = json.loads(line)
+                except ValueError:
+                    continue
+                results[r["name"]] = (r["status"], r["detail"])
+                if r["name"] in left:
+                    left.remove(r["name"])
+                continue
+            sel.unregister(key.fileobj)
+            p.wait()
+            if left:  # it died on left[0]
+                results[left[0]] = ("crashed", f"worker died (exit {p.returncode})")
+                if left[1:]:
+                    start(left[1:])
+    for key in list(sel.get_map().values()):
+        key.data[0].kill()
+        key.data[0].wait()
+    return results
 
 
 def main(argv):
