@@ -66,12 +66,22 @@ bench: install
 clean:
 	rm -rf $(VENV) build *.egg-info
 
-# GPU: the gpu suite, the conformance kit on gpu:0, node tests with --maccel=gpu
-# (test-gpu), and the GPU benchmarks vs torch eager / copy bandwidth (bench-gpu).
-.PHONY: test-gpu bench-gpu
+# GPU: scripts/gpu_device_run.sh runs everything GPU-side in one process tree of at
+# most 9 minutes (probe, the gpu suite + the device conformance kit on gpu:0, the
+# benchmarks vs torch eager / torch.compile / copy bandwidth, the node tests with
+# forced placement), installing nothing; test-gpu runs it here, bench-gpu the
+# benchmarks alone. gpu-wheels fetches the cp312 wheels it carries to a GPU machine
+# that lacks these packages (the versions CI pins) into wheels/cp312 (~58 MiB).
+.PHONY: test-gpu bench-gpu gpu-wheels
 test-gpu: install
-	PY=$(PY) $(PY) -m pytest -q -rs test/accelerators/gpu
-	PY=$(PY) bash scripts/gpu_check.sh
+	PY=$(PY) bash scripts/gpu_device_run.sh
 
 bench-gpu: install
 	$(PY) bench/bench_gpu.py
+
+GPU_WHEELS := llvmlite click pluggy ml_dtypes
+gpu-wheels: $(VENV)/.installed
+	$(PIP) download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+	  --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
+	  --platform manylinux2014_x86_64 -d wheels/cp312 \
+	  $(foreach p,$(GPU_WHEELS),$(shell grep -i '^$(p)==' requirements-ci.txt))

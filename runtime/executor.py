@@ -217,13 +217,20 @@ class PlanSession(SignatureMixin):
             self._host_array(buf, spec.name)[...] = v.numpy()
             where[spec.name] = buf
             return
+        stream = self._stream_of(dev)
+        if v.buffer.ready is not None:  # the producer's work (DLPack stream protocol) comes first
+            stream.wait_event(v.buffer.ready)
         if not v.is_contiguous:
+            if v.buffer.ready is not None:
+                v.buffer.ready.sync()  # the copy below runs on the device's own stream
             v = v.to(dev)  # a contiguous copy on that device
-        if v.byte_offset == 0 and v.buffer.nbytes % self._align[dev] == 0:
+        align = self._align[dev]
+        # Kernels use 16-byte vector loads: a borrowed buffer is used in place only
+        # when its address is aligned too (a slice such as x[1:] often is not).
+        if v.byte_offset == 0 and v.buffer.nbytes % align == 0 and (v.buffer.ptr or 0) % align == 0:
             where[spec.name] = v.buffer
             return
         buf = self._buffer(spec.name, dev)
-        stream = self._stream_of(dev)
         dev.copy_device_to_device(v.buffer, buf, self._nbytes(spec.name), v.byte_offset, 0, stream)
         stream.sync()
         where[spec.name] = buf

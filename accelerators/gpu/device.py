@@ -3,6 +3,11 @@ pinned host memory, non-blocking CUDA streams and events, copies in every
 direction on streams, cross-stream waits, host functions on streams
 (cudaLaunchHostFunc), DLPack import/export. cupy is imported lazily.
 
+A DLPack import asks the producer (torch, cupy) to order its work before a
+stream of ours (`__dlpack__(stream=...)`, which cupy.from_dlpack passes from
+its current stream), records an event there and hands it on as the buffer's
+`ready`: whoever uses the buffer waits on that event, on its own stream.
+
 Host-side copies are staged through pinned memory, so every copy is truly
 asynchronous (a pageable cudaMemcpyAsync may block the caller until the stream
 reaches it, which would deadlock a caller that holds the stream back):
@@ -96,6 +101,12 @@ class GpuDevice(Device):
     def __init__(self, manager, index):
         super().__init__(manager, index)
         self._props = None
+        self._dlpack_stream = None
+
+    def _import_stream(self):
+        if self._dlpack_stream is None:
+            self._dlpack_stream = self.create_stream()
+        return self._dlpack_stream
 
     # attributes
     def props(self):
@@ -225,11 +236,14 @@ class GpuDevice(Device):
 
     def _import_dlpack(self, obj):
         cp = _cupy()
+        stream = self._import_stream()
         try:
-            with cp.cuda.Device(self.index):
+            with cp.cuda.Device(self.index), stream.cs:  # the consumer stream cupy hands the producer
                 arr = cp.from_dlpack(obj)
         except Exception as exc:  # noqa: BLE001
             raise DeviceError(f"{self}: cannot import {type(obj).__name__} via DLPack: {exc}") from exc
+        ready = self.create_event()
+        stream.record_event(ready)
         lo = hi = 0
         if arr.size:
             for n, s in zip(arr.shape, arr.strides):
@@ -237,6 +251,7 @@ class GpuDevice(Device):
                 hi += max(0, (n - 1) * s)
             hi += arr.itemsize
         buf = DeviceBuffer(self, hi - lo, arr, int(arr.data.ptr) + lo, kind="external")
+        buf.ready = ready
         return buf, arr.shape, np.dtype(arr.dtype), arr.strides, -lo
 
 
@@ -244,13 +259,32 @@ class GpuDeviceManager(DeviceManager):
     def _new_device(self, index):
         return GpuDevice(self, index)
 
-    def _device_count(self, primary_device_index):
+    def _probe(self):
+        """(device count, why there is none): cupy missing or broken, or the
+        driver's own error (no driver, too old a driver, no GPU)."""
         try:
-            return int(_cupy().cuda.runtime.getDeviceCount())
+            cp = _cupy()
         except DeviceError:
             raise
-        except Exception:  # noqa: BLE001 - no driver: no devices
-            return 0
+        except Exception as e:  # noqa: BLE001 - GpuUnavailable: says how to install cupy
+            return 0, str(e)
+        try:
+            n = int(cp.cuda.runtime.getDeviceCount())
+        except Exception as e:  # noqa: BLE001 - cupy's CUDARuntimeError names the cause
+            msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+            return 0, (f"cupy {cp.__version__} is installed but CUDA reports {msg} "
+                       "(no NVIDIA driver, a driver older than cupy's CUDA, or no GPU on this machine)")
+        return n, None if n else "the CUDA driver sees no GPU"
+
+    def _device_count(self, primary_device_index):
+        return self._probe()[0]
+
+    def _check_index(self, index):
+        if not isinstance(index, bool) and isinstance(index, int) and index >= 0:
+            n, why = self._probe()
+            if n == 0:
+                raise DeviceError(f"{self.device_type}:{index}: no usable GPU: {why}")
+        super()._check_index(index)
 
 
 class GpuDeviceManagerFactory(DeviceManagerFactory):

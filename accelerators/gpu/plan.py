@@ -33,6 +33,31 @@ def resolve(plan, args, weights, scratch):
     return out
 
 
+# CUDA's limits since compute capability 3.0, used where the device does not say.
+MAX_GRID, MAX_BLOCK, MAX_THREADS = (2 ** 31 - 1, 65535, 65535), (1024, 1024, 64), 1024
+
+
+def check_launch_limits(manifest, max_grid=None, max_block=None, max_threads=None, where="gpu"):
+    """Every kernel step's grid and block within the device's limits, else a
+    one-line error naming the kernel (a launch beyond them fails with
+    cudaErrorInvalidConfiguration, or worse, mid-plan)."""
+    max_grid = tuple(max_grid or MAX_GRID)
+    max_block = tuple(max_block or MAX_BLOCK)
+    max_threads = int(max_threads or MAX_THREADS)
+    for fname, f in manifest["functions"].items():
+        for s in f["steps"]:
+            if s["op"] != "kernel":
+                continue
+            grid, block = tuple(s["grid"]), tuple(s["block"])
+            bad = [f"grid{'xyz'[i]} {g} > {m}" for i, (g, m) in enumerate(zip(grid, max_grid)) if not 1 <= g <= m]
+            bad += [f"block{'xyz'[i]} {b} > {m}" for i, (b, m) in enumerate(zip(block, max_block)) if not 1 <= b <= m]
+            if int(np.prod(block)) > max_threads:
+                bad.append(f"{int(np.prod(block))} threads per block > {max_threads}")
+            if bad:
+                raise ValueError(f"{where}: kernel {s['kernel']} of {fname} cannot launch: {', '.join(bad)} "
+                                 f"(grid {list(grid)}, block {list(block)})")
+
+
 def run_steps(plan, bufs, backend):
     for s in plan["steps"]:
         op = s["op"]

@@ -120,19 +120,28 @@ extern "C" __global__ void __launch_bounds__({nt}) {name}(const float* __restric
 }}
 """
 
+# gridDim.y and .z are capped at 65535 (x at 2^31-1): the row tiles and the batch
+# loop over the grid in y and z, so any shape launches.
+GRID_YZ = 65535
 TRANSPOSE = r"""
 extern "C" __global__ void __launch_bounds__(256) {name}(const float* __restrict__ x, float* __restrict__ y) {{
   __shared__ float tile[32][33];
-  const long long off = (long long)blockIdx.z * {rows} * {cols};
-  const int bx = blockIdx.x * 32, by = blockIdx.y * 32;
-  for (int j = threadIdx.y; j < 32; j += 8) {{
-    const int r = by + j, c = bx + threadIdx.x;
-    if (r < {rows} && c < {cols}) tile[j][threadIdx.x] = x[off + (long long)r * {cols} + c];
-  }}
-  __syncthreads();
-  for (int j = threadIdx.y; j < 32; j += 8) {{
-    const int c = bx + j, r = by + threadIdx.x;
-    if (c < {cols} && r < {rows}) y[off + (long long)c * {rows} + r] = tile[threadIdx.x][j];
+  const int bx = blockIdx.x * 32;
+  for (long long bz = blockIdx.z; bz < {batch}; bz += gridDim.z) {{
+    const long long off = bz * {rows} * {cols};
+    for (long long ty = blockIdx.y; ty < {row_tiles}; ty += gridDim.y) {{
+      const int by = (int)ty * 32;
+      for (int j = threadIdx.y; j < 32; j += 8) {{
+        const int r = by + j, c = bx + threadIdx.x;
+        if (r < {rows} && c < {cols}) tile[j][threadIdx.x] = x[off + (long long)r * {cols} + c];
+      }}
+      __syncthreads();
+      for (int j = threadIdx.y; j < 32; j += 8) {{
+        const int c = bx + j, r = by + threadIdx.x;
+        if (c < {cols} && r < {rows}) y[off + (long long)c * {rows} + r] = tile[threadIdx.x][j];
+      }}
+      __syncthreads();
+    }}
   }}
 }}
 """
@@ -165,8 +174,9 @@ def reduce(name, rows, cols, op):
 
 
 def transpose2d(name, batch, rows, cols):
-    src = TRANSPOSE.format(name=name, rows=rows, cols=cols)
-    return src, ((cols + 31) // 32, (rows + 31) // 32, batch), (32, 8, 1)
+    row_tiles = (rows + 31) // 32
+    src = TRANSPOSE.format(name=name, rows=rows, cols=cols, batch=batch, row_tiles=row_tiles)
+    return src, ((cols + 31) // 32, min(row_tiles, GRID_YZ), min(batch, GRID_YZ)), (32, 8, 1)
 
 
 def _flt(v):

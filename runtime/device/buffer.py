@@ -16,7 +16,7 @@ class DeviceBuffer:
     or any later use raises DeviceError.
     """
 
-    __slots__ = ("device", "nbytes", "kind", "options", "numa_honored", "_handle", "_ptr",
+    __slots__ = ("device", "nbytes", "kind", "options", "numa_honored", "ready", "_handle", "_ptr",
                  "_freed", "_lock", "__weakref__")
 
     def __init__(self, device, nbytes, handle, ptr=None, kind="data", options=None):
@@ -28,6 +28,9 @@ class DeviceBuffer:
         self.options = options
         # None: no NUMA node was requested; True/False: whether the request was honored.
         self.numa_honored = None
+        # An Event that work reading this buffer must wait for (a borrowed buffer's
+        # producer, per the DLPack stream protocol), or None.
+        self.ready = None
         self._handle = handle
         self._ptr = ptr
         self._freed = False

@@ -1,16 +1,12 @@
 """Compiling an ONNX model as one gpu partition through the plugin's hooks,
 and running it on the CPU (the CUDA C compiled as host C++) or checking it
 with nvcc."""
-import os
-
 import numpy as np
 
-os.environ.setdefault("TCC_GPU_COMPILE_ONLY", "1")
-
-from tcc.accelerators.gpu import plugin  # noqa: E402
-from tcc.dialects.ir import attributes as A  # noqa: E402
-from tcc.dialects.init_all import new_context  # noqa: E402
-from tcc.dialects.onnx.importer import import_model  # noqa: E402
+from tcc.accelerators.gpu import plugin
+from tcc.dialects.ir import attributes as A
+from tcc.dialects.init_all import new_context
+from tcc.dialects.onnx.importer import import_model
 
 
 def compile_partition(model, name="gpu_0"):
@@ -52,3 +48,27 @@ def random_inputs(model, seed=0):
         dt = onnx.helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type)
         feeds[i.name] = rng.standard_normal(shape).astype(dt)
     return feeds
+
+
+def device_buffers(dev, stream, feeds, ins, outs):
+    """The inputs uploaded to `dev` (in `ins` order), then one buffer per output."""
+    bufs = []
+    for k in ins:
+        x = np.ascontiguousarray(feeds[k])
+        b = dev.alloc(x.nbytes)
+        dev.copy_host_to_device(x, b, stream=stream)
+        bufs.append(b)
+    for shape, dt in outs:
+        bufs.append(dev.alloc(int(np.prod(shape, dtype=np.int64)) * np.dtype(dt).itemsize))
+    return bufs
+
+
+def download(dev, stream, bufs, outs):
+    """The output buffers as numpy arrays (NaN where a copy did not land)."""
+    res = []
+    for (shape, dt), b in zip(outs, bufs):
+        r = np.full(shape, np.nan, dt)
+        dev.copy_device_to_host(b, r, r.nbytes, stream=stream)
+        res.append(r)
+    stream.sync()
+    return res
