@@ -53,6 +53,38 @@ def write_text(text: str, output: str | None):
     write_bytes(text.encode(), output)
 
 
+# Files written beside an output (IR constants, --emit=lib's weights and index):
+# they too must never be an input.
+_SIDE_FILES = ("", ".resources", ".weights.bin", ".json")
+
+
+def check_output(output, inputs=()):
+    """Refuses, before anything is written, an output path that is empty or
+    that names one of the inputs (also through a symlink, `./` or a hard
+    link: the same file on disk), so a compile never replaces its own model."""
+    if output is None:
+        return
+    output = os.fspath(output)
+    if output == "":
+        raise CLIError("-o: the output path is empty")
+    if output == "-":
+        return
+    for inp in inputs:
+        if inp is None or not isinstance(inp, (str, os.PathLike)) or os.fspath(inp) in ("", "-"):
+            continue
+        inp = os.fspath(inp)
+        for side in _SIDE_FILES:
+            if _same_file(output + side, inp):
+                raise CLIError(f"{output + side}: is the input {inp}; refusing to overwrite it (give another -o)")
+
+
+def _same_file(a, b):
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # either does not exist (yet)
+        return False
+
+
 def _check_writable(output):
     d = os.path.dirname(os.path.abspath(output)) or "."
     if not os.path.isdir(d):

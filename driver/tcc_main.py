@@ -12,7 +12,7 @@ from tcc.dialects.ir import new_context
 
 from . import accelerators as accel
 from .cli_errors import run
-from .io import CLIError, write_ir, write_text
+from .io import CLIError, check_output, write_ir, write_text
 from .options import EMIT_TARGETS, CompileOptions
 from .pipeline import import_and_optimize
 
@@ -50,6 +50,7 @@ def build(argv):
     @click.option("--debug", is_flag=True, help="Show Python tracebacks on errors.")
     def cli(model, maccel, opt_level, emit, output, strict, placement_report, verbose, print_ir_after_all,
             timing, debug, **plugin_opts):
+        check_output(output, [model])
         options = CompileOptions(maccel=list(maccel), opt_level=opt_level, emit=emit, output=output,
                                  strict=strict, verbose=verbose, print_ir_after_all=print_ir_after_all,
                                  timing=timing)
@@ -75,6 +76,7 @@ def build(argv):
             raise CLIError(f"--emit={emit}: host code generation is not part of this build yet") from None
         if options.output is None and emit == "tcc":
             options.output = os.path.splitext(model)[0] + ".tcc"
+            check_output(options.output, [model])  # `tcc m.tcc` would replace its input
         backend.emit(module, ctx, options)
 
     for opt in accel.plugin_click_options(accels):

@@ -11,7 +11,7 @@ from tcc.dialects.ir.errors import VerifyError
 
 from . import accelerators as accel
 from .cli_errors import run
-from .io import read_text, write_ir
+from .io import check_output, read_text, write_ir
 
 
 def build(argv):
@@ -35,6 +35,7 @@ def build(argv):
     @click.option("--debug", is_flag=True, help="Show Python tracebacks on errors.")
     def cli(input, passes, pipeline, output, maccel, list_passes, print_ir_after_all, timing, verify_each,
             resources, allow_unregistered_dialect, debug, **plugin_opts):
+        check_output(output, [input, resources, None if input == "-" else input + ".resources"])
         ctx = accel.setup_context(new_context(), accels)
         accel.configure(accels, plugin_opts)
         ctx.allow_unregistered = allow_unregistered_dialect

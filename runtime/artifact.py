@@ -115,6 +115,9 @@ def write_zip(path, manifest, members: dict, weights_blob: bytes):
         raise ArtifactError(f"{path}: directory {d} does not exist")
     fd, tmp = tempfile.mkstemp(prefix=".tcc-", suffix=".tmp", dir=d)
     try:
+        # mkstemp makes the file 0600; the artifact gets what `cc -o` gives:
+        # 0666 less the umask.
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as f, zipfile.ZipFile(f, "w") as z:
             z.writestr(MANIFEST, json.dumps(manifest, indent=1, sort_keys=True), zipfile.ZIP_DEFLATED)
             for name, data in members.items():
@@ -136,6 +139,21 @@ def write_zip(path, manifest, members: dict, weights_blob: bytes):
             os.unlink(tmp)
         raise
     return path
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it (os.umask sets it, which
+    would race with other threads creating files)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
 
 
 @dataclass

@@ -12,6 +12,7 @@ def compile(model, maccel=(), opt_level=2, output=None):  # noqa: A001 - mirrors
     from tcc.dialects.ir import new_context
     from tcc.driver import accelerators as accel
     from tcc.driver.compile import emit
+    from tcc.driver.io import check_output
     from tcc.driver.options import CompileOptions
     from tcc.driver.pipeline import import_and_optimize
 
@@ -20,7 +21,8 @@ def compile(model, maccel=(), opt_level=2, output=None):  # noqa: A001 - mirrors
             output = os.path.splitext(os.fspath(model))[0] + ".tcc"
         else:
             output = os.path.join(tempfile.mkdtemp(prefix="tcc-"), "model.tcc")
-    maccel = list(maccel)
+    check_output(output, [model])
+    maccel = [maccel] if isinstance(maccel, str) else list(maccel)  # "cpu" is one name, not 'c', 'p', 'u'
     accels = accel.load_accelerators(maccel) if maccel else []
     ctx = accel.setup_context(new_context(), accels, opt_level)
     options = CompileOptions(maccel=maccel, opt_level=opt_level, emit="tcc", output=os.fspath(output))
