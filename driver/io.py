@@ -14,19 +14,20 @@ class CLIError(TccError):
 
 
 def read_text(path: str) -> str:
+    """A file's (or stdin's) text; invalid UTF-8 is an error at file:line:col."""
+    from tcc.dialects.ir.parser import decode_source
     if path == "-":
-        return sys.stdin.read()
+        return decode_source(sys.stdin.buffer.read(), "<stdin>")
     if not os.path.exists(path):
         raise CLIError(f"{path}: no such file")
     if os.path.isdir(path):
         raise CLIError(f"{path}: is a directory")
     try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except UnicodeDecodeError as e:
-        raise CLIError(f"{path}: not a text file ({e.reason} at byte {e.start})") from None
+        with open(path, "rb") as f:
+            data = f.read()
     except OSError as e:
         raise CLIError(f"{path}: cannot read ({e.strerror})") from None
+    return decode_source(data, path)
 
 
 def write_ir(module, output: str | None):

@@ -8,6 +8,7 @@ import click
 
 from tcc.dialects.ir import PassManager, make_pass, new_context, parse_module, parse_pipeline, verify
 from tcc.dialects.ir.errors import VerifyError
+from tcc.dialects.ir.parser import source_position
 
 from . import accelerators as accel
 from .cli_errors import run
@@ -52,11 +53,12 @@ def build(argv):
             pipe.append(make_pass(name.strip(), rest.rstrip("}") if rest else None, ctx))
         filename = "<stdin>" if input == "-" else input
         text = read_text(input)
-        module = parse_module(text, filename, ctx, resources_path=resources)
+        module = parse_module(text, filename, ctx, resources_path=resources, positions=True)
         try:
             verify(module, ctx)
         except VerifyError as e:
-            raise VerifyError(f"{filename}: {e}") from None
+            where = source_position(module, e.op) if e.op is not None else None
+            raise VerifyError(f"{where or filename}: {e}") from None
         pm = PassManager(ctx, pipe, verify_each=verify_each,
                          print_after_all=sys.stderr if print_ir_after_all else None)
         pm.run(module)
