@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 JOBS   ?= 2
 
-.PHONY: install test test-fast bench bench-ir clean native
+.PHONY: install test test-fast bench bench-ir fuzz clean native
 
 $(VENV)/.installed: pyproject.toml setup.py requirements-ci.txt
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,13 @@ runtime/native/libtccrt.so: $(VENV)/.installed $(wildcard runtime/native/*.c run
 
 test: install
 	$(PY) -m pytest -n $(JOBS) test
+
+# The long randomized fuzz run (10 minutes; `make test` runs a bounded,
+# derandomized one and replays test/hostile/fuzz_corpus/). Crashing inputs are
+# saved into that corpus: commit them with the fix.
+FUZZ_SECONDS ?= 600
+fuzz: install
+	$(PY) test/hostile/run_fuzz.py $(FUZZ_SECONDS)
 
 bench-ir: install
 	$(PY) bench/bench_ir.py

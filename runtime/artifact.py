@@ -194,17 +194,28 @@ def _check_manifest(path, m):
     if v != FORMAT_VERSION:
         raise ArtifactError(f"{path}: artifact format version {v!r} is not supported by this tcc "
                             f"(expects {FORMAT_VERSION}); recompile the model")
-    for key in ("signature", "compile", "weights", "plan", "files"):
+    for key, typ in (("signature", dict), ("compile", dict), ("weights", list), ("plan", list), ("files", dict)):
         if key not in m:
             raise _bad(path, f"manifest.json has no '{key}'")
+        if not isinstance(m[key], typ):
+            raise _bad(path, f"manifest.json's '{key}' is not a{'n' if typ is list else ''} {typ.__name__}")
+    target = m["compile"].get("target", {})
+    if not isinstance(target, dict) or not isinstance(target.get("features", []), list) or \
+            not all(isinstance(f, str) for f in target.get("features", [])):
+        raise _bad(path, "manifest.json's compile target is malformed")
     try:
         ins = [TensorSpec.from_json(d) for d in m["signature"]["inputs"]]
         outs = [TensorSpec.from_json(d) for d in m["signature"]["outputs"]]
         for t in ins + outs:
             t.dtype  # noqa: B018 - validates the element name
         for w in m["weights"]:
-            int(w["offset"]), int(w["nbytes"])
-    except (KeyError, TypeError, ValueError) as e:
+            if not (isinstance(w["offset"], int) and isinstance(w["nbytes"], int) and w["offset"] >= 0
+                    and w["nbytes"] >= 0):
+                raise ValueError(f"weight {w.get('name')!r} has a bad offset or size")
+        for t in ins + outs:
+            if any(d < 0 for d in t.shape):
+                raise ValueError(f"{t.name!r} has a negative dimension")
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as e:
         raise _bad(path, f"malformed signature or weights index: {e}") from None
     return ins, outs
 

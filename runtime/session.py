@@ -253,10 +253,22 @@ def load(path):
     from .plan_artifact import is_plan
     from .specialize import is_specializing
     art = read_artifact(path)
-    if is_specializing(art.manifest):
-        from .specialize import SpecializingSession
-        return SpecializingSession(art)
-    if is_plan(art.manifest):
-        from .executor import PlanSession
-        return PlanSession(art)
-    return Session(path, art)
+    try:
+        if is_specializing(art.manifest):
+            from .specialize import SpecializingSession
+            return SpecializingSession(art)
+        if is_plan(art.manifest):
+            from .executor import PlanSession
+            return PlanSession(art)
+        return Session(path, art)
+    except MemoryError:
+        from .artifact import ArtifactError
+        raise ArtifactError(f"{art.path}: cannot allocate the memory the artifact asks for (workspace "
+                            f"{art.manifest['compile'].get('workspace_bytes', '?')} bytes)") from None
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError) as e:
+        # read_artifact checks the manifest's common fields; what a session
+        # kind reads beyond them (plan steps, specialization info) is checked
+        # here: any of it malformed makes an invalid artifact, not a crash.
+        from .artifact import ArtifactError
+        raise ArtifactError(f"{art.path}: not a valid tcc artifact (malformed manifest: "
+                            f"{type(e).__name__}: {e})") from None

@@ -159,7 +159,13 @@ def import_model(model, where=None, check=True, lowered=None) -> Module:
             expanded = expand_functions(model, lowered)
             if expanded is not None:
                 model = check_and_infer(expanded, where)
-    return _Importer(model, where).run()
+    try:
+        return _Importer(model, where).run()
+    except ValueError as e:
+        # what onnx's checker lets through but cannot be imported: an unknown
+        # element type in a value_info, initializer bytes that do not fit
+        # their dims, ... (found by fuzzing, test/hostile/fuzz_corpus/onnx)
+        raise ImportError_(f"{where}: invalid model: {' '.join(str(e).split())[:300]}") from None
 
 
 class _Importer:
