@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 JOBS   ?= 2
 
-.PHONY: install test test-fast bench bench-ir fuzz clean native
+.PHONY: install test test-fast bench bench-ir bench-soak fuzz clean native
 
 $(VENV)/.installed: pyproject.toml setup.py requirements-ci.txt
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +41,11 @@ fuzz: install
 
 bench-ir: install
 	$(PY) bench/bench_ir.py
+
+# Load and soak: 10,000 runs with flat RSS, threads and sessions sharing an
+# artifact, racing compiles to one path, artifacts deleted under a session.
+bench-soak: install
+	$(PY) bench/bench_soak.py
 
 bench: install
 	$(PY) bench/bench_ir.py
