@@ -565,21 +565,10 @@ class Parser:
         self.expect("@", "and the function's name")
         attrs["sym_name"] = A.StringAttr(self._symbol_name())
         self.expect("(", "and the argument list")
-        names, arg_types, arg_attrs = [], [], []
-        if not self.accept(")"):
-            while True:
-                pos = self.p
-                m = self.match(_VALUE_DEF)
-                if not m:
-                    self.error(f"expected an argument '%name: type', found {self.found()}")
-                names.append((m.group(1), pos))
-                self.expect(":", "and the argument's type")
-                arg_types.append(self.type())
-                arg_attrs.append(self.attr_dict() if self.peek("{") else {})
-                self.location()
-                if self.accept(")"):
-                    break
-                self.expect(",", "or ')' in the argument list")
+        args = self._typed_args("an argument", "the argument list")
+        names = [(n, pos) for n, pos, _, _ in args]
+        arg_types = [t for _, _, t, _ in args]
+        arg_attrs = [a for _, _, _, a in args]
         res_types, res_attrs = [], []
         if self.accept("->"):
             if self.accept("("):
@@ -612,6 +601,26 @@ class Parser:
             regions.append(self.region(entry))
             self.scopes.pop()
         return Operation("func.func", [], [], attrs, regions, self.location())
+
+    def _typed_args(self, what, where):
+        """`%name: type [{attrs}] [loc(...)], ...)` after an open '(' (block
+        and function arguments): [(name, offset, type, attrs)]."""
+        out = []
+        if self.accept(")"):
+            return out
+        while True:
+            pos = self.p
+            m = self.match(_VALUE_DEF)
+            if not m:
+                self.error(f"expected {what} '%name: type', found {self.found()}")
+            self.expect(":", f"and the type of {what}")
+            t = self.type()
+            attrs = self.attr_dict() if self.peek("{") else {}
+            self.location()
+            out.append((m.group(1), pos, t, attrs))
+            if self.accept(")"):
+                return out
+            self.expect(",", f"or ')' in {where}")
 
     def _pretty_return(self):
         """`return %a, %b : type, type` (func.return)."""
@@ -671,17 +680,8 @@ class Parser:
                 self.match(_BLOCK_LABEL)
                 block = region.add_block(Block())
                 if self.accept("("):
-                    if not self.accept(")"):
-                        while True:
-                            pos = self.p
-                            m = self.match(_VALUE_DEF)
-                            if not m:
-                                self.error(f"expected a block argument, found {self.found()}")
-                            self.expect(":")
-                            self.define(m.group(1), block.add_arg(self.type()), pos)
-                            if self.accept(")"):
-                                break
-                            self.expect(",", "or ')' in block arguments")
+                    for name, pos, t, _ in self._typed_args("a block argument", "block arguments"):
+                        self.define(name, block.add_arg(t), pos)
                 self.expect(":", "after block label")
                 continue
             if block is None:
