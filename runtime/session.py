@@ -22,7 +22,7 @@ import numpy as np
 
 from tcc.dialects.ir.errors import TccError
 
-from .artifact import read_artifact
+from .artifact import ArtifactError, read_artifact
 
 ALIGN = 64
 _ENTRY_T = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
@@ -262,13 +262,11 @@ def load(path):
             return PlanSession(art)
         return Session(path, art)
     except MemoryError:
-        from .artifact import ArtifactError
         raise ArtifactError(f"{art.path}: cannot allocate the memory the artifact asks for (workspace "
                             f"{art.manifest['compile'].get('workspace_bytes', '?')} bytes)") from None
     except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError) as e:
         # read_artifact checks the manifest's common fields; what a session
         # kind reads beyond them (plan steps, specialization info) is checked
         # here: any of it malformed makes an invalid artifact, not a crash.
-        from .artifact import ArtifactError
         raise ArtifactError(f"{art.path}: not a valid tcc artifact (malformed manifest: "
                             f"{type(e).__name__}: {e})") from None
