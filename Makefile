@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 JOBS   ?= 2
 
-.PHONY: install test test-fast test-ordered test-isas bench bench-ir clean native
+.PHONY: install test test-fast test-ordered test-isas bench bench-ir bench-soak fuzz clean native
 
 $(VENV)/.installed: pyproject.toml setup.py requirements-ci.txt
 	$(PYTHON) -m venv $(VENV)
@@ -55,8 +55,20 @@ test-isas: install
 	  echo "== TCC_CPU_ISA=$$isa"; TCC_CPU_ISA=$$isa $(PY) -m pytest -n $(JOBS) -rs test/accelerators/cpu || exit 1; \
 	done
 
+# The long randomized fuzz run (10 minutes; `make test` runs a bounded,
+# derandomized one and replays test/hostile/fuzz_corpus/). Crashing inputs are
+# saved into that corpus: commit them with the fix.
+FUZZ_SECONDS ?= 600
+fuzz: install
+	$(PY) test/hostile/run_fuzz.py $(FUZZ_SECONDS)
+
 bench-ir: install
 	$(PY) bench/bench_ir.py
+
+# Load and soak: 10,000 runs with flat RSS, threads and sessions sharing an
+# artifact, racing compiles to one path, artifacts deleted under a session.
+bench-soak: install
+	$(PY) bench/bench_soak.py
 
 bench: install
 	$(PY) bench/bench_ir.py

@@ -128,6 +128,8 @@ def compile_host(module, pipeline, stop_at=None):
         return mod
     t0 = time.perf_counter()
     obj = emit_object(mod, opt)
+    from tcc.dialects.conversions.loop_to_native.target import check_symbols
+    check_symbols(obj)  # an unresolved symbol is a compile error, never a call to address 0
     seconds["llvm_codegen"] = time.perf_counter() - t0
     return HostCode(obj, low, names, onnx_stats, seconds)
 

@@ -10,7 +10,7 @@ import click
 
 from . import accelerators as accel
 from .cli_errors import run
-from .io import write_ir, write_text
+from .io import CLIError, check_output, write_ir, write_text
 from .options import EMIT_TARGETS, CompileOptions
 from .pipeline import CompilePipeline
 
@@ -52,6 +52,7 @@ def build(argv):
     @click.option("--debug", is_flag=True, help="Show Python tracebacks on errors.")
     def cli(model, maccel, opt_level, emit, output, strict, placement_report, verbose, print_ir_after_all,
             timing, debug, **plugin_opts):
+        check_output(output, [model])
         options = CompileOptions(maccel=[a.name for a in accels], opt_level=opt_level, emit=emit, output=output,
                                  strict=strict, verbose=verbose, print_ir_after_all=print_ir_after_all,
                                  timing=timing, accel_options=accel.plugin_option_values(accels, plugin_opts))
@@ -72,6 +73,7 @@ def build(argv):
             return
         if options.output is None and emit == "tcc":
             options.output = os.path.splitext(model)[0] + ".tcc"
+            check_output(options.output, [model])  # `tcc m.tcc` would replace its input
         pipeline.emit(module)
 
     for opt in accel.plugin_click_options(accels):

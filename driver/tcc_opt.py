@@ -9,10 +9,11 @@ import click
 from tcc.dialects.ir import PassManager, make_pass, parse_module, parse_pipeline, verify
 from tcc.dialects.init_all import new_context
 from tcc.dialects.ir.errors import VerifyError
+from tcc.dialects.ir.parser import source_position
 
 from . import accelerators as accel
 from .cli_errors import run
-from .io import read_text, write_ir
+from .io import check_output, read_text, write_ir
 
 
 def build(argv):
@@ -36,6 +37,7 @@ def build(argv):
     @click.option("--debug", is_flag=True, help="Show Python tracebacks on errors.")
     def cli(input, passes, pipeline, output, maccel, list_passes, print_ir_after_all, timing, verify_each,
             resources, allow_unregistered_dialect, debug, **plugin_opts):
+        check_output(output, [input, resources, None if input == "-" else input + ".resources"])
         ctx = accel.setup_context(new_context(), accels)
         accel.configure(accels, accel.plugin_option_values(accels, plugin_opts))
         ctx.allow_unregistered = allow_unregistered_dialect
@@ -52,11 +54,12 @@ def build(argv):
             pipe.append(make_pass(name.strip(), rest.rstrip("}") if rest else None, ctx))
         filename = "<stdin>" if input == "-" else input
         text = read_text(input)
-        module = parse_module(text, filename, ctx, resources_path=resources)
+        module = parse_module(text, filename, ctx, resources_path=resources, positions=True)
         try:
             verify(module, ctx)
         except VerifyError as e:
-            raise VerifyError(f"{filename}: {e}") from None
+            where = source_position(module, e.op) if e.op is not None else None
+            raise VerifyError(f"{where or filename}: {e}") from None
         pm = PassManager(ctx, pipe, verify_each=verify_each,
                          print_after_all=sys.stderr if print_ir_after_all else None)
         pm.run(module)

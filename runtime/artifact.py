@@ -14,7 +14,11 @@
 Writing is atomic (a temp file beside the target, then rename). Reading checks
 the manifest's shape and version, each member's size and hash, and that this
 CPU has the features the code needs; members are only ever read by their
-fixed names (nothing is extracted by a path taken from the archive)."""
+fixed names (nothing is extracted by a path taken from the archive). A
+hostile file cannot hurt the loader: a member with an absolute or `..` name,
+a duplicate, or one the manifest does not list is refused, and every
+member's inflated size is bounded from the central directory and again while
+it is read (MANIFEST_CAP, DEFLATED_CAP)."""
 from __future__ import annotations
 
 import hashlib
@@ -22,6 +26,7 @@ import json
 import os
 import tempfile
 import zipfile
+import zlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -115,6 +120,9 @@ def write_zip(path, manifest, members: dict, weights_blob: bytes):
         raise ArtifactError(f"{path}: directory {d} does not exist")
     fd, tmp = tempfile.mkstemp(prefix=".tcc-", suffix=".tmp", dir=d)
     try:
+        # mkstemp makes the file 0600; the artifact gets what `cc -o` gives:
+        # 0666 less the umask.
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as f, zipfile.ZipFile(f, "w") as z:
             z.writestr(MANIFEST, json.dumps(manifest, indent=1, sort_keys=True), zipfile.ZIP_DEFLATED)
             for name, data in members.items():
@@ -136,6 +144,21 @@ def write_zip(path, manifest, members: dict, weights_blob: bytes):
             os.unlink(tmp)
         raise
     return path
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it (os.umask sets it, which
+    would race with other threads creating files)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
 
 
 @dataclass
@@ -171,17 +194,25 @@ def _check_manifest(path, m):
     if v != FORMAT_VERSION:
         raise ArtifactError(f"{path}: artifact format version {v!r} is not supported by this tcc "
                             f"(expects {FORMAT_VERSION}); recompile the model")
-    for key in ("signature", "compile", "weights", "plan", "files"):
+    for key, typ in (("signature", dict), ("compile", dict), ("weights", list), ("plan", list), ("files", dict)):
         if key not in m:
             raise _bad(path, f"manifest.json has no '{key}'")
+        if not isinstance(m[key], typ):
+            raise _bad(path, f"manifest.json's '{key}' is not a{'n' if typ is list else ''} {typ.__name__}")
+    target = m["compile"].get("target", {})
+    if not isinstance(target, dict) or not isinstance(target.get("features", []), list) or \
+            not all(isinstance(f, str) for f in target.get("features", [])):
+        raise _bad(path, "manifest.json's compile target is malformed")
     try:
         ins = [TensorSpec.from_json(d) for d in m["signature"]["inputs"]]
         outs = [TensorSpec.from_json(d) for d in m["signature"]["outputs"]]
         for t in ins + outs:
             t.dtype  # noqa: B018 - validates the element name
         for w in m["weights"]:
-            int(w["offset"]), int(w["nbytes"])
-    except (KeyError, TypeError, ValueError) as e:
+            if not (isinstance(w["offset"], int) and isinstance(w["nbytes"], int) and w["offset"] >= 0
+                    and w["nbytes"] >= 0):
+                raise ValueError(f"weight {w.get('name')!r} has a bad offset or size")
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as e:
         raise _bad(path, f"malformed signature or weights index: {e}") from None
     return ins, outs
 
@@ -199,29 +230,92 @@ def check_cpu(path, manifest, host_features=None):
                             "recompile it here")
 
 
+# Bounds on what a (possibly hostile) artifact can make the loader inflate into
+# memory. The writer deflates only members up to STORE_ABOVE bytes (the rest
+# are stored, so their size is bounded by the file's); the manifest of a model
+# with 10,000 weights is ~1.5 MB.
+MANIFEST_CAP = 16 << 20
+DEFLATED_CAP = 64 << 20
+MAX_MEMBERS = 4096
+
+
+def _unsafe_name(name: str) -> bool:
+    parts = name.replace("\\", "/").split("/")
+    return (name.startswith(("/", "\\")) or (len(name) > 1 and name[1] == ":") or ".." in parts
+            or "\0" in name or name == "")
+
+
+def _check_members(path, z, file_size):
+    """Every member's name and sizes, from the central directory, before
+    anything is inflated: no absolute or `..` names, no duplicates, no member
+    inflating beyond its cap."""
+    infos = z.infolist()
+    if len(infos) > MAX_MEMBERS:
+        raise _bad(path, f"{len(infos)} zip members (at most {MAX_MEMBERS})")
+    seen = set()
+    for i in infos:
+        n = i.filename
+        if _unsafe_name(n):
+            raise _bad(path, f"member {n!r} has an absolute or '..' name")
+        if n in seen:
+            raise _bad(path, f"member {n!r} appears twice")
+        seen.add(n)
+        if i.compress_type == zipfile.ZIP_STORED:
+            if i.file_size != i.compress_size or i.file_size > file_size:
+                raise _bad(path, f"member {n!r}: stored size {i.file_size} does not fit the file")
+        elif i.file_size > (MANIFEST_CAP if n == MANIFEST else DEFLATED_CAP):
+            raise _bad(path, f"member {n!r} inflates to {i.file_size} bytes (at most "
+                             f"{MANIFEST_CAP if n == MANIFEST else DEFLATED_CAP})")
+    return seen
+
+
+def _read_member(path, z, name, limit):
+    """A member's bytes, read in chunks and stopped past `limit` (the central
+    directory's size, already capped): a lying header cannot inflate more."""
+    chunks, total = [], 0
+    with z.open(name) as f:
+        while True:
+            c = f.read(min(1 << 20, limit + 1 - total))
+            if not c:
+                break
+            chunks.append(c)
+            total += len(c)
+            if total > limit:
+                raise _bad(path, f"member {name!r} inflates beyond its declared {limit} bytes")
+    return b"".join(chunks)
+
+
 def read_artifact(path, host_features=None) -> Artifact:
     path = os.fspath(path)
     if not os.path.exists(path):
         raise ArtifactError(f"{path}: no such file")
     try:
         with zipfile.ZipFile(path) as z:
-            names = set(z.namelist())
+            names = _check_members(path, z, os.path.getsize(path))
             for n in (MANIFEST, WEIGHTS):
                 if n not in names:
                     raise _bad(path, f"missing {n}")
             try:
-                m = json.loads(z.read(MANIFEST).decode("utf-8"))
-            except (UnicodeDecodeError, json.JSONDecodeError) as e:
+                m = json.loads(_read_member(path, z, MANIFEST, z.getinfo(MANIFEST).file_size).decode("utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
                 raise _bad(path, f"manifest.json is not JSON: {e}") from None
             ins, outs = _check_manifest(path, m)
             files = m["files"]
+            if not isinstance(files, dict) or not all(isinstance(v, dict) for v in files.values()):
+                raise _bad(path, "manifest.json's 'files' is not a table of members")
+            unlisted = sorted(names - {MANIFEST} - set(files))
+            if unlisted:
+                raise _bad(path, f"member {unlisted[0]!r} is not listed in the manifest")
             members = {}
             for n, meta in files.items():
                 if n == WEIGHTS:
                     continue
                 if n not in names:
                     raise _bad(path, f"missing {n}")
-                data = z.read(n)
+                size = z.getinfo(n).file_size
+                if size != meta.get("size"):
+                    raise _bad(path, f"{n} is corrupt (size mismatch)")
+                data = _read_member(path, z, n, size)
                 if len(data) != meta.get("size") or _sha(data) != meta.get("sha256"):
                     raise _bad(path, f"{n} is corrupt (size or hash mismatch)")
                 members[n] = data
@@ -245,7 +339,7 @@ def read_artifact(path, host_features=None) -> Artifact:
                     raise _bad(path, "bad zip local header")
                 n, e = int.from_bytes(hdr[26:28], "little"), int.from_bytes(hdr[28:30], "little")
                 data_off = info.header_offset + 30 + n + e
-    except zipfile.BadZipFile as e:
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError, zlib.error) as e:
         raise _bad(path, f"bad zip: {e}") from None
     except OSError as e:
         raise ArtifactError(f"{path}: cannot read ({e.strerror or e})") from None

@@ -17,10 +17,8 @@ def jit_entry(obj: bytes):
     """Host object code -> (MCJIT engine, its tcc_main_graph entry as a ctypes function)."""
     import llvmlite.binding as llvm
 
-    from tcc.dialects.conversions.loop_to_native.target import _init
-    from tcc.runtime import native
-    _init()
-    native.load()
+    from tcc.dialects.conversions.loop_to_native.target import check_symbols
+    check_symbols(obj, "the artifact's host code")  # loads the runtime and helper libraries
     tm = llvm.Target.from_default_triple().create_target_machine(jit=True)
     engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)
     engine.add_object_file(llvm.ObjectFileRef.from_data(obj))

@@ -11,6 +11,7 @@ def compile(model, maccel=(), opt_level=2, output=None, accel_options=None):  # 
     temporary directory for a ModelProto). `accel_options` gives accelerator
     options as the CLI's `--<accel>-<name>` do: {"sim": {"max-rank": 2}}."""
     from tcc.driver import accelerators as accel
+    from tcc.driver.io import check_output
     from tcc.driver.options import CompileOptions
     from tcc.driver.pipeline import CompilePipeline
 
@@ -19,6 +20,8 @@ def compile(model, maccel=(), opt_level=2, output=None, accel_options=None):  # 
             output = os.path.splitext(os.fspath(model))[0] + ".tcc"
         else:
             output = os.path.join(tempfile.mkdtemp(prefix="tcc-"), "model.tcc")
+    check_output(output, [model])
+    maccel = [maccel] if isinstance(maccel, str) else list(maccel)  # "cpu" is one name, not 'c', 'p', 'u'
     maccel = accel.resolve_maccel(maccel)  # maccel=["host"]: the same as (), the host path alone
     options = CompileOptions(maccel=list(maccel), opt_level=opt_level, emit="tcc", output=os.fspath(output),
                              accel_options=dict(accel_options or {}))

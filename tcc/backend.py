@@ -46,7 +46,7 @@ class TccBackend(Backend):
         from tcc import api
         workdir = tempfile.mkdtemp(prefix="tcc-backend-")
         try:
-            path = api.compile(model, maccel=tuple(maccel if maccel is not None else cls.maccel),
+            path = api.compile(model, maccel=maccel if maccel is not None else cls.maccel,
                                opt_level=cls.opt_level if opt_level is None else opt_level,
                                output=os.path.join(workdir, "model.tcc"))
             return TccBackendRep(api.load(path), workdir)

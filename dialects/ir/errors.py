@@ -12,7 +12,7 @@ class IRError(TccError):
 
 class ParseError(IRError):
     def __init__(self, message, filename="<input>", line=0, col=0):
-        self.filename, self.line, self.col = filename, line, col
+        self.filename, self.line, self.col, self.message = filename, line, col, message
         super().__init__(f"{filename}:{line}:{col}: {message}")
 
 

@@ -1,4 +1,5 @@
-"""Parses MLIR's generic op syntax back into IR. A character-level scanner with
+"""Parses MLIR's generic op syntax back into IR, and the pretty forms of
+`module`, `func.func` and `return` as mlir-opt prints them. A character-level scanner with
 precompiled regexes (no token list) keeps 50k-op modules fast; types are
 cached by their text. Errors carry file:line:col."""
 from __future__ import annotations
@@ -6,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import struct
+import weakref
 
 import numpy as np
 
@@ -60,6 +62,7 @@ class Parser:
         self.scopes = [{}]   # name -> Value, one dict per isolated scope
         self.defined = [[]]  # names defined per open region, to forget on exit
         self.known_ops = set()
+        self.starts = None   # op -> offset of its name, when positions are recorded
 
     # -- scanner helpers ---------------------------------------------------------------
     def error(self, msg, pos=None):
@@ -120,6 +123,8 @@ class Parser:
             text = m.group(0)
             t = self._type_cache.get(text)
             if t is None:
+                if m.group(3) != "!onnx.String" and m.group(3) not in SCALARS:
+                    self.error(f"malformed type '{text}' (unknown element type '{m.group(3)}')", p)
                 t = self._shaped(m.group(1), m.group(2), self._element(m.group(3), p))
                 self._type_cache[text] = t
             self.p = m.end()
@@ -162,8 +167,11 @@ class Parser:
                         break
                     shape.append(None if dm.group(1) == "?" else int(dm.group(1)))
                     self.p = dm.end()
-            el = self.type()
-            self.expect(">")
+            try:
+                el = self.type()
+                self.expect(">")
+            except ParseError as e:
+                self.error(f"malformed type '{self._type_text(p)}' ({e.message})", p)
             return (TensorType if word == "tensor" else MemRefType)(shape, el)
         if word == "complex":
             self.p = m.end()
@@ -176,6 +184,17 @@ class Parser:
             self.error(f"unknown type '{word}'")
         self.p = m.end()
         return t
+
+    def _type_text(self, start):
+        """The text of a (malformed) type starting at `start`, for errors: up
+        to its closing '>' on the same line."""
+        s, depth, i = self.s, 0, start
+        while i < len(s) and i - start < 80 and s[i] != "\n":
+            depth += (s[i] == "<") - (s[i] == ">")
+            i += 1
+            if depth == 0 and s[i - 1] == ">":
+                break
+        return s[start:i]
 
     def _shaped(self, kw, dims, el):
         if dims == "*x":
@@ -437,13 +456,27 @@ class Parser:
         self.ws()
         name_pos = self.p
         if not self.s.startswith('"', self.p):
-            self.error(f"expected an operation (generic form: \"dialect.op\"(...)), found {self.found()}")
+            m = _IDENT.match(self.s, self.p)
+            custom = _CUSTOM_FORMS.get(m.group(0)) if m else None
+            if custom is None or (defs and custom != "return"):
+                self.error("expected an operation (generic form \"dialect.op\"(...), or module, func.func, "
+                           f"return), found {self.found()}")
+            if defs:
+                self.error("'return' has no results", start)
+            self.p = m.end()
+            op = getattr(self, custom)()
+            if self.starts is not None:
+                self.starts[op] = name_pos
+            return op
         name = self.string()
         if "." not in name:
             self.error(f"operation name '{name}' has no dialect prefix", name_pos)
         ctx = self.context
         if ctx is not None and not ctx.allow_unregistered and name not in self.known_ops:
             if ctx.lookup(name) is None and name != "builtin.module":
+                dialect = name.split(".", 1)[0]
+                if dialect not in ctx.dialects:
+                    self.error(f"unknown dialect '{dialect}' (in operation '{name}')", name_pos)
                 self.error(f"unknown operation '{name}'", name_pos)
             self.known_ops.add(name)
         self.expect("(")
@@ -491,11 +524,124 @@ class Parser:
                        start)
         loc = self.location()
         op = Operation(name, operands, ft.results, attrs, regions, loc)
+        if self.starts is not None:
+            self.starts[op] = name_pos
         k = 0
         for rname, count, pos in defs:
             self.define(rname, op.results[k] if count == 1 else op.results[k:k + count], pos)
             k += count
         return op
+
+    # -- MLIR's pretty (custom) forms of the builtin ops, as mlir-opt prints them --------
+    def _pretty_module(self):
+        attrs = {}
+        if self.peek("@"):
+            self.p += 1
+            attrs["sym_name"] = A.StringAttr(self._symbol_name())
+        if self.accept("attributes"):
+            attrs.update(self.attr_dict())
+        self.scopes.append({})
+        region = self.region()
+        self.scopes.pop()
+        return Operation("builtin.module", [], [], attrs, [region], self.location())
+
+    def _symbol_name(self):
+        if self.s.startswith('"', self.p):
+            return self.string()
+        m = self.match(_IDENT)
+        if not m:
+            self.error(f"expected a symbol name after '@', found {self.found()}")
+        return m.group(0)
+
+    def _pretty_func(self):
+        """`func.func [private] @name(%a: type {attrs}, ...) -> (type {attrs}, ...)
+        [attributes {...}] { body }`: the same op the generic form spells out."""
+        attrs = {}
+        self.ws()
+        m = re.compile(r"(private|public|nested)\b").match(self.s, self.p)
+        if m:
+            self.p = m.end()
+            attrs["sym_visibility"] = A.StringAttr(m.group(1))
+        self.expect("@", "and the function's name")
+        attrs["sym_name"] = A.StringAttr(self._symbol_name())
+        self.expect("(", "and the argument list")
+        args = self._typed_args("an argument", "the argument list")
+        names = [(n, pos) for n, pos, _, _ in args]
+        arg_types = [t for _, _, t, _ in args]
+        arg_attrs = [a for _, _, _, a in args]
+        res_types, res_attrs = [], []
+        if self.accept("->"):
+            if self.accept("("):
+                if not self.accept(")"):
+                    while True:
+                        res_types.append(self.type())
+                        res_attrs.append(self.attr_dict() if self.peek("{") else {})
+                        if self.accept(")"):
+                            break
+                        self.expect(",", "or ')' in the result list")
+            else:
+                res_types.append(self.type())
+                res_attrs.append({})
+        if self.accept("attributes"):
+            attrs.update(self.attr_dict())
+        attrs["function_type"] = A.TypeAttr(FunctionType(arg_types, res_types))
+        if any(arg_attrs):
+            attrs["arg_attrs"] = A.ArrayAttr([A.DictAttr(d) for d in arg_attrs])
+        if any(res_attrs):
+            attrs["res_attrs"] = A.ArrayAttr([A.DictAttr(d) for d in res_attrs])
+        regions = []
+        if self.peek("{"):
+            entry = Block()
+            scope = {}
+            for (n, pos), t in zip(names, arg_types):
+                if n in scope:
+                    self.error(f"redefinition of SSA value '%{n}'", pos)
+                scope[n] = entry.add_arg(t)
+            self.scopes.append(scope)
+            regions.append(self.region(entry))
+            self.scopes.pop()
+        return Operation("func.func", [], [], attrs, regions, self.location())
+
+    def _typed_args(self, what, where):
+        """`%name: type [{attrs}] [loc(...)], ...)` after an open '(' (block
+        and function arguments): [(name, offset, type, attrs)]."""
+        out = []
+        if self.accept(")"):
+            return out
+        while True:
+            pos = self.p
+            m = self.match(_VALUE_DEF)
+            if not m:
+                self.error(f"expected {what} '%name: type', found {self.found()}")
+            self.expect(":", f"and the type of {what}")
+            t = self.type()
+            attrs = self.attr_dict() if self.peek("{") else {}
+            self.location()
+            out.append((m.group(1), pos, t, attrs))
+            if self.accept(")"):
+                return out
+            self.expect(",", f"or ')' in {where}")
+
+    def _pretty_return(self):
+        """`return %a, %b : type, type` (func.return)."""
+        operands = []
+        self.ws()
+        if self.s.startswith("%", self.p):
+            while True:
+                operands.append(self.use())
+                if not self.accept(","):
+                    break
+            self.expect(":", "and the returned values' types")
+            sig_pos = self.p
+            types = [self.type()]
+            while self.accept(","):
+                types.append(self.type())
+            if len(types) != len(operands):
+                self.error(f"'return' has {len(operands)} operands but lists {len(types)} types", sig_pos)
+            for i, (v, t) in enumerate(zip(operands, types)):
+                if v.type != t:
+                    self.error(f"operand #{i} of 'return' has type {v.type} but the listed type is {t}", sig_pos)
+        return Operation("func.return", operands, [], {}, [], self.location())
 
     def location(self):
         if not self.peek("loc("):
@@ -515,11 +661,15 @@ class Parser:
         self.expect(")")
         return Location(name=s)
 
-    def region(self):
+    def region(self, entry=None):
+        """A region; `entry`, a block whose arguments the caller defined (a
+        pretty-form function's), receives the ops before any block label."""
         self.expect("{")
         region = Region()
         self.defined.append([])
-        block = None
+        block = entry
+        if entry is not None:
+            region.add_block(entry)
         while True:
             self.ws()
             if self.accept("}"):
@@ -530,17 +680,8 @@ class Parser:
                 self.match(_BLOCK_LABEL)
                 block = region.add_block(Block())
                 if self.accept("("):
-                    if not self.accept(")"):
-                        while True:
-                            pos = self.p
-                            m = self.match(_VALUE_DEF)
-                            if not m:
-                                self.error(f"expected a block argument, found {self.found()}")
-                            self.expect(":")
-                            self.define(m.group(1), block.add_arg(self.type()), pos)
-                            if self.accept(")"):
-                                break
-                            self.expect(",", "or ')' in block arguments")
+                    for name, pos, t, _ in self._typed_args("a block argument", "block arguments"):
+                        self.define(name, block.add_arg(t), pos)
                 self.expect(":", "after block label")
                 continue
             if block is None:
@@ -563,6 +704,49 @@ class Parser:
         for op in ops:
             m.body.append(op)
         return m
+
+
+# MLIR's pretty forms tcc reads (it prints the generic form).
+_CUSTOM_FORMS = {"module": "_pretty_module", "builtin.module": "_pretty_module",
+                 "func.func": "_pretty_func", "return": "_pretty_return", "func.return": "_pretty_return"}
+
+
+class _Source:
+    """Where a module's ops were written: the text and each op's offset,
+    turned into line:col only when an error needs it."""
+    __slots__ = ("filename", "text", "starts")
+
+    def __init__(self, filename, text, starts):
+        self.filename, self.text, self.starts = filename, text, starts
+
+
+# module op -> _Source, for modules parsed with positions=True (tcc-opt); weak,
+# so the table dies with the module. Off by default (run-time specialization,
+# the IR benchmark): recording made a 50,000-op parse 1.0-1.1x slower here.
+_SOURCE = weakref.WeakKeyDictionary()
+
+
+def source_position(module, op):
+    """'file:line:col' where `op` was written, when `module` was parsed with
+    positions=True; else None (or an op a pass built)."""
+    src = _SOURCE.get(module.op)
+    pos = None if src is None else src.starts.get(op)
+    if pos is None:
+        return None
+    line = src.text.count("\n", 0, pos) + 1
+    col = pos - (src.text.rfind("\n", 0, pos) + 1) + 1
+    return f"{src.filename}:{line}:{col}"
+
+
+def decode_source(data: bytes, filename: str) -> str:
+    """UTF-8 bytes -> text; invalid UTF-8 is a ParseError at its file:line:col
+    (the column counts bytes)."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        raise ParseError(f"invalid UTF-8 ({e.reason}, byte 0x{data[e.start]:02x})", filename, line, col) from None
 
 
 def _looks_float(text):
@@ -592,16 +776,24 @@ def _flatten(x):
     return [x]
 
 
-def parse_module(text: str, filename="<input>", context=None, resources_path=None) -> Module:
+def parse_module(text: str, filename="<input>", context=None, resources_path=None, positions=False) -> Module:
     """Parses IR text. Constants referenced by `dense_resource<...>` are read
-    from `resources_path`, or from `filename + '.resources'` when it exists."""
+    from `resources_path`, or from `filename + '.resources'` when it exists.
+    With `positions`, each op's file:line:col is kept (`source_position`) for
+    errors found after parsing (the verifier's)."""
     table = ResourceTable()
     path = resources_path or (filename + SUFFIX if filename and not filename.startswith("<") else None)
     if path and os.path.exists(path):
         table.read(path)
     elif resources_path:
         raise ParseError(f"resource file {resources_path} not found", filename, 1, 1)
-    return Parser(text, filename, table, context).module()
+    p = Parser(text, filename, table, context)
+    if positions:
+        p.starts = {}
+    module = p.module()
+    if positions:
+        _SOURCE[module.op] = _Source(filename, text, p.starts)
+    return module
 
 
 def parse_type(text: str):

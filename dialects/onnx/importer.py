@@ -6,10 +6,12 @@ bytes (no Python lists). Node names become locations; subgraphs (If, Loop,
 Scan bodies) become regions ending in `onnx.Yield`."""
 from __future__ import annotations
 
+import functools
 import os
 
 import numpy as np
 import onnx
+import onnx.defs
 import onnx.inliner
 import onnx.shape_inference
 from onnx import numpy_helper
@@ -61,7 +63,37 @@ def _one_line(msg: str) -> str:
     return head
 
 
+@functools.lru_cache(maxsize=None)
+def defined_opsets() -> dict:
+    """domain -> the newest opset version the installed onnx defines."""
+    top = {}
+    for s in onnx.defs.get_all_schemas_with_history():
+        top[s.domain] = max(top.get(s.domain, 0), s.since_version)
+    top[""] = max(top.get("", 0), onnx.defs.onnx_opset_version())
+    return top
+
+
+def _check_opsets_and_outputs(model, where):
+    """Refuses what onnx's checker lets through: an opset import newer than
+    the installed onnx defines (its ops would be checked against older
+    schemas) or not positive, and a graph that declares no outputs (nothing
+    to compute)."""
+    known = defined_opsets()
+    for o in model.opset_import:
+        dom = "" if o.domain == "ai.onnx" else o.domain
+        if o.version < 1:
+            raise ImportError_(f"{where}: invalid model: opset import '{o.domain or 'ai.onnx'}' has version "
+                               f"{o.version} (versions start at 1)")
+        if dom in known and o.version > known[dom]:
+            raise ImportError_(f"{where}: invalid model: opset {o.version} of domain '{o.domain or 'ai.onnx'}' "
+                               f"is newer than the installed onnx {onnx.__version__} defines (up to "
+                               f"{known[dom]})")
+    if not model.graph.output:
+        raise ImportError_(f"{where}: invalid model: graph '{model.graph.name}' declares no outputs")
+
+
 def check_and_infer(model: onnx.ModelProto, where="model") -> onnx.ModelProto:
+    _check_opsets_and_outputs(model, where)
     _check_domains(model, where)
     try:
         onnx.checker.check_model(model)
@@ -127,7 +159,13 @@ def import_model(model, where=None, check=True, lowered=None) -> Module:
             expanded = expand_functions(model, lowered)
             if expanded is not None:
                 model = check_and_infer(expanded, where)
-    return _Importer(model, where).run()
+    try:
+        return _Importer(model, where).run()
+    except ValueError as e:
+        # what onnx's checker lets through but cannot be imported: an unknown
+        # element type in a value_info, initializer bytes that do not fit
+        # their dims, ... (found by fuzzing, test/hostile/fuzz_corpus/onnx)
+        raise ImportError_(f"{where}: invalid model: {' '.join(str(e).split())[:300]}") from None
 
 
 class _Importer:

@@ -48,10 +48,6 @@ PROBE = textwrap.dedent("""
                       "onnxruntime": "onnxruntime" in sys.modules}))
 """)
 
-# Fixed by the JIT change of the "hostile" helper (issue 21): until it is
-# merged, this symbol's absence is expected; any other missing symbol fails.
-KNOWN_UNRESOLVED = {"__truncdfhf2"}
-
 
 @pytest.mark.skipif(shutil.which("nm") is None, reason="needs binutils' nm to list the object's symbols")
 def test_every_symbol_of_compiled_casts_and_math_resolves_in_a_fresh_process():
@@ -62,6 +58,4 @@ def test_every_symbol_of_compiled_casts_and_math_resolves_in_a_fresh_process():
     assert not res["onnxruntime"], "the probe must not import onnxruntime"
     assert "tcc_main_graph" not in res["need"] and res["need"], res["need"]  # nm listed undefined symbols only
     missing = res["missing"]
-    if missing and set(missing) <= KNOWN_UNRESOLVED:
-        pytest.xfail(f"known, fixed in the JIT on another branch: {missing}")
     assert not missing, f"unresolved in a process that imported only tcc: {missing}"

@@ -74,3 +74,65 @@ def optimize(llvm_ir: str, opt_level: int = 3):
 
 def emit_object(mod, opt_level: int = 3) -> bytes:
     return target_machine(opt_level).emit_object(mod)
+
+
+def undefined_symbols(obj: bytes) -> list:
+    """The global symbols an ELF64 relocatable object uses but does not
+    define (weak ones excluded: they may stay 0). Read from the symbol table
+    directly: llvmlite lists an object's sections, not its symbols."""
+    import struct
+    try:
+        if obj[:4] != b"\x7fELF" or obj[4] != 2 or obj[5] != 1:
+            raise ValueError("not a little-endian ELF64 object")
+        shoff, = struct.unpack_from("<Q", obj, 0x28)
+        shentsize, shnum = struct.unpack_from("<HH", obj, 0x3A)
+        secs = [struct.unpack_from("<IIQQQQIIQQ", obj, shoff + i * shentsize) for i in range(shnum)]
+        out = set()
+        for _name, typ, _fl, _addr, off, size, link, _info, _al, ent in secs:
+            if typ != 2:  # SHT_SYMTAB
+                continue
+            stroff, strsize = secs[link][4], secs[link][5]
+            for k in range(size // (ent or 24)):
+                st_name, st_info, _other, shndx = struct.unpack_from("<IBBH", obj, off + k * (ent or 24))
+                if shndx == 0 and st_name and (st_info >> 4) == 1:  # undefined, STB_GLOBAL
+                    if st_name >= strsize:
+                        raise ValueError("symbol name outside the string table")
+                    end = obj.index(b"\0", stroff + st_name)
+                    out.add(obj[stroff + st_name:end].decode("ascii", "replace"))
+        return sorted(out)
+    except (struct.error, IndexError, ValueError, OverflowError) as e:
+        raise NativeCodegenError(f"object code is malformed ({e})") from None
+
+
+@functools.lru_cache(maxsize=None)
+def load_helper_libraries():
+    """Makes every library generated code may call visible to the JIT, by
+    name, whatever else the process loaded: tcc's runtime (thread pool), libm
+    (math) and libgcc_s (LLVM lowers some conversions, e.g. `fptrunc double to
+    half`, to libgcc helpers such as __truncdfhf2 that no other library
+    defines; without this they resolved only when something else, such as
+    onnxruntime, had loaded libgcc_s)."""
+    import ctypes.util
+
+    from tcc.runtime import native
+    _init()
+    native.load()
+    for lib in ("m", "gcc_s"):
+        path = ctypes.util.find_library(lib)
+        if path:
+            try:
+                llvm.load_library_permanently(path)
+            except RuntimeError:
+                pass  # then check_symbols names what stays unresolved
+    return True
+
+
+def check_symbols(obj: bytes, where="the generated code"):
+    """Refuses object code that calls a symbol nothing in this process
+    defines: MCJIT would bind it to address 0 and the first call would kill
+    the process (SIGSEGV) instead of failing here with its name."""
+    load_helper_libraries()
+    missing = [s for s in undefined_symbols(obj) if not llvm.address_of_symbol(s)]
+    if missing:
+        raise NativeCodegenError(f"{where} calls {', '.join(repr(s) for s in missing)}, which no library "
+                                 "loaded by tcc defines (unresolved symbol)")
