@@ -13,7 +13,8 @@ import traceback
 
 
 def _ir(data, tmp):
-    from tcc.dialects.ir import default_context, parse_module, verify
+    from tcc.dialects.init_all import default_context
+    from tcc.dialects.ir import parse_module, verify
     from tcc.dialects.ir.parser import decode_source
     text = decode_source(data, "<fuzz>")
     ctx = default_context()

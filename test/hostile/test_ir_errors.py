@@ -6,7 +6,8 @@ import subprocess
 
 import pytest
 
-from tcc.dialects.ir import default_context, parse_module, print_module
+from tcc.dialects.init_all import default_context
+from tcc.dialects.ir import parse_module, print_module
 from tcc.dialects.ir.errors import ParseError
 
 from ..conftest import assert_one_line_error, run_tool, tool
