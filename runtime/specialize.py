@@ -203,6 +203,7 @@ class SpecializingSession(SignatureMixin):
         from tcc.driver.options import CompileOptions
         from tcc.dialects.ir import PassManager, parse_pipeline
         from tcc.driver.pipeline import graph_pipeline, place
+        from tcc.dialects.transforms.shape_inference import ShapeMismatch
         ctx = new_context()
         if self._maccel:  # placed per shape: placement needs static shapes
             from tcc.accelerators.manager import load_accelerators
@@ -229,7 +230,15 @@ class SpecializingSession(SignatureMixin):
                 for user, idx in list(a.uses):
                     user.set_operand(idx, const.results[0])
         options = CompileOptions(maccel=self._maccel, opt_level=self._opt_level, emit="tcc", output=path)
-        PassManager(ctx, parse_pipeline(graph_pipeline(max(self._opt_level, 1)), ctx)).run(module)
+        # The arguments' new shapes decide every type: dims inferred or declared
+        # for the dynamic graph are forgotten first, then inferred again.
+        pipeline = ("shape-inference{reset=true}," + graph_pipeline(max(self._opt_level, 1)) +
+                    ",shape-inference{strict=true}")
+        try:
+            PassManager(ctx, parse_pipeline(pipeline, ctx)).run(module)
+        except ShapeMismatch as e:
+            given = ", ".join(f"'{t.name}' {list(v.shape)}" for t, v in zip(self._inputs, inputs))
+            raise InputError(f"inputs {given} do not fit the model: {e}") from None
         if self._maccel:
             place(module, ctx, options)
         emit(module, ctx, options)
