@@ -27,6 +27,11 @@ SHAPE_OPERANDS = {"shape", "starts", "ends", "axes", "steps", "pads", "repeats",
                   "sizes", "roi", "depth", "limit", "start", "delta", "num_outputs", "output_shape",
                   "axis", "reduction_axes", "image_shape", "block_shape", "size", "dft_length",
                   "frame_step", "frame_length", "M", "cond"}
+# Ops whose results depend on their operand's shape only, never its values:
+# a chain through them does not make a graph input shape-deciding (before
+# this, every export that reads Shape(input_ids) was specialized on the ids'
+# values: a recompile per new input, the whole model folded to constants).
+VALUE_BLIND = {"onnx.Shape", "onnx.Size"}
 # ConstantOfShape / EyeLike-style ops whose first input is a shape.
 SHAPE_FIRST_INPUT = {"onnx.ConstantOfShape"}
 
@@ -67,7 +72,8 @@ def shape_operand_args(module):
                 if _decides_shape(user, idx):
                     out.add(i)
                     break
-                if user in seen or not user.results or not all(_shape_like(r) for r in user.results):
+                if user.name in VALUE_BLIND or user in seen or not user.results or \
+                        not all(_shape_like(r) for r in user.results):
                     continue
                 seen.add(user)
                 todo.extend(user.results)
