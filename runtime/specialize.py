@@ -84,7 +84,8 @@ def needs_specialization(module):
     func = module.lookup_function("main_graph")
     args = func.regions[0].blocks[0].args
     dynamic = any(not getattr(a.type, "has_static_shape", True) for a in args)
-    return dynamic or bool(shape_operand_args(module))
+    from .staged import first_data_dependent  # static inputs, data-dependent shapes (NonZero...)
+    return dynamic or bool(shape_operand_args(module)) or first_data_dependent(module) is not None
 
 
 def write_specializing_artifact(path, module, options):
@@ -195,13 +196,21 @@ class SpecializingSession(SignatureMixin):
                 sess = None  # stale or corrupt: compile again
         if sess is None:
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            self._compile(inputs, path)
-            sess = load(path)
+            sess = self._compile(inputs, path) or load(path)  # a StagedRun, or the compiled file
         self._cache[key] = sess
         return sess
 
+    def _new_context(self):
+        from tcc.dialects.ir import new_context
+        ctx = new_context()
+        if self._maccel:  # placed per shape: placement needs static shapes
+            from tcc.accelerators.manager import load_accelerators
+            from tcc.driver.accelerators import setup_context
+            ctx = setup_context(ctx, load_accelerators(self._maccel), self._opt_level)
+        return ctx
+
     def _compile(self, inputs, path):
-        from tcc.dialects.ir import new_context, parse_module
+        from tcc.dialects.ir import parse_module
         from tcc.dialects.ir import attributes as A
         from tcc.dialects.ir.core import Operation
         from tcc.dialects.ir.types import TensorType
@@ -210,11 +219,7 @@ class SpecializingSession(SignatureMixin):
         from tcc.dialects.ir import PassManager, parse_pipeline
         from tcc.driver.pipeline import graph_pipeline, place
         from tcc.dialects.transforms.shape_inference import ShapeMismatch
-        ctx = new_context()
-        if self._maccel:  # placed per shape: placement needs static shapes
-            from tcc.accelerators.manager import load_accelerators
-            from tcc.driver.accelerators import setup_context
-            ctx = setup_context(ctx, load_accelerators(self._maccel), self._opt_level)
+        ctx = self._new_context()
         with tempfile.TemporaryDirectory(prefix="tcc-spec-") as d:
             ir_path = os.path.join(d, IR_MEMBER)
             with open(ir_path, "w") as f:
@@ -245,6 +250,10 @@ class SpecializingSession(SignatureMixin):
         except ShapeMismatch as e:
             given = ", ".join(f"'{t.name}' {list(v.shape)}" for t, v in zip(self._inputs, inputs))
             raise InputError(f"inputs {given} do not fit the model: {e}") from None
+        from .staged import StagedRun, first_data_dependent
+        cut = first_data_dependent(module)
+        if cut is not None:  # a data-dependent output shape: two phases (runtime/staged.py)
+            return StagedRun.build(module, cut, ctx, options, path, self._new_context)
         if self._maccel:
             place(module, ctx, options)
         emit(module, ctx, options)

@@ -454,8 +454,10 @@ def qdq_cnn():
     with open(mpath, "w") as f:
         json.dump(dict(sorted(man.items())), f, indent=1)
         f.write("\n")
+    # "unfused": the test's onnxruntime reference runs with its graph
+    # optimizations off (see tcc.model_report.reference).
     _record("qdq_cnn", {"inputs": [{"name": "image", "dtype": "float32", "shapes": [[1, 3, 16, 16]]}],
-                        "exporter": "dynamo+onnxruntime.quantization"})
+                        "exporter": "dynamo+onnxruntime.quantization", "reference": "unfused"})
 
 
 def main(argv):

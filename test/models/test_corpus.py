@@ -41,7 +41,7 @@ def test_model_matches_onnxruntime(name, maccel, tmp_path, rng):
     entry = manifest()[name]
     path = os.path.join(CORPUS, name + ".onnx")
     sess = tcc.load(tcc.compile(path, maccel=list(maccel), output=str(tmp_path / "m.tcc")))
-    ref = reference(path)
+    ref = reference(path, entry)
     shapes = set()
     for k in range(len(entry["inputs"][0]["shapes"])):
         for _ in range(2):  # new data at the same shape: no new specialization
