@@ -25,7 +25,8 @@ from tcc.dialects.ir.types import NONE, TensorType
 
 
 def _static(t):
-    return t is NONE or (isinstance(t, TensorType) and t.has_static_shape)
+    """Not a tensor of unknown dims (sequences, optionals and NONE count as static)."""
+    return not isinstance(t, TensorType) or t.has_static_shape
 
 
 def first_data_dependent(module):

@@ -137,3 +137,8 @@ def test_cli_run_with_a_shape_the_model_cannot_take(rng, tmp_path):
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and "do not fit the model" in lines[0] and "node 'add_mask'" in lines[0] and "Traceback" not in p.stderr, p.stderr
     assert not (tmp_path / "out").exists() or not os.listdir(tmp_path / "out")
+
+
+def test_signature_shows_computed_output_dims(rng, tmp_path):
+    sess = tcc.load(tcc.compile(declared_wrong_model(rng), output=str(tmp_path / "m.tcc")))
+    assert sess.output_signature[0]["shape"] == [None, None, 3]
