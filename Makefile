@@ -32,6 +32,14 @@ runtime/native/libtccrt.so: $(VENV)/.installed $(wildcard runtime/native/*.c run
 test: install
 	$(PY) -m pytest -n $(JOBS) test
 
+# The corpus of exporter-written models (test/models/corpus/) against
+# onnxruntime: the tests, then the scoreboard (python -m tcc.model_report).
+# Rebuilding the corpus needs torch: see test/models/build_corpus.py.
+.PHONY: test-models
+test-models: install
+	$(PY) -m pytest -n $(JOBS) test/models
+	$(PY) -m tcc.model_report
+
 bench-ir: install
 	$(PY) bench/bench_ir.py
 

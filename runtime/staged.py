@@ -29,13 +29,20 @@ def _static(t):
     return not isinstance(t, TensorType) or t.has_static_shape
 
 
+# Data-dependent ops with no loop-nest lowering: staged even where the
+# model declares their result shapes (a model with static inputs, written
+# for one input's values).
+ALWAYS_STAGED = {"onnx.NonZero", "onnx.Compress", "onnx.NonMaxSuppression"}
+
+
 def first_data_dependent(module):
     """Index (in @main_graph's body) of the first op whose operands all have
-    static shapes and whose results do not, or None."""
+    static shapes and whose results do not (or one of ALWAYS_STAGED), or None."""
     block = module.lookup_function("main_graph").regions[0].blocks[0]
     for i, op in enumerate(block.ops):
         if op.name.startswith("onnx.") and op.name not in ("onnx.Constant", "onnx.NoValue") and \
-                all(_static(v.type) for v in op.operands) and not all(_static(r.type) for r in op.results):
+                all(_static(v.type) for v in op.operands) and \
+                (op.name in ALWAYS_STAGED or not all(_static(r.type) for r in op.results)):
             return i
     return None
 
