@@ -179,10 +179,7 @@ def _op_model(op, module):
     """A one-node model computing op; its inputs i0.. are the op's operands,
     then the outer values its body regions capture (a Loop body reading a
     constant of the enclosing graph). Returns (model, those values)."""
-    import onnx
-    from onnx import helper
-    from tcc.dialects.onnx.exporter import Exporter, opset_imports
-    from tcc.dialects.onnx.types import dtype_from_element
+    from tcc.dialects.onnx.exporter import single_node_model
     inside = set()
     for inner in op.walk():
         if inner is not op:
@@ -197,20 +194,7 @@ def _op_model(op, module):
         for v in inner.operands:
             if v.type is not NONE and v not in inside and v not in values:
                 values.append(v)
-    ex = Exporter(module)
-    for i, v in enumerate(values):
-        if v.type is not NONE:
-            ex.names[v] = f"i{i}"
-    for k, r in enumerate(op.results):
-        if r.type is not NONE:
-            ex.names[r] = f"o{k}"
-    node = ex.node(op)
-    inputs = [helper.make_tensor_value_info(f"i{i}", dtype_from_element(v.type.element), None)
-              for i, v in enumerate(values) if v.type is not NONE]
-    outputs = [helper.make_value_info(f"o{k}", onnx.TypeProto()) for k, r in enumerate(op.results)
-               if r.type is not NONE]
-    g = helper.make_graph([node], "stage", inputs, outputs)
-    return helper.make_model(g, opset_imports=opset_imports(module)), values
+    return single_node_model(op, None, module, values[len(op.operands):]), values
 
 
 def _to_rank(a, rank):

@@ -109,9 +109,12 @@ def export(name, module, args, input_names, output_names, dynamic, shapes, dynam
 
 
 def _record(name, entry):
+    """Sets (or, with entry None, removes) a model's manifest entry."""
     mpath = os.path.join(CORPUS, "manifest.json")
     man = json.load(open(mpath)) if os.path.exists(mpath) else {}
     man[name] = entry
+    if entry is None:
+        del man[name]
     with open(mpath, "w") as f:
         json.dump(dict(sorted(man.items())), f, indent=1)
         f.write("\n")
@@ -140,28 +143,26 @@ def gpt2_lm():
            ranges={"input_ids": [0, VOCAB], "attention_mask": [1, 2]})
 
 
+def _causal_lm(name, config_cls, model_cls, **cfg):
+    torch = _torch()
+    config = config_cls(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                        num_attention_heads=4, max_position_embeddings=128, **cfg)
+    export(name, _Logits(model_cls(config)), [_ids(torch)], ["input_ids"], ["logits"],
+           {"input_ids": {0: "batch", 1: "seq"}}, {"input_ids": SEQ_SHAPES}, ranges={"input_ids": [0, VOCAB]})
+
+
 @builder
 def llama():
     """Llama-style decoder: RMSNorm, rotary embeddings, SiLU-gated MLP, causal mask (dynamo)."""
-    torch = _torch()
     from transformers import LlamaConfig, LlamaForCausalLM
-    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=128)
-    m = _Logits(LlamaForCausalLM(cfg))
-    export("llama", m, [_ids(torch)], ["input_ids"], ["logits"], {"input_ids": {0: "batch", 1: "seq"}},
-           {"input_ids": SEQ_SHAPES}, ranges={"input_ids": [0, VOCAB]})
+    _causal_lm("llama", LlamaConfig, LlamaForCausalLM, num_key_value_heads=4)
 
 
 @builder
 def qwen2():
     """Qwen2: grouped-query attention (4 query heads over 2 key/value heads), dynamo."""
-    torch = _torch()
     from transformers import Qwen2Config, Qwen2ForCausalLM
-    cfg = Qwen2Config(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
-    m = _Logits(Qwen2ForCausalLM(cfg))
-    export("qwen2", m, [_ids(torch)], ["input_ids"], ["logits"], {"input_ids": {0: "batch", 1: "seq"}},
-           {"input_ids": SEQ_SHAPES}, ranges={"input_ids": [0, VOCAB]})
+    _causal_lm("qwen2", Qwen2Config, Qwen2ForCausalLM, num_key_value_heads=2)
 
 
 @builder
@@ -414,12 +415,7 @@ def detection_nms():
                      helper.make_tensor_value_info("kept_boxes", TensorProto.FLOAT, ["num_selected", 4])])
     onnx.checker.check_model(head, full_check=True)
     onnx.save(head, os.path.join(CORPUS, "detection_nms.onnx"))
-    mpath = os.path.join(CORPUS, "manifest.json")
-    man = json.load(open(mpath))
-    man.pop("_detection_head")
-    with open(mpath, "w") as f:
-        json.dump(dict(sorted(man.items())), f, indent=1)
-        f.write("\n")
+    _record("_detection_head", None)
     _record("detection_nms", {"inputs": [{"name": "image", "dtype": "float32",
                                           "shapes": [[1, 3, 32, 32], [2, 3, 24, 40]]}], "exporter": "dynamo+helper"})
 
@@ -448,12 +444,7 @@ def qdq_cnn():
     quantize_static(src, os.path.join(CORPUS, "qdq_cnn.onnx"), Reader(), quant_format=QuantFormat.QDQ,
                     activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, op_types_to_quantize=["Conv", "MatMul", "Gemm"])
     os.remove(src)
-    mpath = os.path.join(CORPUS, "manifest.json")
-    man = json.load(open(mpath))
-    man.pop("_qdq_float")
-    with open(mpath, "w") as f:
-        json.dump(dict(sorted(man.items())), f, indent=1)
-        f.write("\n")
+    _record("_qdq_float", None)
     # "unfused": the test's onnxruntime reference runs with its graph
     # optimizations off (see tcc.model_report.reference).
     _record("qdq_cnn", {"inputs": [{"name": "image", "dtype": "float32", "shapes": [[1, 3, 16, 16]]}],
