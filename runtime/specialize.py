@@ -253,7 +253,11 @@ class SpecializingSession(SignatureMixin):
         from .staged import StagedRun, first_data_dependent
         cut = first_data_dependent(module)
         if cut is not None:  # a data-dependent output shape: two phases (runtime/staged.py)
-            return StagedRun.build(module, cut, ctx, options, path, self._new_context)
+            def compile_fn(m, c, o, placed):
+                if placed and o.maccel:
+                    place(m, c, o)
+                emit(m, c, o)
+            return StagedRun.build(module, cut, options, path, self._new_context, compile_fn)
         if self._maccel:
             place(module, ctx, options)
         emit(module, ctx, options)

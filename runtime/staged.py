@@ -83,17 +83,19 @@ class StagedRun:
         self.ranks = ranks
 
     @classmethod
-    def build(cls, module, index, ctx, options, path, make_ctx):
+    def build(cls, module, index, options, path, make_ctx, compile_fn):
         """module: the specialized module after the graph passes; index: what
         first_data_dependent found; path: where this specialization's files
         go (path + '.prefix.tcc', path + '.suffix.tcc'); make_ctx: a fresh
-        context per compile (placement registers state in it)."""
+        context per compile (placement registers state in it); compile_fn:
+        the compiler the session was handed, compile_fn(module, ctx,
+        options, place) writing options.output (the runtime never imports
+        the driver). The suffix is compiled unplaced: with dynamic arguments
+        it becomes a specializing artifact, placed per shape when run."""
         from tcc.dialects.builtin import set_function_type
         from tcc.dialects.ir import PassManager, parse_pipeline
         from tcc.dialects.ir import attributes as A
         from tcc.dialects.transforms.constants import constant_value
-        from tcc.driver.compile import emit
-        from tcc.driver.pipeline import place
         from onnx.reference import ReferenceEvaluator
 
         from .session import load
@@ -134,9 +136,7 @@ class StagedRun:
             set_function_type(pf)
             PassManager(pctx, parse_pipeline("dce", pctx)).run(pm)
             popts = _with_output(options, path + ".prefix.tcc")
-            if popts.maccel:
-                place(pm, pctx, popts)
-            emit(pm, pctx, popts)
+            compile_fn(pm, pctx, popts, True)
             prefix = load(popts.output)
 
         sctx = make_ctx()
@@ -156,7 +156,7 @@ class StagedRun:
         set_function_type(sf)
         PassManager(sctx, parse_pipeline("dce", sctx)).run(sm)
         sopts = _with_output(options, path + ".suffix.tcc")
-        emit(sm, sctx, sopts)  # dynamic arguments: a specializing artifact
+        compile_fn(sm, sctx, sopts, False)
         suffix = load(sopts.output)
         return cls(prefix, sources, evaluator, suffix, ranks)
 
