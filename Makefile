@@ -62,6 +62,14 @@ FUZZ_SECONDS ?= 600
 fuzz: install
 	$(PY) test/hostile/run_fuzz.py $(FUZZ_SECONDS)
 
+# The corpus of exporter-written models (test/models/corpus/) against
+# onnxruntime: the tests, then the scoreboard (python -m tcc.model_report).
+# Rebuilding the corpus needs torch: see test/models/build_corpus.py.
+.PHONY: test-models
+test-models: install
+	$(PY) -m pytest -n $(JOBS) test/models
+	$(PY) -m tcc.model_report
+
 bench-ir: install
 	$(PY) bench/bench_ir.py
 

@@ -75,5 +75,16 @@ def set_function_type(func: Operation):
     """Re-derives function_type from the entry block and the return op."""
     entry = entry_block(func)
     ret = entry.last
+    if ret is None:
+        return
     func.attributes["function_type"] = TypeAttr(FunctionType([a.type for a in entry.args],
                                                              [v.type for v in ret.operands]))
+
+
+def sync_function_types(module):
+    """set_function_type for every function: a pass that replaces a returned
+    value by one of a more precise type (a fold, once run-time specialization
+    made the arguments static) keeps each signature what its body returns."""
+    for func in module.functions():
+        if func.regions and func.regions[0].blocks:
+            set_function_type(func)

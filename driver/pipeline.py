@@ -178,9 +178,22 @@ def compile_specialized(module, recorded: dict, path):
     opts = {k: v for k, v in recorded.items() if k in fields and k not in _DIAGNOSTIC_OPTIONS}
     options = CompileOptions(**{**opts, "emit": "tcc", "output": path})
     pipe = CompilePipeline(options)
-    # At least -O1's folding: the shape-deciding inputs are constants now,
-    # and the shapes they decide become static only once they fold.
-    pipe.run(module, graph_pipeline(max(options.opt_level, 1)))
+    # The arguments' new shapes decide every type: dims inferred or declared
+    # for the dynamic graph are forgotten first, then inferred again. At
+    # least -O1's folding: the shape-deciding inputs are constants now, and
+    # the shapes they decide become static only once they fold. The strict
+    # inference last names the node an input shape does not fit.
+    pipe.run(module, "shape-inference{reset=true}," + graph_pipeline(max(options.opt_level, 1)) +
+             ",shape-inference{strict=true}")
+    from tcc.runtime.staged import StagedRun, first_data_dependent
+    cut = first_data_dependent(module)
+    if cut is not None:  # a data-dependent output shape: two phases (runtime/staged.py)
+        def compile_fn(m, _ctx, o, placed):
+            p = CompilePipeline(o)
+            if placed and p.accels:
+                p.place(m)
+            return p.emit(m)
+        return StagedRun.build(module, cut, options, path, new_context, compile_fn, compile_specialized)
     if pipe.accels:  # placed per shape: placement needs static shapes
         pipe.place(module)
     return pipe.emit(module)

@@ -19,6 +19,11 @@ SHAPE_OPERANDS = {"shape", "starts", "ends", "axes", "steps", "pads", "repeats",
                   "sizes", "roi", "depth", "limit", "start", "delta", "num_outputs", "output_shape",
                   "axis", "reduction_axes", "image_shape", "block_shape", "size", "dft_length",
                   "frame_step", "frame_length", "M", "cond"}
+# Ops whose results depend on their operand's shape only, never its values:
+# a chain through them does not make a graph input shape-deciding (else every
+# export that reads Shape(input_ids) was specialized on the ids' values: a
+# recompile per new input, the whole model folded to constants).
+VALUE_BLIND = {"onnx.Shape", "onnx.Size"}
 # ConstantOfShape / EyeLike-style ops whose first input is a shape.
 SHAPE_FIRST_INPUT = {"onnx.ConstantOfShape"}
 
@@ -59,7 +64,8 @@ def shape_operand_args(module):
                 if _decides_shape(user, idx):
                     out.add(i)
                     break
-                if user in seen or not user.results or not all(_shape_like(r) for r in user.results):
+                if user.name in VALUE_BLIND or user in seen or not user.results or \
+                        not all(_shape_like(r) for r in user.results):
                     continue
                 seen.add(user)
                 todo.extend(user.results)
@@ -70,7 +76,8 @@ def needs_specialization(module):
     func = module.lookup_function("main_graph")
     args = func.regions[0].blocks[0].args
     dynamic = any(not getattr(a.type, "has_static_shape", True) for a in args)
-    return dynamic or bool(shape_operand_args(module))
+    from tcc.runtime.staged import first_data_dependent  # static inputs, data-dependent shapes (NonZero...)
+    return dynamic or bool(shape_operand_args(module)) or first_data_dependent(module) is not None
 
 
 def write_specializing_artifact(path, module, options):

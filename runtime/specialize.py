@@ -23,7 +23,7 @@ import numpy as np
 
 from tcc.dialects.ir.errors import TccError
 
-from .signature import SignatureMixin, format_specs
+from .signature import InputError, SignatureMixin, format_specs
 
 IR_MEMBER, RES_MEMBER = "model.mlir", "model.mlir.resources"
 
@@ -81,8 +81,7 @@ class SpecializingSession(SignatureMixin):
                 sess = None  # stale or corrupt: compile again
         if sess is None:
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            self._compile(inputs, path)
-            sess = load(path)
+            sess = self._compile(inputs, path) or load(path)  # a StagedRun, or the compiled file
         self._cache[key] = sess
         return sess
 
@@ -116,7 +115,15 @@ class SpecializingSession(SignatureMixin):
                 block.insert_before(block.first, const)
                 for user, idx in list(a.uses):
                     user.set_operand(idx, const.results[0])
-        self._compiler(module, dict(self._options), path)
+        from tcc.dialects.transforms.shape_inference import ShapeMismatch
+        try:
+            res = self._compiler(module, dict(self._options), path)
+        except ShapeMismatch as e:
+            given = ", ".join(f"'{t.name}' {list(v.shape)}" for t, v in zip(self._inputs, inputs))
+            raise InputError(f"inputs {given} do not fit the model: {e}") from None
+        # the compiled file's path, or a StagedRun (a data-dependent output
+        # shape: runtime/staged.py) that runs itself
+        return res if hasattr(res, "run") else None
 
     def specializations(self):
         """The sessions compiled so far (one per input shape/value key)."""

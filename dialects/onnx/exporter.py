@@ -141,10 +141,12 @@ def export_model(module) -> onnx.ModelProto:
     return helper.make_model(g, opset_imports=opset_imports(module))
 
 
-def single_node_model(op, input_values, module=None):
-    """A one-node model computing `op`, inputs named i0.., outputs o0.."""
+def single_node_model(op, input_values, module=None, captures=()):
+    """A one-node model computing `op`, inputs named i0.. (its operands, then
+    `captures`: outer values its body regions read), outputs o0.."""
     ex = Exporter(module)
-    for i, v in enumerate(op.operands):
+    values = list(op.operands) + list(captures)
+    for i, v in enumerate(values):
         if v.type is not NONE:
             ex.names[v] = f"i{i}"
     for i, r in enumerate(op.results):
@@ -152,7 +154,7 @@ def single_node_model(op, input_values, module=None):
             ex.names[r] = f"o{i}"
     node = ex.node(op)
     inputs = [helper.make_tensor_value_info(f"i{i}", dtype_from_element(v.type.element), None)
-              for i, v in enumerate(op.operands) if v.type is not NONE]
+              for i, v in enumerate(values) if v.type is not NONE]
     outputs = [helper.make_value_info(f"o{i}", onnx.TypeProto())
                for i, r in enumerate(op.results) if r.type is not NONE]
     g = helper.make_graph([node], "fold", inputs, outputs)

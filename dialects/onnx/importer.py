@@ -101,15 +101,42 @@ def check_and_infer(model: onnx.ModelProto, where="model") -> onnx.ModelProto:
         raise ImportError_(f"{where}: invalid model: {_one_line(e)}") from None
     if model.functions:
         model = onnx.inliner.inline_local_functions(model)
+    restore = _forget_declared_dims(model)
     try:
         # data_prop (values of Shape/Size chains) costs time linear in tensor
         # sizes (seconds for 4M-element inputs): only pay it where it can help.
         prop = any(n.op_type in ("Shape", "Size") for n in _all_nodes(model.graph))
-        model = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=prop)
+        inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=prop)
     except Exception as e:  # shape inference is best effort: keep what we have
         msg = _one_line(e)
         raise ImportError_(f"{where}: shape inference failed: {msg}") from None
-    return model
+    finally:
+        restore()
+    return inferred
+
+
+def _forget_declared_dims(model):
+    """A graph with dynamic input dims: the dims its outputs and value_info
+    declare are dropped (ranks kept) so that inference computes them from
+    the inputs. Exporters write dims there that were true only at the
+    traced shape (a tagger's output declared [batch, 12, 7] over a dynamic
+    sequence), and a declared dim would otherwise win over an inferred one.
+    Returns a function that puts the caller's model back as it was."""
+    g = model.graph
+    if all(d.HasField("dim_value") for i in g.input for d in i.type.tensor_type.shape.dim):
+        return lambda: None
+    saved = []
+    for vi in list(g.output) + list(g.value_info):
+        if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
+            shape = vi.type.tensor_type.shape
+            saved.append((shape, shape.SerializeToString()))
+            for d in shape.dim:
+                d.Clear()
+
+    def restore():
+        for shape, data in saved:
+            shape.ParseFromString(data)
+    return restore
 
 
 def _all_nodes(graph):

@@ -2,6 +2,7 @@
 fixpoint by the greedy rewriter."""
 from __future__ import annotations
 
+from ..builtin import sync_function_types
 from ..ir import attributes as A
 from ..ir.passes import Pass
 from ..ir.rewriter import RewritePattern, apply_patterns_greedily
@@ -128,3 +129,4 @@ class CanonicalizePass(Pass):
 
     def run(self, module, ctx):
         apply_patterns_greedily(ctx, module, PATTERNS, materialize=materialize(module))
+        sync_function_types(module)

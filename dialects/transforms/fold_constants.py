@@ -6,6 +6,7 @@ import warnings
 
 import numpy as np
 
+from ..builtin import sync_function_types
 from ..ir.errors import PassError
 from ..ir.opdef import PURE, CONSTANT_LIKE
 from ..ir.passes import Pass
@@ -32,6 +33,7 @@ class FoldConstantsPass(Pass):
     def run(self, module, ctx):
         for func in module.functions():
             self._block(module, ctx, func.regions[0].blocks[0])
+        sync_function_types(module)
 
     def _block(self, module, ctx, block):
         for op in block.ops:

@@ -7,6 +7,7 @@ import onnx
 import onnx.shape_inference
 
 from ..builtin import set_function_type
+from ..ir.errors import PassError
 from ..ir.passes import Pass
 from ..ir.types import NONE, TensorType, DialectType
 from ..onnx.dialect import schema_for, split_op_name, OPSET_ATTR
@@ -104,12 +105,63 @@ def _refine_loop(op, before):
             r.type = t
 
 
+class ShapeMismatch(PassError):
+    """An op cannot take the static shapes its operands have: at run-time
+    specialization, the input shapes the caller gave do not fit the model."""
+
+    def __init__(self, op, reason):
+        self.op, self.reason = op, reason
+        operands = []
+        for v in op.operands:
+            if v.type is NONE:
+                continue
+            c = constant_value(v)
+            small = c is not None and c.size <= 8 and c.dtype.kind in "iu"
+            operands.append(f"{v.type} = {c.ravel().tolist()}" if small else str(v.type))
+        self.operands = operands
+        super().__init__(f"{op.loc.describe()} ({op.name}) cannot take operands ({', '.join(operands)}): {reason}")
+
+
+def _forget_dims(func):
+    """Every result that depends on a function argument loses its dims (rank
+    and element kept), so inference recomputes them from the arguments'
+    types. Run-time specialization needs it: a dim the exporter declared or
+    compile time inferred for a dynamic graph (a tagger's output declared
+    [batch, 12, 7] over a dynamic sequence) must never win over what the
+    graph computes from the concrete input shapes. Values computed from
+    constants alone keep their types."""
+    tainted = set(func.regions[0].blocks[0].args)
+
+    def walk(block):
+        for op in block.ops:
+            inside = any(walk(b) for r in op.regions for b in r.blocks)
+            if not inside and not any(v in tainted for v in op.operands):
+                continue
+            for r in op.results:
+                tainted.add(r)
+                t = r.type
+                if isinstance(t, TensorType) and t.shape is not None:
+                    r.type = TensorType((None,) * len(t.shape), t.element)
+        # whether anything in this block uses a tainted value (a region's
+        # results then depend on the arguments too)
+        return any(v in tainted for op in block.ops for v in op.operands)
+    walk(func.regions[0].blocks[0])
+
+
 class ShapeInferencePass(Pass):
     name = "shape-inference"
     summary = "refine result types with onnx's per-node shape inference"
+    options = {"reset": (bool, False, "first forget the dims of every result that depends on an argument "
+                                      "(run-time specialization: the arguments' shapes decide)"),
+               "strict": (bool, False, "an op whose operands all have static shapes and that onnx's "
+                                       "inference rejects is an error (ShapeMismatch), not left untyped")}
 
     def run(self, module, ctx):
         self.module = module
+        if self.reset:
+            for func in module.functions():
+                if func.regions and func.regions[0].blocks:
+                    _forget_dims(func)
         imports = module.op.attributes.get(OPSET_ATTR)
         self.opsets = {k: v.value for k, v in imports.value.items()} if imports is not None else {}
         self.opset_protos = opset_imports(module)
@@ -161,7 +213,10 @@ class ShapeInferencePass(Pass):
         try:
             out = onnx.shape_inference.infer_node_outputs(schema, node, types, data,
                                                           opset_imports=self.opset_protos)
-        except Exception:  # inference is best effort, as in onnx itself
+        except Exception as e:  # inference is best effort, as in onnx itself
+            if self.strict and isinstance(e, onnx.shape_inference.InferenceError) and \
+                    all(v.type is NONE or getattr(v.type, "has_static_shape", False) for v in op.operands):
+                raise ShapeMismatch(op, str(e).strip().splitlines()[0]) from None
             return
         for r in op.results:
             if r.type is NONE:
