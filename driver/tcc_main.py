@@ -3,6 +3,7 @@ Options are parsed in two phases: `--maccel` plugins load first and add
 their own options."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 
@@ -47,39 +48,53 @@ def build(argv):
     @click.option("--timing", is_flag=True, help="Report the time each pass took (stderr).")
     @click.option("--list-accelerators", is_flag=True, expose_value=False, is_eager=True,
                   callback=_list_accelerators, help="List installed accelerators and exit.")
+    @click.option("--no-cache", is_flag=True, help="Compile from scratch and leave the compile cache "
+                  "($TCC_CACHE_DIR, default ~/.cache/tcc) untouched.")
     @click.option("--debug", is_flag=True, help="Show Python tracebacks on errors.")
     def cli(model, maccel, opt_level, emit, output, strict, placement_report, verbose, print_ir_after_all,
-            timing, debug, **plugin_opts):
+            timing, no_cache, debug, **plugin_opts):
         options = CompileOptions(maccel=list(maccel), opt_level=opt_level, emit=emit, output=output,
                                  strict=strict, verbose=verbose, print_ir_after_all=print_ir_after_all,
                                  timing=timing)
         ctx = accel.setup_context(new_context(), accels, opt_level)
         options.accel_options = accel.configure(accels, plugin_opts)
-        module, ctx = import_and_optimize(model, options, ctx)
-        if accels and (placement_report or verbose):
-            from tcc.runtime.specialize import needs_specialization
-            from .placement_report import text_report
-            sys.stderr.write("placement report: deferred to run time (dynamic shapes or shape-deciding inputs: "
-                             "each input shape is placed when first run)\n" if needs_specialization(module)
-                             else text_report(module))
-        if emit == "onnx-ir":
-            write_ir(module, output)
-            return
-        if emit == "placement-dot":
-            from .placement_report import dot
-            write_text(dot(module), output)
-            return
-        try:
-            from . import compile as backend
-        except ImportError:
-            raise CLIError(f"--emit={emit}: host code generation is not part of this build yet") from None
+        report = bool(accels and (placement_report or verbose))
         if options.output is None and emit == "tcc":
             options.output = os.path.splitext(model)[0] + ".tcc"
-        backend.emit(module, ctx, options)
+        from .cached import cacheable, compile_cached
+        if not no_cache and not placement_report and cacheable(model, options):
+            compile_cached(model, options, lambda tmp: _compile(
+                model, dataclasses.replace(options, output=tmp, verbose=False), ctx, report))
+            return
+        _compile(model, options, ctx, report)
 
     for opt in accel.plugin_click_options(accels):
         cli.params.append(opt)
     return cli
+
+
+def _compile(model, options, ctx, report):
+    """Imports, optimizes and places `model`, then writes what `options.emit` asks for."""
+    emit, output = options.emit, options.output
+    module, ctx = import_and_optimize(model, options, ctx)
+    if report:
+        from tcc.runtime.specialize import needs_specialization
+        from .placement_report import text_report
+        sys.stderr.write("placement report: deferred to run time (dynamic shapes or shape-deciding inputs: "
+                         "each input shape is placed when first run)\n" if needs_specialization(module)
+                         else text_report(module))
+    if emit == "onnx-ir":
+        write_ir(module, output)
+        return
+    if emit == "placement-dot":
+        from .placement_report import dot
+        write_text(dot(module), output)
+        return
+    try:
+        from . import compile as backend
+    except ImportError:
+        raise CLIError(f"--emit={emit}: host code generation is not part of this build yet") from None
+    backend.emit(module, ctx, options)
 
 
 def main():

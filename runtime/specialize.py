@@ -3,8 +3,9 @@ decide shapes (Reshape's shape, Slice's starts, Reduce's axes...), cannot be
 compiled ahead of time to static loop nests. Their artifact holds the
 optimized onnx-dialect IR instead; on each call the session specializes it
 for the concrete input shapes and shape-deciding input values, compiles it
-natively, and caches the result by that key, in memory and on disk
-(~/.cache/tcc/specialized/), so a shape seen once never compiles again."""
+natively, and caches the result by that key, in memory and in the compile
+cache (runtime/cache.py: the key also covers tcc's and the plugins' code and
+the target), so a shape seen once never compiles again."""
 from __future__ import annotations
 
 import hashlib
@@ -16,6 +17,7 @@ import numpy as np
 
 from tcc.dialects.ir.errors import TccError
 
+from . import cache
 from .artifact import TensorSpec
 from .session import InputError, SignatureMixin, _fmt, host_array
 
@@ -124,11 +126,6 @@ def is_specializing(manifest):
     return any(step.get("kind") == "specialize" for step in manifest.get("plan", []))
 
 
-def _cache_dir():
-    d = os.environ.get("TCC_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "tcc")
-    return os.path.join(d, "specialized")
-
-
 class SpecializingSession(SignatureMixin):
     def __init__(self, artifact):
         self.artifact = art = artifact
@@ -141,6 +138,8 @@ class SpecializingSession(SignatureMixin):
         self._maccel = list(self.manifest.get("compile", {}).get("options", {}).get("maccel", []))
         self._digest = hashlib.sha256(art.members[IR_MEMBER] + (self._res or b"")).hexdigest()
         self._cache = {}
+        self._base_key = None
+        self._tmpdir = None
         self._lock = threading.Lock()
 
     @property
@@ -167,8 +166,10 @@ class SpecializingSession(SignatureMixin):
         return inputs
 
     def _key(self, inputs):
-        import tcc
-        h = hashlib.sha256(f"{self._digest} {tcc.__version__} {self._opt_level} {self._maccel}".encode())
+        if self._base_key is None:  # the IR, options, code and target: once per session
+            self._base_key = cache.make_key("specialize", self._digest.encode(),
+                                            {"opt_level": self._opt_level, "maccel": self._maccel}, self._maccel)
+        h = hashlib.sha256(self._base_key.encode())
         for i, v in enumerate(inputs):
             h.update(repr(v.shape).encode())
             if i in self._shape_args:
@@ -181,16 +182,21 @@ class SpecializingSession(SignatureMixin):
         if sess is not None:
             return sess
         from .session import load  # a host Session, or a PlanSession when placed
-        path = os.path.join(_cache_dir(), key[:2], key + ".tcc")
-        if os.path.exists(path):
-            try:
-                sess = load(path)
-            except TccError:
-                sess = None  # stale or corrupt: compile again
-        if sess is None:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
+        if not cache.plugins_cacheable(self._maccel):  # in-process plugins: no code to key on
+            if self._tmpdir is None:
+                self._tmpdir = tempfile.TemporaryDirectory(prefix="tcc-spec-")
+            path = os.path.join(self._tmpdir.name, key + ".tcc")
             self._compile(inputs, path)
+            sess = self._cache[key] = load(path)
+            return sess
+        path, hit = cache.get_or_build(key, lambda tmp: self._compile(inputs, tmp))
+        try:
             sess = load(path)
+        except TccError:
+            if not hit:
+                raise
+            cache.remove(key)  # stale or corrupt: compile again
+            sess = load(cache.get_or_build(key, lambda tmp: self._compile(inputs, tmp))[0])
         self._cache[key] = sess
         return sess
 
