@@ -29,6 +29,10 @@ SHAPE_OPERANDS = {"shape", "starts", "ends", "axes", "steps", "pads", "repeats",
                   "sizes", "roi", "depth", "limit", "start", "delta", "num_outputs", "output_shape",
                   "axis", "reduction_axes", "image_shape", "block_shape", "size", "dft_length",
                   "frame_step", "frame_length", "M", "cond"}
+# Ops whose result depends on their input's shape only, never its values: a
+# graph input reaching a Reshape through Shape (x.reshape(x.shape[0], -1), as
+# torch exports) is specialized on its shape alone, not recompiled per value.
+SHAPE_OF = {"onnx.Shape", "onnx.Size"}
 # ConstantOfShape / EyeLike-style ops whose first input is a shape.
 SHAPE_FIRST_INPUT = {"onnx.ConstantOfShape"}
 
@@ -69,7 +73,8 @@ def shape_operand_args(module):
                 if _decides_shape(user, idx):
                     out.add(i)
                     break
-                if user in seen or not user.results or not all(_shape_like(r) for r in user.results):
+                if user in seen or user.name in SHAPE_OF or not user.results or \
+                        not all(_shape_like(r) for r in user.results):
                     continue
                 seen.add(user)
                 todo.extend(user.results)
