@@ -17,7 +17,7 @@ from .io import CLIError, write_ir, write_text
 from .options import EMIT_TARGETS, CompileOptions
 from .pipeline import import_and_optimize
 
-ALL_EMITS = EMIT_TARGETS + ("placement-dot", "c")
+ALL_EMITS = EMIT_TARGETS + ("placement-dot", "placement-svg", "c")
 
 
 def _list_accelerators(ctx, _param, value):
@@ -38,8 +38,9 @@ def build(argv):
                   help="Optimization level, -O0 to -O3.")
     @click.option("--emit", type=click.Choice(ALL_EMITS), default="tcc", show_default=True,
                   help="Stop after this stage: onnx-ir (printed), loop-ir, native-ir (LLVM IR), obj, lib, "
-                       "tcc (the compiled artifact), placement-dot (Graphviz of the partitioned graph), or c (the C "
-                       "source accelerators such as cpu generate for their partitions).")
+                       "tcc (the compiled artifact), placement-dot (Graphviz of the partitioned graph), placement-svg (that "
+                       "graph drawn by Graphviz's dot: one colour per accelerator, copies labelled with their bytes), "
+                       "or c (the C source accelerators such as cpu generate for their partitions).")
     @click.option("-o", "--output", default=None, help="Output path (default: MODEL.tcc; IR goes to stdout).")
     @click.option("--strict", is_flag=True, help="Fail instead of falling back to the host.")
     @click.option("--placement-report", is_flag=True, help="Print which nodes went where, and why (stderr).")
@@ -82,19 +83,25 @@ def _compile(model, options, ctx, report):
         from .placement_report import text_report
         sys.stderr.write("placement report: deferred to run time (dynamic shapes or shape-deciding inputs: "
                          "each input shape is placed when first run)\n" if needs_specialization(module)
-                         else text_report(module))
+                         else text_report(module, _devices(ctx)))
     if emit == "onnx-ir":
         write_ir(module, output)
         return
-    if emit == "placement-dot":
-        from .placement_report import dot
-        write_text(dot(module), output)
+    if emit in ("placement-dot", "placement-svg"):
+        from .placement_report import dot, svg
+        write_text(dot(module, _devices(ctx)) if emit == "placement-dot" else svg(module, _devices(ctx)).decode(),
+                   output)
         return
     try:
         from . import compile as backend
     except ImportError:
         raise CLIError(f"--emit={emit}: host code generation is not part of this build yet") from None
     backend.emit(module, ctx, options)
+
+
+def _devices(ctx):
+    from .placement_report import accelerator_devices
+    return accelerator_devices(getattr(ctx, "accelerators", []))
 
 
 def main():
