@@ -20,6 +20,7 @@ from tcc.dialects.ir import PassManager
 from tcc.dialects.ir.types import MemRefType
 
 from .io import CLIError, write_bytes, write_ir, write_text
+from .progress import phase
 
 # pass name -> module whose PASSES defines it (registered here when the
 # context does not know it yet).
@@ -103,8 +104,6 @@ def lower(module, ctx, options):
     pm = PassManager(ctx, pipeline, verify_each=True,
                      print_after_all=sys.stderr if options.print_ir_after_all else None)
     pm.run(module)
-    if options.timing:
-        pm.timing_report(sys.stderr)
     return names, stats
 
 
@@ -155,23 +154,25 @@ def compile_host(module, ctx, options, stop_at=None):
     native-ir) returns the module / optimized LLVM module instead."""
     seconds = {}
     t0 = time.perf_counter()
-    names, onnx_stats = lower(module, ctx, options)
+    with phase("lowering", module):
+        names, onnx_stats = lower(module, ctx, options)
     seconds["graph_to_loop"] = time.perf_counter() - t0
     if stop_at == "loop-ir":
         return module
     from tcc.dialects.conversions.loop_to_native import emit_object, lower_module, optimize
-    t0 = time.perf_counter()
-    low = lower_module(module)
-    seconds["loop_to_llvm"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    opt = 3 if options.opt_level >= 2 else options.opt_level
-    mod = optimize(low.llvm_ir, opt)
-    seconds["llvm_opt"] = time.perf_counter() - t0
-    if stop_at == "native-ir":
-        return mod
-    t0 = time.perf_counter()
-    obj = emit_object(mod, opt)
-    seconds["llvm_codegen"] = time.perf_counter() - t0
+    with phase("LLVM", module):
+        t0 = time.perf_counter()
+        low = lower_module(module)
+        seconds["loop_to_llvm"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        opt = 3 if options.opt_level >= 2 else options.opt_level
+        mod = optimize(low.llvm_ir, opt)
+        seconds["llvm_opt"] = time.perf_counter() - t0
+        if stop_at == "native-ir":
+            return mod
+        t0 = time.perf_counter()
+        obj = emit_object(mod, opt)
+        seconds["llvm_codegen"] = time.perf_counter() - t0
     return HostCode(obj, low, names, onnx_stats, seconds)
 
 
@@ -186,7 +187,8 @@ def emit(module, ctx, options):
         if needs_specialization(module):
             # Dynamic dims or shape-deciding inputs: placed (with --maccel) and
             # compiled per input shape at run time.
-            return write_specializing_artifact(options.output or "model.tcc", module, options)
+            with phase("write"):
+                return write_specializing_artifact(options.output or "model.tcc", module, options)
     if options.emit == "loop-ir":
         write_ir(compile_host(module, ctx, options, "loop-ir"), options.output)
         return options.output
@@ -206,7 +208,8 @@ def emit(module, ctx, options):
     if options.emit == "tcc":
         from tcc.runtime.artifact import write_artifact
         out = options.output or "model.tcc"
-        write_artifact(out, inputs=ins, outputs=outs, host_object=obj, weights=weights, compile_info=info)
+        with phase("write"):
+            write_artifact(out, inputs=ins, outputs=outs, host_object=obj, weights=weights, compile_info=info)
         if options.verbose:
             sys.stderr.write(f"tcc: wrote {out} (workspace {low.workspace_bytes} B, "
                              f"{len(weights)} weights, {info['weights_bytes']} B)\n")

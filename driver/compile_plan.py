@@ -17,6 +17,7 @@ from tcc.dialects.transforms.ordering import topological_sort
 from tcc.dialects.transforms.placement import FREE_OPS, PLACEMENT, REGION, PartitionPass
 
 from .io import CLIError
+from .progress import phase
 
 
 def has_partitions(module):
@@ -145,11 +146,14 @@ def compile_plan(module, ctx, options, host_backend):
         acc = accels[acc_name]
         sub = _detach(module, set(funcs))
         for f in sub.functions():
-            left = acc.call("tcc_graph_to_loop", func=f, module=sub, context=ctx) if acc.has("tcc_graph_to_loop") else None
+            with phase("lowering", sub):
+                left = acc.call("tcc_graph_to_loop", func=f, module=sub, context=ctx) \
+                    if acc.has("tcc_graph_to_loop") else None
             if left:
                 raise CLIError(f"accelerator '{acc_name}' could not lower {', '.join(sorted(set(left)))} "
                                f"in {f.get_attr('sym_name')}")
-        rm = acc.call("tcc_loop_to_native", funcs=sub.functions(), module=sub, context=ctx, target=None)
+        with phase("accelerator code (C compile)", sub):
+            rm = acc.call("tcc_loop_to_native", funcs=sub.functions(), module=sub, context=ctx, target=None)
         if not isinstance(rm, RuntimeModule):
             raise CLIError(f"accelerator '{acc_name}' returned no runtime module from tcc_loop_to_native")
         missing = set(funcs) - set(rm.functions)
@@ -159,9 +163,10 @@ def compile_plan(module, ctx, options, host_backend):
     if options.emit == "c":
         return _emit_c(payloads, options)
     from tcc.runtime.plan_artifact import write_plan_artifact
-    return write_plan_artifact(options.output or "model.tcc", steps=steps, values=values, inputs=inputs,
-                               outputs=outputs, host_code=host_code, payloads=payloads,
-                               compile_seconds=time.perf_counter() - t0, options=options)
+    with phase("write"):
+        return write_plan_artifact(options.output or "model.tcc", steps=steps, values=values, inputs=inputs,
+                                   outputs=outputs, host_code=host_code, payloads=payloads,
+                                   compile_seconds=time.perf_counter() - t0, options=options)
 
 
 def _emit_c(payloads, options):

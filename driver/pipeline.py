@@ -12,6 +12,7 @@ from tcc.dialects.transforms.placement import PIPELINE as PLACEMENT_PIPELINE
 
 from .io import CLIError
 from .options import CompileOptions
+from .progress import phase
 
 
 def graph_pipeline(opt_level: int) -> str:
@@ -51,17 +52,16 @@ def import_and_optimize(model, options: CompileOptions, ctx=None):
     ctx = ctx or new_context()
     accels = list(getattr(ctx, "accelerators", []))
     stages = stages_for(options, accels)
-    module = import_model(model, lowered=host_lowers)
+    with phase("import"):
+        module = import_model(model, lowered=host_lowers)
     timings = []
-    _run(ctx, module, options, ",".join(stages.at("after-import")), timings)
-    _run(ctx, module, options, graph_pipeline(options.opt_level), timings)
+    with phase("graph passes", module):
+        _run(ctx, module, options, ",".join(stages.at("after-import")), timings)
+        _run(ctx, module, options, graph_pipeline(options.opt_level), timings)
     if accels:
         from tcc.runtime.specialize import needs_specialization
         if not needs_specialization(module):
             place(module, ctx, options, timings)
-    if options.timing:
-        for pm in timings:
-            pm.timing_report(sys.stderr)
     return module, ctx
 
 
@@ -69,9 +69,10 @@ def place(module, ctx, options: CompileOptions, timings=None):
     """Stage 3: the accelerators' before-placement passes, placement, theirs after."""
     timings = [] if timings is None else timings
     stages = stages_for(options, ctx.accelerators)
-    _run(ctx, module, options, ",".join(stages.at("before-placement")), timings)
-    _run(ctx, module, options, PLACEMENT_PIPELINE + ",dce", timings)
-    _run(ctx, module, options, ",".join(stages.at("after-placement")), timings)
+    with phase("placement", module):
+        _run(ctx, module, options, ",".join(stages.at("before-placement")), timings)
+        _run(ctx, module, options, PLACEMENT_PIPELINE + ",dce", timings)
+        _run(ctx, module, options, ",".join(stages.at("after-placement")), timings)
     if options.strict:
         from .placement_report import host_fallbacks
         left = host_fallbacks(module)

@@ -46,7 +46,8 @@ def build(argv):
     @click.option("--placement-report", is_flag=True, help="Print which nodes went where, and why (stderr).")
     @click.option("-v", "--verbose", is_flag=True, help="Also print the placement report.")
     @click.option("--print-ir-after-all", is_flag=True, help="Print the IR to stderr after every pass.")
-    @click.option("--timing", is_flag=True, help="Report the time each pass took (stderr).")
+    @click.option("--timing", is_flag=True, help="Print one table of the compile's phases on stderr (import, graph "
+                  "passes, placement, lowering, LLVM, accelerator code (C compile), write); compiles from scratch.")
     @click.option("--list-accelerators", is_flag=True, expose_value=False, is_eager=True,
                   callback=_list_accelerators, help="List installed accelerators and exit.")
     @click.option("--no-cache", is_flag=True, help="Compile from scratch and leave the compile cache "
@@ -63,11 +64,13 @@ def build(argv):
         if options.output is None and emit == "tcc":
             options.output = os.path.splitext(model)[0] + ".tcc"
         from .cached import cacheable, compile_cached
-        if not no_cache and not placement_report and cacheable(model, options):
-            compile_cached(model, options, lambda tmp: _compile(
-                model, dataclasses.replace(options, output=tmp, verbose=False), ctx, report))
-            return
-        _compile(model, options, ctx, report)
+        from .progress import watch
+        with watch(timing):
+            if not no_cache and not placement_report and cacheable(model, options):
+                compile_cached(model, options, lambda tmp: _compile(
+                    model, dataclasses.replace(options, output=tmp, verbose=False), ctx, report))
+                return
+            _compile(model, options, ctx, report)
 
     for opt in accel.plugin_click_options(accels):
         cli.params.append(opt)

@@ -37,9 +37,11 @@ def compile(model, maccel=(), opt_level=2, output=None, cache=True, verbose=Fals
         return emit(module, mctx, opts)
 
     from tcc.driver.cached import cacheable, compile_cached
-    if cache and cacheable(model, options):
-        return compile_cached(model, options, build, prog="tcc.compile")
-    return build(options.output)
+    from tcc.driver.progress import watch
+    with watch():  # a progress line when stderr is a terminal
+        if cache and cacheable(model, options):
+            return compile_cached(model, options, build, prog="tcc.compile")
+        return build(options.output)
 
 
 def load(path):
