@@ -19,6 +19,15 @@ from .pipeline import import_and_optimize
 
 ALL_EMITS = EMIT_TARGETS + ("placement-dot", "placement-svg", "c")
 
+EXAMPLES = """\b
+Examples:
+  tcc model.onnx                                  # -> model.tcc (reused from the cache when compiled before)
+  tcc --maccel=cpu -O3 model.onnx -o out.tcc --placement-report
+  tcc --maccel=cpu --emit=placement-svg model.onnx -o placement.svg
+  tcc -v --no-cache --timing model.onnx           # from scratch, with the phase table
+  TCC_CACHE_DIR=/tmp/cache TCC_CACHE_SIZE=500M tcc -v model.onnx
+"""
+
 
 def _list_accelerators(ctx, _param, value):
     if not value or ctx.resilient_parsing:
@@ -30,7 +39,7 @@ def _list_accelerators(ctx, _param, value):
 def build(argv):
     accels = accel.load(argv)
 
-    @click.command(context_settings={"help_option_names": ["-h", "--help"]})
+    @click.command(context_settings={"help_option_names": ["-h", "--help"]}, epilog=EXAMPLES)
     @click.argument("model")
     @click.option("--maccel", multiple=True, help="Target accelerator (repeatable, priority in order given; "
                   "installed ones only).")
@@ -43,8 +52,11 @@ def build(argv):
                        "or c (the C source accelerators such as cpu generate for their partitions).")
     @click.option("-o", "--output", default=None, help="Output path (default: MODEL.tcc; IR goes to stdout).")
     @click.option("--strict", is_flag=True, help="Fail instead of falling back to the host.")
-    @click.option("--placement-report", is_flag=True, help="Print which nodes went where, and why (stderr).")
-    @click.option("-v", "--verbose", is_flag=True, help="Also print the placement report.")
+    @click.option("--placement-report", is_flag=True, help="Print which nodes went where, and why, then a summary: "
+                  "partitions per accelerator, copies and bytes per run, host ops by reason (stderr; compiles "
+                  "from scratch).")
+    @click.option("-v", "--verbose", is_flag=True, help="Also print the placement report, and whether the compile "
+                  "cache was hit.")
     @click.option("--print-ir-after-all", is_flag=True, help="Print the IR to stderr after every pass.")
     @click.option("--timing", is_flag=True, help="Print one table of the compile's phases on stderr (import, graph "
                   "passes, placement, lowering, LLVM, accelerator code (C compile), write); compiles from scratch.")
