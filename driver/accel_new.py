@@ -88,64 +88,21 @@ class Plugin:
 plugin = Plugin()
 '''
 
-DEVICE = '''"""The @NAME@ device: memory is numpy arrays in its own space (a copy in or
-out is a real copy); streams are tcc's worker threads. Replace the bodies
-with your driver's calls."""
-import numpy as np
-
-from tcc.runtime.device import (Device, DeviceAttr, DeviceBuffer, DeviceManager, DeviceManagerFactory,
-                                WorkerEvent, WorkerStream)
-
-
-class NumpyDevice(Device):
-    def _get_attr(self, kind):
-        return {DeviceAttr.EXIST: True, DeviceAttr.DEVICE_NAME: "@NAME@ (numpy)",
-                DeviceAttr.TOTAL_MEMORY: 1 << 30}.get(kind)
-
-    def _alloc(self, nbytes, options):
-        return DeviceBuffer(self, nbytes, np.zeros(nbytes, np.uint8))
-
-    def _free(self, buffer, handle):
-        pass
-
-    def _create_stream(self):
-        return WorkerStream(self)
-
-    def _create_event(self):
-        return WorkerEvent(self)
-
-    def _copy_host_to_device(self, staged, dst, off, stream):
-        view = dst.handle[off:off + staged.size]
-        stream.launch_host_func(lambda: np.copyto(view, staged))
-
-    def _copy_device_to_host(self, src, off, host, stream):
-        view = src.handle[off:off + host.size]
-        stream.launch_host_func(lambda: np.copyto(host, view))
-
-    def _copy_device_to_device(self, src, so, dst, do, n, stream):
-        a, b = src.handle[so:so + n], dst.handle[do:do + n]
-        stream.launch_host_func(lambda: np.copyto(b, a))
+DEVICE = '''"""The @NAME@ device. It starts as tcc's numpy device (memory is numpy arrays
+in its own space, so a copy in or out is a real copy; streams are tcc's
+worker threads): override NumpyDevice's methods (_alloc, _free,
+_copy_host_to_device, _copy_device_to_host, _copy_device_to_device,
+_create_stream, _create_event, _get_attr) with your driver's calls."""
+from tcc.accelerators.numpy_kit import NumpyDevice, NumpyFactory
 
 
-class Manager(DeviceManager):
-    def _new_device(self, index):
-        return NumpyDevice(self, index)
-
-    def _device_count(self, primary_device_index):
-        return 1
+class Device(NumpyDevice):
+    device_name = "@NAME@ (numpy)"
 
 
-class Factory(DeviceManagerFactory):
+class Factory(NumpyFactory):
     device_type = "@NAME@"
-
-    def new_manager(self, registry):
-        return Manager(registry, self.device_type)
-
-
-def array(buffer, shape, dtype):
-    """A numpy view of a device buffer (kernels compute in place on it)."""
-    dt = np.dtype(dtype)
-    return buffer.handle[:int(np.prod(shape, dtype=np.int64)) * dt.itemsize].view(dt).reshape(shape)
+    device_class = Device
 '''
 
 LOWERING = '''"""The @NAME@ dialect and the lowering of a partition into it:
@@ -174,85 +131,29 @@ def lower_function(func):
     return left
 '''
 
-RUNTIME = '''"""Running @NAME@ code: a partition's payload is its @NAME@-dialect IR; each
-function is interpreted with numpy on device buffers."""
-import io
-import json
-import os
-import tempfile
-import zipfile
-
+RUNTIME = '''"""Running @NAME@ code: a partition's payload is its @NAME@-dialect IR
+(tcc.accelerators.numpy_kit packs it); each function is interpreted with
+numpy on device buffers. Replace `pack` and `load` with your compiler's
+binary format and loader."""
 import numpy as np
 
-from tcc.dialects.ir import default_context, parse_module, print_module, to_numpy_dtype
+from tcc.accelerators.numpy_kit import IRModule, interpret, pack_ir
 
-from .device import array
 from .lowering import dialect
 
 KERNELS = {"@NAME@.relu": lambda x: np.maximum(x, 0).astype(x.dtype)}
 
 
-def _dtype(t):
-    return to_numpy_dtype(t.element)
-
-
 def evaluate(block, args):
-    env = dict(zip(block.args, args))
-    for op in block.ops:
-        ins = [env[v] for v in op.operands]
-        if op.name == "func.return":
-            return ins
-        if op.name == "onnx.Constant":
-            env[op.results[0]] = np.asarray(op.attributes["value"].value)
-        else:
-            env[op.results[0]] = KERNELS[op.name](*ins)
-    raise RuntimeError("function without a return")
+    """Runs one partition function's block on numpy arrays; returns its results."""
+    return interpret(block, args, lambda op, ins: KERNELS[op.name](*ins))
 
 
-def pack(module, names):
-    """The payload stored in the artifact: the functions' IR and constants, zipped."""
-    with tempfile.TemporaryDirectory() as d:
-        print_module(module, path=os.path.join(d, "code.mlir"))
-        buf = io.BytesIO()
-        with zipfile.ZipFile(buf, "w") as z:
-            for f in os.listdir(d):
-                z.write(os.path.join(d, f), f)
-            z.writestr("functions.json", json.dumps(names))
-        return buf.getvalue()
-
-
-class Module:
-    def __init__(self, payload):
-        ctx = default_context().copy()
-        ctx.load(dialect())
-        with tempfile.TemporaryDirectory() as d:
-            with zipfile.ZipFile(io.BytesIO(payload)) as z:
-                z.extractall(d)
-            path = os.path.join(d, "code.mlir")
-            with open(path) as f:
-                self.module = parse_module(f.read(), path, ctx)
-            for name in list(self.module.resources):  # constants outlive the temp dir
-                self.module.resources.set(name, np.array(self.module.resources.get(name)))
-        self.funcs = {f.get_attr("sym_name"): f for f in self.module.functions()}
-
-    def get_function(self, name):
-        func = self.funcs[name]
-        ft = func.get_attr("function_type")
-        block = func.regions[0].blocks[0]
-
-        def run(buffers, stream):
-            ins = [array(b, t.shape, _dtype(t)) for b, t in zip(buffers, ft.inputs)]
-            outs = [array(b, t.shape, _dtype(t)) for b, t in zip(buffers[len(ft.inputs):], ft.results)]
-
-            def work():
-                for o, v in zip(outs, evaluate(block, ins)):
-                    np.copyto(o, v)
-            stream.launch_host_func(work)
-        return run
+pack = pack_ir  # the payload stored in the artifact: the functions' IR and constants
 
 
 def load(payload):
-    return Module(payload)
+    return IRModule(payload, [dialect()], evaluate)
 '''
 
 TEST = '''"""The @NAME@ plugin against tcc's conformance kit and onnxruntime."""
