@@ -55,8 +55,8 @@ def build(argv):
     @click.option("--placement-report", is_flag=True, help="Print which nodes went where, and why, then a summary: "
                   "partitions per accelerator, copies and bytes per run, host ops by reason (stderr; compiles "
                   "from scratch).")
-    @click.option("-v", "--verbose", is_flag=True, help="Also print the placement report, and whether the compile "
-                  "cache was hit.")
+    @click.option("-v", "--verbose", is_flag=True, help="Say whether the compile cache was hit, and print the "
+                  "placement report of a fresh compile (stderr).")
     @click.option("--print-ir-after-all", is_flag=True, help="Print the IR to stderr after every pass.")
     @click.option("--timing", is_flag=True, help="Print one table of the compile's phases on stderr (import, graph "
                   "passes, placement, lowering, LLVM, accelerator code (C compile), write); compiles from scratch.")
