@@ -34,13 +34,12 @@ def stages_for(options: CompileOptions, accels) -> PipelineStages:
     return stages
 
 
-def _run(ctx, module, options, pipeline, timings):
+def _run(ctx, module, options, pipeline):
     if not pipeline:
         return
     pm = PassManager(ctx, parse_pipeline(pipeline, ctx), verify_each=True,
                      print_after_all=sys.stderr if options.print_ir_after_all else None)
     pm.run(module)
-    timings.append(pm)
 
 
 def import_and_optimize(model, options: CompileOptions, ctx=None):
@@ -54,25 +53,23 @@ def import_and_optimize(model, options: CompileOptions, ctx=None):
     stages = stages_for(options, accels)
     with phase("import"):
         module = import_model(model, lowered=host_lowers)
-    timings = []
     with phase("graph passes", module):
-        _run(ctx, module, options, ",".join(stages.at("after-import")), timings)
-        _run(ctx, module, options, graph_pipeline(options.opt_level), timings)
+        _run(ctx, module, options, ",".join(stages.at("after-import")))
+        _run(ctx, module, options, graph_pipeline(options.opt_level))
     if accels:
         from tcc.runtime.specialize import needs_specialization
         if not needs_specialization(module):
-            place(module, ctx, options, timings)
+            place(module, ctx, options)
     return module, ctx
 
 
-def place(module, ctx, options: CompileOptions, timings=None):
+def place(module, ctx, options: CompileOptions):
     """Stage 3: the accelerators' before-placement passes, placement, theirs after."""
-    timings = [] if timings is None else timings
     stages = stages_for(options, ctx.accelerators)
     with phase("placement", module):
-        _run(ctx, module, options, ",".join(stages.at("before-placement")), timings)
-        _run(ctx, module, options, PLACEMENT_PIPELINE + ",dce", timings)
-        _run(ctx, module, options, ",".join(stages.at("after-placement")), timings)
+        _run(ctx, module, options, ",".join(stages.at("before-placement")))
+        _run(ctx, module, options, PLACEMENT_PIPELINE + ",dce")
+        _run(ctx, module, options, ",".join(stages.at("after-placement")))
     if options.strict:
         from .placement_report import host_fallbacks
         left = host_fallbacks(module)
