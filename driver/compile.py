@@ -18,6 +18,7 @@ from collections import Counter
 from tcc.dialects.ir.types import MemRefType
 
 from .io import CLIError, write_bytes, write_ir, write_text
+from .progress import phase
 
 def _names(func, key, n, prefix):
     attrs = func.attributes.get(key)
@@ -57,9 +58,7 @@ def lower(module, pipeline):
         ft = func.get_attr("function_type")
         names = (_names(func, "arg_attrs", len(ft.inputs), "input_"),
                  _names(func, "res_attrs", len(ft.results), "output_"))
-    timings = []
-    pipeline.run(module, pipeline.host_lowering(_is_lowered(func)), timings)
-    pipeline.report_timing(timings)
+    pipeline.run(module, pipeline.host_lowering(_is_lowered(func)))
     return names, stats
 
 
@@ -112,25 +111,27 @@ def compile_host(module, pipeline, stop_at=None):
     seconds = {}
     t0 = time.perf_counter()
     options = pipeline.options
-    names, onnx_stats = lower(module, pipeline)
+    with phase("lowering", module):
+        names, onnx_stats = lower(module, pipeline)
     seconds["graph_to_loop"] = time.perf_counter() - t0
     if stop_at == "loop-ir":
         return module
     from tcc.dialects.conversions.loop_to_native import emit_object, lower_module, optimize
-    t0 = time.perf_counter()
-    low = lower_module(module)
-    seconds["loop_to_llvm"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    opt = 3 if options.opt_level >= 2 else options.opt_level
-    mod = optimize(low.llvm_ir, opt)
-    seconds["llvm_opt"] = time.perf_counter() - t0
-    if stop_at == "native-ir":
-        return mod
-    t0 = time.perf_counter()
-    obj = emit_object(mod, opt)
-    from tcc.dialects.conversions.loop_to_native.target import check_symbols
-    check_symbols(obj)  # an unresolved symbol is a compile error, never a call to address 0
-    seconds["llvm_codegen"] = time.perf_counter() - t0
+    with phase("LLVM", module):
+        t0 = time.perf_counter()
+        low = lower_module(module)
+        seconds["loop_to_llvm"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        opt = 3 if options.opt_level >= 2 else options.opt_level
+        mod = optimize(low.llvm_ir, opt)
+        seconds["llvm_opt"] = time.perf_counter() - t0
+        if stop_at == "native-ir":
+            return mod
+        t0 = time.perf_counter()
+        obj = emit_object(mod, opt)
+        from tcc.dialects.conversions.loop_to_native.target import check_symbols
+        check_symbols(obj)  # an unresolved symbol is a compile error, never a call to address 0
+        seconds["llvm_codegen"] = time.perf_counter() - t0
     return HostCode(obj, low, names, onnx_stats, seconds)
 
 
@@ -147,7 +148,8 @@ def emit(module, pipeline):
         if needs_specialization(module):
             # Dynamic dims or shape-deciding inputs: placed (with --maccel) and
             # compiled per input shape at run time.
-            return write_specializing_artifact(options.output or "model.tcc", module, options)
+            with phase("write"):
+                return write_specializing_artifact(options.output or "model.tcc", module, options)
     if options.emit == "loop-ir":
         write_ir(compile_host(module, pipeline, "loop-ir"), options.output)
         return options.output
@@ -167,7 +169,8 @@ def emit(module, pipeline):
     if options.emit == "tcc":
         from tcc.runtime.artifact import write_artifact
         out = options.output or "model.tcc"
-        write_artifact(out, inputs=ins, outputs=outs, host_object=obj, weights=weights, compile_info=info)
+        with phase("write"):
+            write_artifact(out, inputs=ins, outputs=outs, host_object=obj, weights=weights, compile_info=info)
         if options.verbose:
             sys.stderr.write(f"tcc: wrote {out} (workspace {low.workspace_bytes} B, "
                              f"{len(weights)} weights, {info['weights_bytes']} B)\n")

@@ -17,6 +17,7 @@ from tcc.dialects.transforms.ordering import topological_sort
 from tcc.dialects.transforms.placement import FREE_OPS, PLACEMENT, REGION, PartitionPass
 
 from .io import CLIError
+from .progress import phase
 
 
 def has_partitions(module):
@@ -148,8 +149,10 @@ def compile_plan(module, pipeline):
     for acc_name, funcs in by_accel.items():
         acc = accels[acc_name]
         sub = _detach(module, set(funcs))
-        pipeline.lower_partition(acc, sub)
-        rm = acc.call("tcc_loop_to_native", funcs=sub.functions(), module=sub, context=ctx, target=None)
+        with phase("lowering", sub):
+            pipeline.lower_partition(acc, sub)
+        with phase("accelerator code (C compile)", sub):
+            rm = acc.call("tcc_loop_to_native", funcs=sub.functions(), module=sub, context=ctx, target=None)
         if not isinstance(rm, RuntimeModule):
             raise CLIError(f"accelerator '{acc_name}' returned no runtime module from tcc_loop_to_native")
         missing = set(funcs) - set(rm.functions)
@@ -159,9 +162,10 @@ def compile_plan(module, pipeline):
     if options.emit == "c":
         return _emit_c(payloads, options)
     from tcc.runtime.plan_artifact import write_plan_artifact
-    return write_plan_artifact(options.output or "model.tcc", steps=steps, values=values, inputs=inputs,
-                               outputs=outputs, host_code=host_code, payloads=payloads,
-                               compile_seconds=time.perf_counter() - t0, options=options)
+    with phase("write"):
+        return write_plan_artifact(options.output or "model.tcc", steps=steps, values=values, inputs=inputs,
+                                   outputs=outputs, host_code=host_code, payloads=payloads,
+                                   compile_seconds=time.perf_counter() - t0, options=options)
 
 
 def _emit_c(payloads, options):

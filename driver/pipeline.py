@@ -27,6 +27,7 @@ from tcc.dialects.transforms.placement import PIPELINE as PLACEMENT_PIPELINE
 from . import accelerators as accel
 from .io import CLIError
 from .options import CompileOptions
+from .progress import phase
 from .specializing import needs_specialization
 
 
@@ -65,28 +66,20 @@ class CompilePipeline:
         for a in self.accels:
             if a.has("tcc_add_passes"):
                 a.call("tcc_add_passes", pipeline=self.stages, emission_target=options.emit)
-        self.timings = []
 
     # -- running passes ------------------------------------------------------------
-    def run(self, module, pipeline: str, timings=None):
+    def run(self, module, pipeline: str):
         """Runs the comma-separated `pipeline` on `module` (verifying after each pass)."""
         if not pipeline:
             return module
         pm = PassManager(self.ctx, parse_pipeline(pipeline, self.ctx), verify_each=True,
                          print_after_all=sys.stderr if self.options.print_ir_after_all else None)
         pm.run(module)
-        (self.timings if timings is None else timings).append(pm)
         return module
 
     def at(self, point: str) -> str:
         """The accelerators' stages at a named point, as a pipeline string."""
         return ",".join(self.stages.at(point))
-
-    def report_timing(self, timings=None):
-        if self.options.timing:
-            for pm in (self.timings if timings is None else timings):
-                pm.timing_report(sys.stderr)
-        (self.timings if timings is None else timings).clear()
 
     # -- stages 1-3: import, graph passes, placement ---------------------------------
     def import_and_optimize(self, model):
@@ -96,19 +89,21 @@ class CompilePipeline:
         unplaced, and its specializing artifact places each input shape at run
         time (`specialize`)."""
         # Ops without a host lowering that ONNX defines as functions are expanded.
-        module = import_model(model, lowered=lambda op_type: "onnx." + op_type in self.ctx.lowerings)
-        self.run(module, self.at("after-import"))
-        self.run(module, graph_pipeline(self.options.opt_level))
+        with phase("import"):
+            module = import_model(model, lowered=lambda op_type: "onnx." + op_type in self.ctx.lowerings)
+        with phase("graph passes", module):
+            self.run(module, self.at("after-import"))
+            self.run(module, graph_pipeline(self.options.opt_level))
         if self.accels and not needs_specialization(module):
             self.place(module)
-        self.report_timing()
         return module
 
     def place(self, module):
         """Stage 3: the accelerators' before-placement passes, placement, theirs after."""
-        self.run(module, self.at("before-placement"))
-        self.run(module, PLACEMENT_PIPELINE + ",dce")
-        self.run(module, self.at("after-placement"))
+        with phase("placement", module):
+            self.run(module, self.at("before-placement"))
+            self.run(module, PLACEMENT_PIPELINE + ",dce")
+            self.run(module, self.at("after-placement"))
         if self.options.strict:
             from .placement_report import host_fallbacks
             left = host_fallbacks(module)
@@ -140,10 +135,8 @@ class CompilePipeline:
             if left:
                 raise CLIError(f"accelerator '{acc.name}' could not lower {', '.join(sorted(set(left)))} "
                                f"in {f.get_attr('sym_name')}")
-        timings = []
-        self.run(sub, self.at("after-graph-to-loop"), timings)
-        self.run(sub, self.at("after-loop-passes"), timings)
-        self.report_timing(timings)
+        self.run(sub, self.at("after-graph-to-loop"))
+        self.run(sub, self.at("after-loop-passes"))
 
     # -- stages 6-7: native code and the artifact ------------------------------------------
     def emit(self, module):

@@ -6,6 +6,8 @@
                                  then the ONNX node tests with --maccel=sim, and
                                  a scoreboard per op (passed / unsupported /
                                  wrong / crashed)
+    tcc-accel new npu [--dir D]  a plugin package to start from (passes check
+                                 after `pip install -e D`)
 """
 from __future__ import annotations
 
@@ -91,6 +93,18 @@ def check(name, jobs, name_filter, skip_device, skip_node_tests, failures, debug
                    f"{total['unsupported']} unsupported (of {len(results)})")
         status |= bool(total["wrong"] or total["crashed"])
     sys.exit(1 if status else 0)
+
+
+@cli.command()
+@click.argument("name")
+@click.option("--dir", "directory", default=None, help="Where to write the package (default: ./tcc-accel-NAME; "
+              "must not exist or be empty).")
+def new(name, directory):
+    """Write a plugin package for accelerator NAME: entry point, numpy device, one op (Relu) claimed,
+    its lowering and runtime, a README and tests. Then: pip install -e DIR && tcc-accel check NAME."""
+    from .accel_new import new_plugin
+    out = new_plugin(name, directory)
+    click.echo(f"wrote {out}/ (accelerator '{name}'); next: pip install -e {out} && tcc-accel check {name}")
 
 
 def main():

@@ -3,8 +3,9 @@ decide shapes (Reshape's shape, Slice's starts, Reduce's axes...), cannot be
 compiled ahead of time to static loop nests. Their artifact holds the
 optimized onnx-dialect IR instead; on each call the session specializes it
 for the concrete input shapes and shape-deciding input values, compiles it
-natively, and caches the result by that key, in memory and on disk
-(~/.cache/tcc/specialized/), so a shape seen once never compiles again.
+natively, and caches the result by that key, in memory and in the compile
+cache (runtime/cache.py: the key also covers every recorded option, tcc's and
+the plugins' code and the target), so a shape seen once never compiles again.
 
 The runtime does not compile: it is handed a compiler, a callable
 `compiler(module, options, path)` that compiles the specialized onnx-dialect
@@ -13,8 +14,8 @@ module with the options the artifact recorded (a dict) into the artifact at
 The artifact itself is written ahead of time by `driver/specializing.py`."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
-import json
 import os
 import tempfile
 import threading
@@ -23,18 +24,19 @@ import numpy as np
 
 from tcc.dialects.ir.errors import TccError
 
+from . import cache
 from .signature import InputError, SignatureMixin, format_specs
 
 IR_MEMBER, RES_MEMBER = "model.mlir", "model.mlir.resources"
 
 
+class _Staged(Exception):
+    """Carries a StagedRun out of the compile cache's build callback: a
+    specialization cut at a data-dependent op runs as an object, not a file."""
+
+
 def is_specializing(manifest):
     return any(step.get("kind") == "specialize" for step in manifest.get("plan", []))
-
-
-def _cache_dir():
-    d = os.environ.get("TCC_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "tcc")
-    return os.path.join(d, "specialized")
 
 
 class SpecializingSession(SignatureMixin):
@@ -55,12 +57,14 @@ class SpecializingSession(SignatureMixin):
         self._maccel = list(self._options.get("maccel", []))
         self._digest = hashlib.sha256(art.members[IR_MEMBER] + (self._res or b"")).hexdigest()
         self._cache = {}
+        self._base_key = None
+        self._tmpdir = None
         self._lock = threading.Lock()
 
     def _key(self, inputs):
-        import tcc
-        opts = json.dumps(self._options, sort_keys=True, default=str)
-        h = hashlib.sha256(f"{self._digest} {tcc.__version__} {opts}".encode())
+        if self._base_key is None:  # the IR, every recorded option, code and target: once per session
+            self._base_key = cache.make_key("specialize", self._digest.encode(), self._options, self._maccel)
+        h = hashlib.sha256(self._base_key.encode())
         for i, v in enumerate(inputs):
             h.update(repr(v.shape).encode())
             if i in self._shape_args:
@@ -73,15 +77,33 @@ class SpecializingSession(SignatureMixin):
         if sess is not None:
             return sess
         load = self._load  # a host Session, or a PlanSession when placed
-        path = os.path.join(_cache_dir(), key[:2], key + ".tcc")
-        if os.path.exists(path):
-            try:
-                sess = load(path)
-            except TccError:
-                sess = None  # stale or corrupt: compile again
-        if sess is None:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            sess = self._compile(inputs, path) or load(path)  # a StagedRun, or the compiled file
+        if not cache.plugins_cacheable(self._maccel):  # in-process plugins: no code to key on
+            if self._tmpdir is None:
+                self._tmpdir = tempfile.TemporaryDirectory(prefix="tcc-spec-")
+            path = os.path.join(self._tmpdir.name, key + ".tcc")
+            sess = self._cache[key] = self._compile(inputs, path) or load(path)
+            return sess
+
+        def build(tmp):
+            staged = self._compile(inputs, tmp)
+            if staged is not None:
+                raise _Staged(staged, tmp)
+        try:
+            path, hit = cache.get_or_build(key, build)
+        except _Staged as e:
+            sess, tmp = e.args
+            for side in (".prefix.tcc", ".suffix.tcc"):  # loaded (mapped) already: the files may go
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp + side)
+            self._cache[key] = sess
+            return sess
+        try:
+            sess = load(path)
+        except TccError:
+            if not hit:
+                raise
+            cache.remove(key)  # stale or corrupt: compile again
+            sess = load(cache.get_or_build(key, build)[0])
         self._cache[key] = sess
         return sess
 

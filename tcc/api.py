@@ -1,15 +1,20 @@
 """The Python API: `tcc.compile(model) -> artifact path`, `tcc.load(path) -> Session`."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import tempfile
 
 
-def compile(model, maccel=(), opt_level=2, output=None, accel_options=None):  # noqa: A001 - the CLI's verb
+def compile(model, maccel=(), opt_level=2, output=None, accel_options=None, cache=True,  # noqa: A001
+            verbose=False):
     """Compiles an ONNX model (a path or a ModelProto) into a `.tcc` artifact;
     returns its path (default: beside the model as MODEL.tcc, or a fresh
     temporary directory for a ModelProto). `accel_options` gives accelerator
-    options as the CLI's `--<accel>-<name>` do: {"sim": {"max-rank": 2}}."""
+    options as the CLI's `--<accel>-<name>` do: {"sim": {"max-rank": 2}}. An
+    artifact compiled before from the same model, options, code and target is
+    reused from the compile cache (`$TCC_CACHE_DIR`, default ~/.cache/tcc)
+    unless `cache=False`; `verbose` says on stderr whether it was."""
     from tcc.driver import accelerators as accel
     from tcc.driver.io import check_output
     from tcc.driver.options import CompileOptions
@@ -24,8 +29,19 @@ def compile(model, maccel=(), opt_level=2, output=None, accel_options=None):  # 
     maccel = [maccel] if isinstance(maccel, str) else list(maccel)  # "cpu" is one name, not 'c', 'p', 'u'
     maccel = accel.resolve_maccel(maccel)  # maccel=["host"]: the same as (), the host path alone
     options = CompileOptions(maccel=list(maccel), opt_level=opt_level, emit="tcc", output=os.fspath(output),
-                             accel_options=dict(accel_options or {}))
-    return CompilePipeline(options).compile(os.fspath(model) if isinstance(model, os.PathLike) else model)
+                             accel_options=dict(accel_options or {}), verbose=verbose)
+    model = os.fspath(model) if isinstance(model, os.PathLike) else model
+
+    def build(out):
+        opts = dataclasses.replace(options, output=out, verbose=False) if out != options.output else options
+        return CompilePipeline(opts).compile(model)
+
+    from tcc.driver.cached import cacheable, compile_cached
+    from tcc.driver.progress import watch
+    with watch():  # a progress line when stderr is a terminal
+        if cache and cacheable(model, options):
+            return compile_cached(model, options, build, prog="tcc.compile")
+        return build(options.output)
 
 
 def _compile_at_run_time(module, options, path):

@@ -1,45 +1,21 @@
-"""A third-party device written against the abstract API in a few lines (numpy memory
-without addresses, worker-thread streams) must pass the whole conformance kit; this
-is what a plugin such as the `sim` device will look like."""
-import numpy as np
+"""A third-party device with numpy memory without addresses and worker-thread
+streams (tcc.accelerators.numpy_kit's, which the `sim` device and `tcc-accel new`
+packages use) must pass the whole conformance kit."""
 import pytest
 
-from tcc.runtime.device import (Device, DeviceAttr, DeviceBuffer, DeviceError, DeviceManager,
-                                DeviceManagerFactory, DeviceManagerRegistry, WorkerEvent,
-                                WorkerStream)
+from tcc.accelerators.numpy_kit import NumpyDevice
+from tcc.runtime.device import DeviceError, DeviceManager, DeviceManagerFactory, DeviceManagerRegistry
 from tcc.runtime.device.conformance_suite import *  # noqa: F401,F403
 
 
-class ToyDevice(Device):
-    def _get_attr(self, kind):
-        return {DeviceAttr.EXIST: True, DeviceAttr.DEVICE_NAME: "toy",
-                DeviceAttr.TOTAL_MEMORY: 8 << 30}.get(kind)
+class ToyDevice(NumpyDevice):
+    """tcc.accelerators.numpy_kit's device (what sim and `tcc-accel new` packages use), counting allocations."""
+    device_name = "toy"
+    total_memory = 8 << 30
 
     def _alloc(self, nbytes, options):
         self.manager.allocs += 1
-        # Lazily mapped zeros, so the 1 GiB conformance allocation stays cheap.
-        return DeviceBuffer(self, nbytes, np.zeros(nbytes, np.uint8))
-
-    def _free(self, buffer, handle):
-        pass
-
-    def _create_stream(self):
-        return WorkerStream(self)
-
-    def _create_event(self):
-        return WorkerEvent(self)
-
-    def _copy_host_to_device(self, staged, dst, off, stream):
-        view = dst.handle[off:off + staged.size]
-        stream.launch_host_func(lambda: np.copyto(view, staged))
-
-    def _copy_device_to_host(self, src, off, host, stream):
-        view = src.handle[off:off + host.size]
-        stream.launch_host_func(lambda: np.copyto(host, view))
-
-    def _copy_device_to_device(self, src, so, dst, do, n, stream):
-        a, b = src.handle[so:so + n], dst.handle[do:do + n]
-        stream.launch_host_func(lambda: np.copyto(b, a))
+        return super()._alloc(nbytes, options)
 
 
 class ToyManager(DeviceManager):

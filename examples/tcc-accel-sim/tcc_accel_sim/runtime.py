@@ -1,17 +1,9 @@
 """Running sim code: a partition's payload is its sim-dialect IR (with its
 constants); each function is interpreted with numpy on sim buffers."""
-import io
-import json
-import os
-import tempfile
-import zipfile
-
 import numpy as np
 
-from tcc.dialects.ir import parse_module, print_module, to_numpy_dtype
-from tcc.dialects.init_all import default_context
-
-from .device import array
+from tcc.accelerators.numpy_kit import IRModule, interpret, pack_ir
+from tcc.dialects.ir import to_numpy_dtype
 
 
 def _erf(x):
@@ -43,76 +35,30 @@ def conv2d(x, w, b, strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1), group=1
     return out + (b.reshape(1, -1, 1, 1) if b is not None else 0)
 
 
+def _step(op, ins):
+    if op.name == "sim.matmul":
+        out = np.matmul(*ins)
+    elif op.name == "sim.conv":
+        a = {k: op.get_attr(k) for k in ("strides", "pads", "dilations", "group") if op.get_attr(k) is not None}
+        out = conv2d(ins[0], ins[1], ins[2] if len(ins) > 2 else None, **a)
+    elif op.name == "sim.fused_elementwise":
+        out = evaluate(op.regions[0].blocks[0], ins)[0]
+    else:
+        out = NUMPY[op.name](*ins)
+    return np.asarray(out, dtype=_dtype(op.results[0].type))
+
+
 def evaluate(block, args):
-    env = dict(zip(block.args, args))
-    for op in block.ops:
-        ins = [env.get(v) for v in op.operands]
-        if op.name in ("sim.yield", "func.return"):
-            return ins
-        if op.name == "onnx.Constant":
-            out = np.asarray(op.attributes["value"].value)
-        elif op.name == "onnx.NoValue":
-            out = None
-        elif op.name == "sim.matmul":
-            out = np.matmul(*ins)
-        elif op.name == "sim.conv":
-            a = {k: op.get_attr(k) for k in ("strides", "pads", "dilations", "group") if op.get_attr(k) is not None}
-            out = conv2d(ins[0], ins[1], ins[2] if len(ins) > 2 else None, **a)
-        elif op.name == "sim.fused_elementwise":
-            out = evaluate(op.regions[0].blocks[0], ins)[0]
-        else:
-            out = NUMPY[op.name](*ins)
-        env[op.results[0]] = None if out is None else np.asarray(out, dtype=_dtype(op.results[0].type))
-    raise RuntimeError("function without a return")
+    return interpret(block, args, _step, ("sim.yield", "func.return"))
 
 
 def _dtype(t):
     return to_numpy_dtype(t.element) if hasattr(t, "element") else None
 
 
-def pack(module, names):
-    """Payload: the sim functions' IR and their constants, zipped."""
-    with tempfile.TemporaryDirectory() as d:
-        path = os.path.join(d, "sim.mlir")
-        print_module(module, path=path)
-        buf = io.BytesIO()
-        with zipfile.ZipFile(buf, "w") as z:
-            for f in os.listdir(d):
-                z.write(os.path.join(d, f), f)
-            z.writestr("functions.json", json.dumps(names))
-        return buf.getvalue()
-
-
-class SimModule:
-    def __init__(self, payload, context):
-        with tempfile.TemporaryDirectory() as d:
-            with zipfile.ZipFile(io.BytesIO(payload)) as z:
-                z.extractall(d)
-            path = os.path.join(d, "sim.mlir")
-            self.module = parse_module(open(path).read(), path, context)
-            # Constants must outlive the temp dir: load them into memory.
-            for name in list(self.module.resources):
-                self.module.resources.set(name, np.array(self.module.resources.get(name)))
-        self.funcs = {f.get_attr("sym_name"): f for f in self.module.functions()}
-
-    def get_function(self, name):
-        func = self.funcs[name]
-        ft = func.get_attr("function_type")
-        block = func.regions[0].blocks[0]
-
-        def run(buffers, stream):
-            ins = [array(b, t.shape, _dtype(t)) for b, t in zip(buffers, ft.inputs)]
-            outs = [array(b, t.shape, _dtype(t)) for b, t in zip(buffers[len(ft.inputs):], ft.results)]
-
-            def work():
-                for o, v in zip(outs, evaluate(block, ins)):
-                    np.copyto(o, v)
-            stream.launch_host_func(work)
-        return run
+pack = pack_ir  # the payload: the sim functions' IR and their constants, zipped
 
 
 def load(payload):
-    ctx = default_context().copy()
     from .dialect import dialect
-    ctx.load(dialect())
-    return SimModule(payload, ctx)
+    return IRModule(payload, [dialect()], evaluate)
