@@ -3,9 +3,11 @@ accelerator, copies and bytes moved per run, host ops grouped by reason;
 `--emit=placement-svg` through Graphviz, with a one-line message naming what
 to install when `dot` is missing."""
 import os
+import shutil
 import xml.etree.ElementTree as ET
 
 import onnx
+import pytest
 from onnx import TensorProto, helper
 
 from tcc import samples
@@ -52,13 +54,18 @@ def test_dot_boxes_partitions_and_labels_copies(place):  # noqa: F811
     assert sum(1 for e in root.iter() if e.tag.endswith("text") and (e.text or "").startswith("copy ")) == 4
 
 
-def test_cli_placement_svg_and_missing_dot(tmp_path):
+@pytest.mark.skipif(shutil.which("dot") is None, reason="needs Graphviz's dot program (apt-get install graphviz)")
+def test_cli_placement_svg(tmp_path):
     onnx.save(samples.cnn(seed=3), tmp_path / "cnn.onnx")
     out = tmp_path / "p.svg"
     r = run_tool("tcc", "--maccel=cpu", "--emit=placement-svg", tmp_path / "cnn.onnx", "-o", out)
     assert r.returncode == 0, r.stderr
     root = ET.fromstring(out.read_bytes())
     assert any("(cpu)" in (e.text or "") for e in root.iter())
+
+
+def test_cli_placement_svg_missing_dot(tmp_path):
+    onnx.save(samples.cnn(seed=3), tmp_path / "cnn.onnx")
     env = dict(os.environ, PATH=str(tmp_path / "empty"))  # no dot on PATH
     import subprocess
     import sys
