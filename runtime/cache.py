@@ -186,12 +186,24 @@ def _external_files(data):
     return sorted(locs)
 
 
+# TCC_* settings that only say where things go or how a run is timed; every
+# other TCC_* variable (TCC_CPU_ISA picks a kernel build, TCC_GPU_CONFORMANCE
+# forces placement, ...) can change what a compile produces, so it is keyed.
+_KEY_IGNORES_ENV = {"TCC_CACHE_DIR", "TCC_CACHE_SIZE", "TCC_NUM_THREADS", "TCC_TEST_SEED", "TCC_HOOK_TIMEOUT"}
+
+
+def compile_env() -> dict:
+    """The TCC_* environment settings a compile can depend on."""
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith("TCC_") and k not in _KEY_IGNORES_ENV}
+
+
 def make_key(kind: str, payload: bytes, options: dict, maccel=()) -> str:
     """The cache key of compiling `payload` (model or IR bytes) with `options`
     (JSON-able) for the accelerators `maccel`."""
     h = hashlib.sha256(kind.encode() + b"\0")
     h.update(hashlib.sha256(payload).digest())
-    h.update(json.dumps({"options": options, "env": environment(tuple(maccel))}, sort_keys=True,
+    h.update(json.dumps({"options": options, "env": environment(tuple(maccel)), "settings": compile_env()},
+                        sort_keys=True,
                         default=str).encode())
     return h.hexdigest()
 

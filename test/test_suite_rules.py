@@ -76,8 +76,8 @@ def test_cache_dir_is_this_runs_own():
     cache = os.environ["TCC_CACHE_DIR"]
     assert os.path.basename(cache.rstrip(os.sep)).startswith(("tcc-test-cache-", "gw")), cache
     assert os.path.realpath(cache) != os.path.realpath(os.path.expanduser("~/.cache/tcc"))
-    from tcc.runtime import specialize
-    assert specialize._cache_dir().startswith(cache)
+    from tcc.runtime import cache as compile_cache
+    assert compile_cache.artifacts_dir().startswith(cache)
 
 
 def _unseeded_calls(path):

@@ -48,6 +48,11 @@ def test_dot_boxes_partitions_and_labels_copies(place):  # noqa: F811
     text = dot(m, {"alpha": "alpha"})
     assert text.count("subgraph cluster_") == 2 and text.count("(alpha)") >= 2
     assert text.count(f'label="copy {n * n * 4:,} B"') == 4
+
+
+@pytest.mark.skipif(shutil.which("dot") is None, reason="needs Graphviz's dot program (apt-get install graphviz)")
+def test_svg_draws_the_copies(place):  # noqa: F811
+    m = place(sandwich(5), Plugin("alpha", {"onnx.Relu"}))
     picture = svg(m, {"alpha": "alpha"})
     root = ET.fromstring(picture)
     assert root.tag.endswith("svg")

@@ -129,7 +129,7 @@ steps = [s.get("accelerator", "host") for s in ran.manifest.get("plan", [])]
 fused = None
 if "sim" in steps:
     with zipfile.ZipFile(ran.path) as z, zipfile.ZipFile(io.BytesIO(z.read("accel/sim.bin"))) as p:
-        fused = p.read("sim.mlir").decode().count('"sim.fused_elementwise"')
+        fused = p.read("code.mlir").decode().count('"sim.fused_elementwise"')
 print(json.dumps({"steps": steps, "fused": fused, "options": sess.manifest["compile"]["options"]}))
 """
 

@@ -16,26 +16,25 @@ def _accels(path):
     return {s.get("accelerator") for s in tcc.load(str(path)).manifest.get("plan", [])} - {None}
 
 
-def _check(path, model_path):
+def _check(path, model_path, rng):
     sess = tcc.load(str(path))
-    rng = np.random.default_rng()
     feeds = {s["name"]: rng.standard_normal(s["shape"]).astype(np.float32) for s in sess.input_signature}
     want = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"]).run(None, feeds)
     for g, w in zip(sess.run(feeds), want):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
 
 
-def test_default_is_cpu_and_host_flag_is_host_only(tmp_path):
+def test_default_is_cpu_and_host_flag_is_host_only(tmp_path, rng):
     p = tmp_path / "cnn.onnx"
     onnx.save(samples.cnn(seed=2), p)
     r = run_tool("tcc", p, "-o", tmp_path / "default.tcc")
     assert r.returncode == 0, r.stderr
     assert _accels(tmp_path / "default.tcc") == {"cpu"}
-    _check(tmp_path / "default.tcc", p)
+    _check(tmp_path / "default.tcc", p, rng)
     r = run_tool("tcc", "--maccel=host", p, "-o", tmp_path / "host.tcc")
     assert r.returncode == 0, r.stderr
     assert _accels(tmp_path / "host.tcc") == set()
-    _check(tmp_path / "host.tcc", p)
+    _check(tmp_path / "host.tcc", p, rng)
     # the IR stages show the host pipeline unless --maccel is given
     assert "cpu" not in run_tool("tcc", "--emit=onnx-ir", p).stdout
 
