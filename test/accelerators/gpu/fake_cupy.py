@@ -364,20 +364,31 @@ def _f32(addr, count):
     return np.ctypeslib.as_array((ctypes.c_float * max(count, 1)).from_address(addr))
 
 
-def _colmajor(addr, rows, cols, ld):
-    """A rows x cols column-major matrix at `addr` with leading dimension ld."""
-    flat = _f32(addr, (cols - 1) * ld + rows)
+def col_major(flat, rows, cols, ld):
+    """A rows x cols column-major view of flat float32 memory: (i, j) at j * ld + i."""
+    assert ld >= max(1, rows), (rows, ld)
+    assert flat.size >= (cols - 1) * ld + rows, "the matrix runs past its buffer"
     return np.lib.stride_tricks.as_strided(flat, (rows, cols), (4, ld * 4))
 
 
-def _sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc):
-    A = _colmajor(a, k, m, lda).T if ta else _colmajor(a, m, k, lda)
-    B = _colmajor(b, n, k, ldb).T if tb else _colmajor(b, k, n, ldb)
-    C = _colmajor(c, m, n, ldc)
+def sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc):
+    """C (m x n) = alpha op(A) op(B) + beta C on flat float32 arrays, all
+    column-major, as cuBLAS defines sgemm."""
+    A = col_major(a, k, m, lda).T if ta else col_major(a, m, k, lda)
+    B = col_major(b, n, k, ldb).T if tb else col_major(b, k, n, ldb)
+    C = col_major(c, m, n, ldc)
     r = alpha * (A.astype(np.float64) @ B.astype(np.float64))
     if beta != 0.0:
         r += beta * C
     C[...] = r.astype(np.float32)
+
+
+def _sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc):
+    """sgemm on device addresses (the fake's memory is host memory)."""
+    ra, ca = (k, m) if ta else (m, k)
+    rb, cb = (n, k) if tb else (k, n)
+    sgemm(ta, tb, m, n, k, alpha, _f32(a, (ca - 1) * lda + ra), lda, _f32(b, (cb - 1) * ldb + rb), ldb,
+          beta, _f32(c, (n - 1) * ldc + m), ldc)
     STATE.gemms += 1
 
 

@@ -8,34 +8,15 @@ onnxruntime. (The emulation's own GEMM is row-major numpy, which never
 exercises that mapping.)"""
 import numpy as np
 import pytest
-from numpy.lib.stride_tricks import as_strided
 
 from tcc.accelerators.gpu import emulate, plan
 from tcc.accelerators.gpu.emulate import EmulatedModule, compiler
 
 from . import models
+from .fake_cupy import sgemm as cublas_sgemm
 from .helpers import compile_partition, onnxruntime_outputs, random_inputs
 
-F = np.float32().itemsize
 needs_cxx = pytest.mark.skipif(compiler() is None, reason="no host C++ compiler for the CUDA emulation")
-
-
-def _col_major(flat, rows, cols, ld):
-    """A rows x cols column-major view of flat float32 memory: (i, j) at j * ld + i."""
-    assert ld >= max(1, rows), (rows, ld)
-    assert flat.size >= (cols - 1) * ld + rows, "the matrix runs past its buffer"
-    return as_strided(flat, (rows, cols), (F, ld * F))
-
-
-def cublas_sgemm(transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc):
-    """C (m x n) = alpha op(A) op(B) + beta C, all column-major, as cuBLAS defines sgemm."""
-    op_a = _col_major(a, k, m, lda).T if transa else _col_major(a, m, k, lda)
-    op_b = _col_major(b, n, k, ldb).T if transb else _col_major(b, k, n, ldb)
-    cm = _col_major(c, m, n, ldc)
-    r = alpha * (op_a.astype(np.float64) @ op_b.astype(np.float64))
-    if beta != 0.0:
-        r = r + beta * cm
-    cm[...] = r.astype(np.float32)
 
 
 def gemm_with_cublas_arguments(self, s, a, b, c):
