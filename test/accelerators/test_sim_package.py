@@ -59,6 +59,8 @@ def run(venv, *args, **kw):
 def test_sim_is_unknown_until_installed_then_works(venv, tmp_path, rng):
     model = tmp_path / "cnn.onnx"
     onnx.save(samples.cnn(seed=11), model)
+    # the venv is shared by this module's tests, which may have installed sim before (any order)
+    run(venv, bin_(venv, "python"), "-m", "pip", "uninstall", "-q", "-y", "tcc-accel-sim", cwd=str(tmp_path))
     before = run(venv, bin_(venv, "tcc"), "--maccel=sim", model)
     assert before.returncode != 0 and "unknown accelerator 'sim'" in before.stderr
     r = run(venv, bin_(venv, "python"), "-m", "pip", "install", "-q", "--no-index", "--no-build-isolation",
