@@ -52,4 +52,6 @@ def test_conv_transpose_dtypes(dt):
     check([h.make_node("ConvTranspose", ["x", "w", "b"], ["y"], strides=[2, 2], pads=[1, 0, 0, 1])],
           {"x": f(1, 2, 4, 3, dt=dt)}, {"y": dt}, opset=17, ref="onnx",
           initializers={"w": f(2, 3, 3, 3, dt=dt), "b": f(3, dt=dt)},
-          rtol=2e-3 if dt == np.float16 else 1e-9, atol=2e-3 if dt == np.float16 else 1e-9)
+          # float16: both sides round partial sums of terms up to ~4 (an ulp 0.004) in their own order;
+          # at 2e-3 one element in ~150 missed on some seeds
+          rtol=2e-3 if dt == np.float16 else 1e-9, atol=8e-3 if dt == np.float16 else 1e-9)
