@@ -16,7 +16,7 @@
  * depthwise kernel feeds planes it has just computed into L2. */
 #include "conv_vec.h"
 
-#define DG 4 /* output vectors in flight: independent FMA chains */
+#define DG 4 /* output vectors in flight: independent FMA chains (AVX2: 8 measured no faster) */
 
 
 /* One channel plane's state while its outputs are computed. */

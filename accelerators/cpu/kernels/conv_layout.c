@@ -107,6 +107,27 @@ static void deinterleave_row(float *ev, long nev, float *od, long nod, const flo
         if (ce) v_st_n(ev + m, (vf)_mm512_permutex2var_ps(a, ie, b), ce);
         if (co) v_st_n(od + m, (vf)_mm512_permutex2var_ps(a, io, b), co);
     }
+#elif defined(__AVX2__)
+    /* in-lane shuffles (a0 a2 b0 b2 | a4 a6 b4 b6), then the middle 64-bit
+     * lanes swapped: scalar, the stride-2 packing was a tenth of
+     * MobileNetV2's stride-2 blocks on AVX2 */
+    for (; m < nev || m < nod; m += VL) {
+        const int na = (int)clampl(n - 2 * m, 0, VL), nb = (int)clampl(n - 2 * m - VL, 0, VL);
+        const __m256 a = na == VL ? _mm256_loadu_ps(s + 2 * m) : (__m256)v_ld_n(s + 2 * m, na);
+        const __m256 b = nb == VL ? _mm256_loadu_ps(s + 2 * m + VL) : nb ? (__m256)v_ld_n(s + 2 * m + VL, nb)
+                                                                        : _mm256_setzero_ps();
+        const int ce = (int)clampl(nev - m, 0, VL), co = (int)clampl(nod - m, 0, VL);
+        if (ce) {
+            const vf e = (vf)_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0x88)), 0xD8);
+            if (ce == VL) v_st(ev + m, e);
+            else v_st_n(ev + m, e, ce);
+        }
+        if (co) {
+            const vf o = (vf)_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0xDD)), 0xD8);
+            if (co == VL) v_st(od + m, o);
+            else v_st_n(od + m, o, co);
+        }
+    }
 #else
     for (; m < nev; m++) ev[m] = s[2 * m];
     for (m = 0; m < nod; m++) od[m] = s[2 * m + 1];
