@@ -443,6 +443,26 @@ void cv_dw_init(cv_dw *d, const tcc_conv_params *p, const cv_layout *l, const fl
 #endif
 }
 
+/* Which path cv_dw_rows takes for a depthwise convolution p (the tests
+ * check that each build runs the one documented for it). */
+const char *tcc_cpu_conv2d_dw_path(const tcc_conv_params *p) {
+    long off[64];
+    cv_layout l;
+    if (!cv_layout_init(&l, p, off)) return "im2col";
+    const cv_ep e = {NULL, 1.f, 0, NULL, TCC_ACT_NONE, 0.f, 0.f};
+    cv_dw d;
+    cv_dw_init(&d, p, &l, NULL, &e);
+    if (d.path == DW_FLAT) return "flat";
+    if (d.path == DW_S2) return "s2";
+    if (l.direct) return "in-place";
+#if !defined(__AVX512F__)
+    if (dw3_fits(p)) return "rows3x3";
+    return "whole-vectors";
+#else
+    return "masked";
+#endif
+}
+
 /* The calling thread's buffer for packed planes, its padding (and slack)
  * zeroed (only the interior is repacked per plane); NULL when planes are read in place. */
 float *cv_dw_pack_buffer(const cv_dw *d) {

@@ -81,6 +81,11 @@ void tcc_cpu_conv2d_packed(const tcc_conv_params *p, const float *x, const float
 /* A pointwise convolution (1x1, stride 1, no pads, group 1) with the weights
  * packed at compile time as [ceil(m/8)][c][8] (rows past m zero). */
 void tcc_cpu_conv2d_pw(const tcc_conv_params *p, const float *x, const float *wp, float *y, const tcc_epilogue *ep);
+/* The path a depthwise convolution p takes in this build (tcc_cpu_conv2d
+ * and the fused kernels): "flat", "s2" (AVX-512 in place), "rows3x3"
+ * (3x3 stride 1: rows in registers), "whole-vectors", "masked" (packed
+ * planes), "in-place" (unpadded stride 1), "im2col". For the tests. */
+const char *tcc_cpu_conv2d_dw_path(const tcc_conv_params *p);
 /* The same for an input tcc_cpu_conv2d_pw_dw wrote: the threads split the
  * input channels as it split its output channels, so each reads what it
  * wrote; the residual may not alias y. */

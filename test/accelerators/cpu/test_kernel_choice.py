@@ -105,3 +105,50 @@ def test_best_isa_is_a_pure_function_of_the_flags(monkeypatch):
     monkeypatch.setenv("TCC_CPU_ISA", "generic")
     assert build.best_isa(set(build.ISA_NEEDS["avx512"])) == "generic"  # forced: the env wins
     np.testing.assert_equal(sorted(build.ISA_ORDER), sorted(build.ISA_NEEDS))
+
+
+# Depthwise convolutions choose their path inside the kernel library (conv_dw.c), per build:
+# (c, h, w, k, stride, dilation, pad) -> {isa: path}. AVX-512 reads planes in place with masked
+# loads; the 16-register builds pack them and run whole-vector loads, 3x3 stride 1 as row tiles.
+DW_CASES = [
+    ((32, 28, 28, 3, 1, 1, 1), {"avx512": "flat", "avx2": "rows3x3", "generic": "rows3x3"}),
+    ((24, 17, 9, 3, 1, 1, 1), {"avx512": "flat", "avx2": "rows3x3", "generic": "rows3x3"}),
+    ((96, 112, 112, 3, 2, 1, 1), {"avx512": "s2", "avx2": "whole-vectors", "generic": "whole-vectors"}),
+    ((8, 20, 20, 5, 1, 1, 2), {"avx512": "flat", "avx2": "whole-vectors", "generic": "whole-vectors"}),
+    ((8, 20, 20, 3, 1, 2, 2), {"avx512": "flat", "avx2": "whole-vectors", "generic": "whole-vectors"}),
+    ((8, 20, 20, 3, 1, 1, 0), {"avx512": "in-place", "avx2": "in-place", "generic": "in-place"}),
+]
+
+_DW_PATHS = """
+import ctypes, json, sys
+from tcc.accelerators.cpu import build
+lib = build.load_kernels()
+L = ctypes.c_long
+class P(ctypes.Structure):
+    _fields_ = [(n, L) for n in "n c h w m kh kw oh ow sh sw dh dw pt pl pb pr group".split()]
+lib.tcc_cpu_conv2d_dw_path.restype = ctypes.c_char_p
+out = []
+for c, h, w, k, s, d, pad in json.loads(sys.argv[1]):
+    oh, ow = [(n + 2 * pad - d * (k - 1) - 1) // s + 1 for n in (h, w)]
+    p = P(1, c, h, w, c, k, k, oh, ow, s, s, d, d, pad, pad, pad, pad, c)
+    out.append(lib.tcc_cpu_conv2d_dw_path(ctypes.byref(p)).decode())
+print(json.dumps([lib.tcc_cpu_isa().decode(), out]))
+"""
+
+
+@pytest.mark.parametrize("isa", build.ISA_ORDER)
+def test_depthwise_path_per_isa(isa):
+    """The library built for `isa` (loaded in a fresh process: TCC_CPU_ISA is
+    read once) takes the depthwise path documented for that build."""
+    import json
+    import os
+    import subprocess
+    import sys
+    if not build.ISA_NEEDS[isa] <= build.cpu_flags():
+        pytest.skip(f"this CPU cannot run the {isa} kernel library")
+    env = dict(os.environ, TCC_CPU_ISA=isa)
+    r = subprocess.run([sys.executable, "-c", _DW_PATHS, json.dumps([c for c, _ in DW_CASES])], env=env,
+                       capture_output=True, text=True, check=True)
+    got_isa, paths = json.loads(r.stdout)
+    assert got_isa == isa
+    assert paths == [want[isa] for _, want in DW_CASES], list(zip(DW_CASES, paths))
