@@ -124,7 +124,8 @@ static void dw_run_plane(dw_plane *d, const cv_layout *l, const tcc_conv_params 
  * accumulators' 18 multiply-adds each, where one row at a time loads 9 per
  * vector), and the 8 independent chains cover most of the FMA latency.
  * The 9 weights and 8 accumulators are one register more than 16: GCC
- * keeps one weight in memory, read as the FMA's operand. Loads are whole
+ * keeps one weight in memory, read as the FMA's operand (3 vectors, all in
+ * registers, measured 1.00-1.04x the time on MobileNetV2's planes). Loads are whole
  * vectors from the packed plane (its padding columns, the next row, or the
  * buffer's slack past its end: never stored). */
 #define D3_R 2
