@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -25,7 +24,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from bench_models import _interleaved_samples, header  # noqa: E402  (one timing method and header for every table)
+from bench_models import _interleaved_samples, header, run_per_thread_count  # noqa: E402  (one timing method and header for every table)
 
 BURST = 5
 
@@ -108,14 +107,7 @@ def main():
     if args.child:
         child(args)
         return
-    for t in args.threads:
-        env = dict(os.environ, TCC_NUM_THREADS=str(t), OPENBLAS_NUM_THREADS=str(t), OMP_NUM_THREADS=str(t))
-        cmd = [sys.executable, __file__, "--child", "--thread", str(t), "--models", *args.models,
-               "--min-time", str(args.min_time)]
-        r = subprocess.run(cmd, env=env)
-        if r.returncode:
-            sys.exit(r.returncode)
-
+    run_per_thread_count(__file__, args.threads, ["--models", *args.models, "--min-time", str(args.min_time)])
 
 if __name__ == "__main__":
     main()

@@ -9,14 +9,14 @@ from __future__ import annotations
 import argparse
 import ctypes
 import os
-import subprocess
 import sys
 import time
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_models import _interleaved_ms, _interleaved_samples, header  # noqa: E402  (one timing method and header for every table)
+from bench_models import (_interleaved_ms, _interleaved_samples, header,  # noqa: E402  (one timing method and header for every table)
+                          run_per_thread_count)
 
 MODELS = ["mlp", "resnet18", "mobilenetv2", "bert", "chain", "softmax_ln"]
 
@@ -133,14 +133,8 @@ def main():
     if args.child:
         child(args)
         return
-    for t in args.threads:
-        env = dict(os.environ, TCC_NUM_THREADS=str(t), OPENBLAS_NUM_THREADS=str(t), OMP_NUM_THREADS=str(t))
-        cmd = [sys.executable, __file__, "--child", "--thread", str(t), "--models", *args.models,
-               "--gemm", *map(str, args.gemm), "--min-time", str(args.min_time)]
-        r = subprocess.run(cmd, env=env)
-        if r.returncode:
-            sys.exit(r.returncode)
-
+    run_per_thread_count(__file__, args.threads, ["--models", *args.models, "--gemm", *map(str, args.gemm),
+                                                  "--min-time", str(args.min_time)])
 
 if __name__ == "__main__":
     main()

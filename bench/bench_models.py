@@ -118,6 +118,19 @@ def _interleaved_samples(fns, repeats, warmup=2, burst=5, pause=0.05):
     return out
 
 
+def run_per_thread_count(script, threads, args, env=None, prefix=lambda t: []):
+    """Runs `script --child --thread T *args` once per thread count T, each in
+    a fresh process (the pools read their sizes once) with TCC_NUM_THREADS,
+    OPENBLAS_NUM_THREADS and OMP_NUM_THREADS set to T; exits with a child's
+    failure. `prefix(T)`: words before the interpreter (e.g. taskset)."""
+    for t in threads:
+        e = dict(os.environ, **(env or {}), TCC_NUM_THREADS=str(t), OPENBLAS_NUM_THREADS=str(t),
+                 OMP_NUM_THREADS=str(t))
+        r = subprocess.run([*prefix(t), sys.executable, script, "--child", "--thread", str(t), *args], env=e)
+        if r.returncode:
+            sys.exit(r.returncode)
+
+
 def _median_ms(fn, repeats, warmup=2):
     for _ in range(warmup):
         fn()

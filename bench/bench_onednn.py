@@ -27,7 +27,6 @@ import argparse
 import ctypes
 import glob
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,7 +35,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from bench_models import _interleaved_samples, header  # noqa: E402
+from bench_models import _interleaved_samples, header, run_per_thread_count  # noqa: E402
 
 # (name, M, K, N): MLP 64x784-1024-1024-10, the BERT-style encoder's
 # projections (seq 128, d 256, FFN 1024), and square products (B an input).
@@ -288,26 +287,17 @@ def main():
     if args.child:
         child(args)
         return
-    for t in args.threads:
-        # the 2026.1 wheel's libdnnl.so finds its dependencies (TBB, the Intel
-        # compiler runtime: wheels of their own, same lib folder) through this
-        lib = os.path.join(sys.prefix, "lib")
-        env = dict(os.environ, TCC_NUM_THREADS=str(t), OMP_NUM_THREADS=str(t), OPENBLAS_NUM_THREADS=str(t),
-                   LD_LIBRARY_PATH=lib + os.pathsep + os.environ.get("LD_LIBRARY_PATH", ""))
-        cmd = [sys.executable, __file__, "--child", "--thread", str(t), "--min-time", str(args.min_time)]
-        # t CPUs for t threads (the 2026.1 wheel's TBB reads no thread-count
-        # variable, only the affinity)
-        cpus = sorted(os.sched_getaffinity(0))
-        if t < len(cpus):
-            cmd = ["taskset", "-c", ",".join(map(str, cpus[:t])), *cmd]
-        if args.only:
-            cmd += ["--only", args.only]
-        if args.libdnnl:
-            cmd += ["--libdnnl", os.path.abspath(args.libdnnl)]
-        r = subprocess.run(cmd, env=env)
-        if r.returncode:
-            sys.exit(r.returncode)
-
+    extra = (["--only", args.only] if args.only else []) + (["--libdnnl", os.path.abspath(args.libdnnl)]
+                                                           if args.libdnnl else [])
+    cpus = sorted(os.sched_getaffinity(0))
+    # the 2026.1 wheel's libdnnl.so finds its dependencies (TBB, the Intel
+    # compiler runtime: wheels of their own, same lib folder) through
+    # LD_LIBRARY_PATH; t CPUs for t threads (its TBB reads no thread-count
+    # variable, only the affinity)
+    lib = os.path.join(sys.prefix, "lib")
+    run_per_thread_count(__file__, args.threads, ["--min-time", str(args.min_time), *extra],
+                         env={"LD_LIBRARY_PATH": lib + os.pathsep + os.environ.get("LD_LIBRARY_PATH", "")},
+                         prefix=lambda t: ["taskset", "-c", ",".join(map(str, cpus[:t]))] if t < len(cpus) else [])
 
 if __name__ == "__main__":
     main()
