@@ -78,10 +78,14 @@ bench-ir: install
 bench-soak: install
 	$(PY) bench/bench_soak.py
 
+# bench_corpus: the exporter-written models of test/models/corpus (default
+# compile and --maccel=host against onnxruntime). oneDNN's comparison
+# (bench/bench_onednn.py) needs a wheel tcc does not depend on: run by hand.
 bench: install
 	$(PY) bench/bench_ir.py
 	$(PY) bench/bench_models.py
 	$(PY) bench/bench_cpu_accel.py
+	$(PY) bench/bench_corpus.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

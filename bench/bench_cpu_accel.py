@@ -9,14 +9,14 @@ from __future__ import annotations
 import argparse
 import ctypes
 import os
-import subprocess
 import sys
 import time
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_models import _interleaved_ms, header  # noqa: E402  (one timing method and header for every table)
+from bench_models import (_interleaved_ms, _interleaved_samples, header,  # noqa: E402  (one timing method and header for every table)
+                          run_per_thread_count)
 
 MODELS = ["mlp", "resnet18", "mobilenetv2", "bert", "chain", "softmax_ln"]
 
@@ -45,8 +45,8 @@ def bench_models(threads, names, min_time):
     rows = []
     for name in names:
         model = build_model(name)
-        path = tcc.compile(model, maccel=["cpu"])
-        sess = tcc.load(path)
+        sess = tcc.load(tcc.compile(model, maccel=["cpu"]))
+        host = tcc.load(tcc.compile(model, maccel=["host"]))
         specs = sess.input_signature
         rng = np.random.default_rng(0)
         feeds = {s["name"]: rng.standard_normal(s["shape"]).astype(np.float32) for s in specs}
@@ -57,6 +57,8 @@ def bench_models(threads, names, min_time):
         ours = sess.run(feeds)[0]
         ref = osess.run(None, feeds)[0]
         err = float(np.max(np.abs(ours - ref)) / (np.max(np.abs(ref)) + 1e-30))
+        h = host.run(feeds)[0]
+        err = max(err, float(np.max(np.abs(h - ref)) / (np.max(np.abs(ref)) + 1e-30)))
         # alternating bursts with pauses (bench_models.py's method): both
         # engines see the same machine load, and neither one's idle spinning
         # threads steal the other's second core
@@ -67,8 +69,10 @@ def bench_models(threads, names, min_time):
         sess.run(feeds)
         osess.run(None, feeds)
         reps = int(min(200, max(40, 2 * min_time / max(time.perf_counter() - t0, 1e-6))))
-        t_tcc, t_ort = _interleaved_ms(lambda: sess.run(feeds), lambda: osess.run(None, feeds), reps)
-        rows.append((name, t_tcc, t_ort, t_tcc / t_ort, err))
+        ts = _interleaved_samples([lambda: sess.run(feeds), lambda: osess.run(None, feeds),
+                                   lambda: host.run(feeds)], reps)
+        t_tcc, t_ort, t_host = (float(np.median(t)) * 1e3 for t in ts)
+        rows.append((name, t_tcc, t_ort, t_tcc / t_ort, err, t_host))
     return rows
 
 
@@ -109,9 +113,9 @@ def child(args):
     isa = build.load_kernels().tcc_cpu_isa().decode()
     print(header(args.thread))
     print(f"## {args.thread} thread(s), kernel library: {isa}")
-    print(f"{'model':<12} {'tcc ms':>9} {'ORT ms':>9} {'ratio':>7} {'max rel err':>12}")
-    for name, t, o, r, e in bench_models(args.thread, args.models, args.min_time):
-        print(f"{name:<12} {t:9.2f} {o:9.2f} {r:6.2f}x {e:12.2e}", flush=True)
+    print(f"{'model':<12} {'tcc ms':>9} {'ORT ms':>9} {'ratio':>7} {'host ms':>9} {'cpu/host':>8} {'max rel err':>12}")
+    for name, t, o, r, e, h in bench_models(args.thread, args.models, args.min_time):
+        print(f"{name:<12} {t:9.2f} {o:9.2f} {r:6.2f}x {h:9.2f} {t / h:7.2f}x {e:12.2e}", flush=True)
     print(f"{'GEMM n':<12} {'tcc GF/s':>9} {'numpy':>9} {'ratio':>7}")
     for n, ours, ref in bench_gemm(args.gemm, args.min_time):
         print(f"{n:<12} {ours:9.1f} {ref:9.1f} {ours / ref * 100:6.0f}%", flush=True)
@@ -129,14 +133,8 @@ def main():
     if args.child:
         child(args)
         return
-    for t in args.threads:
-        env = dict(os.environ, TCC_NUM_THREADS=str(t), OPENBLAS_NUM_THREADS=str(t), OMP_NUM_THREADS=str(t))
-        cmd = [sys.executable, __file__, "--child", "--thread", str(t), "--models", *args.models,
-               "--gemm", *map(str, args.gemm), "--min-time", str(args.min_time)]
-        r = subprocess.run(cmd, env=env)
-        if r.returncode:
-            sys.exit(r.returncode)
-
+    run_per_thread_count(__file__, args.threads, ["--models", *args.models, "--gemm", *map(str, args.gemm),
+                                                  "--min-time", str(args.min_time)])
 
 if __name__ == "__main__":
     main()

@@ -97,17 +97,38 @@ def _interleaved_ms(fa, fb, repeats, warmup=2, burst=5, pause=0.05):
     Bursts, not single calls, with a pause between them: onnxruntime's idle
     pool threads spin for a while after each run (and tcc's briefly) and
     would steal the other engine's second core."""
-    ta, tb = [], []
-    while len(ta) < repeats:
-        for f, out in ((fa, ta), (fb, tb)):
+    ta, tb = _interleaved_samples([fa, fb], repeats, warmup, burst, pause)
+    return float(np.median(ta)) * 1e3, float(np.median(tb)) * 1e3
+
+
+def _interleaved_samples(fns, repeats, warmup=2, burst=5, pause=0.05):
+    """Per function, `repeats` single-run times (s), the functions timed in
+    turn in bursts (see _interleaved_ms)."""
+    out = [[] for _ in fns]
+    while len(out[0]) < repeats:
+        n = min(burst, repeats - len(out[0]))
+        for f, ts in zip(fns, out):
             time.sleep(pause)
             for _ in range(warmup):
                 f()
-            for _ in range(min(burst, repeats - len(out) if out is ta else burst)):
+            for _ in range(n):
                 t = time.perf_counter()
                 f()
-                out.append(time.perf_counter() - t)
-    return float(np.median(ta)) * 1e3, float(np.median(tb[:len(ta)])) * 1e3
+                ts.append(time.perf_counter() - t)
+    return out
+
+
+def run_per_thread_count(script, threads, args, env=None, prefix=lambda t: []):
+    """Runs `script --child --thread T *args` once per thread count T, each in
+    a fresh process (the pools read their sizes once) with TCC_NUM_THREADS,
+    OPENBLAS_NUM_THREADS and OMP_NUM_THREADS set to T; exits with a child's
+    failure. `prefix(T)`: words before the interpreter (e.g. taskset)."""
+    for t in threads:
+        e = dict(os.environ, **(env or {}), TCC_NUM_THREADS=str(t), OPENBLAS_NUM_THREADS=str(t),
+                 OMP_NUM_THREADS=str(t))
+        r = subprocess.run([*prefix(t), sys.executable, script, "--child", "--thread", str(t), *args], env=e)
+        if r.returncode:
+            sys.exit(r.returncode)
 
 
 def _median_ms(fn, repeats, warmup=2):

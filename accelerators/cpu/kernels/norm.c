@@ -50,28 +50,34 @@ static inline float row_max_any(const float *x, long n) {
     return m;
 }
 
-/* LayerNormalization's statistics of one row: the mean, and 1/std in *rstd. */
-static inline float row_mean_rstd(const float *x, long C, float eps, float *rstd) {
-    const float mean = cv_sum(x, C) / (float)C;
+/* sum of (x[k] * mul - mean)^2 over a row, four vectors in flight */
+static inline float row_sq_dev(const float *x, long C, float mul, float mean) {
     vf v0 = (vf){0}, v1 = v0, v2 = v0, v3 = v0;
     long k = 0;
     for (; k + 4 * VL <= C; k += 4 * VL) {
-        const vf d0 = v_ld(x + k) - mean, d1 = v_ld(x + k + VL) - mean;
-        const vf d2 = v_ld(x + k + 2 * VL) - mean, d3 = v_ld(x + k + 3 * VL) - mean;
+        const vf d0 = v_ld(x + k) * mul - mean, d1 = v_ld(x + k + VL) * mul - mean;
+        const vf d2 = v_ld(x + k + 2 * VL) * mul - mean, d3 = v_ld(x + k + 3 * VL) * mul - mean;
         v0 += d0 * d0;
         v1 += d1 * d1;
         v2 += d2 * d2;
         v3 += d3 * d3;
     }
     for (; k + VL <= C; k += VL) {
-        const vf d = v_ld(x + k) - mean;
+        const vf d = v_ld(x + k) * mul - mean;
         v0 += d * d;
     }
     const vf vs = (v0 + v1) + (v2 + v3);
     float v = 0.f;
     for (int l = 0; l < VL; l++) v += vs[l];
-    for (; k < C; k++) v += (x[k] - mean) * (x[k] - mean);
-    *rstd = 1.f / sqrtf(v / (float)C + eps);
+    for (; k < C; k++) v += (x[k] * mul - mean) * (x[k] * mul - mean);
+    return v;
+}
+
+/* LayerNormalization's statistics of one row: the mean, and 1/std in *rstd
+ * (x * 1.f is exact: the same sums as without the factor). */
+static inline float row_mean_rstd(const float *x, long C, float eps, float *rstd) {
+    const float mean = cv_sum(x, C) / (float)C;
+    *rstd = 1.f / sqrtf(row_sq_dev(x, C, 1.f, mean) / (float)C + eps);
     return mean;
 }
 
@@ -81,18 +87,19 @@ static inline float row_mean_rstd(const float *x, long C, float eps, float *rstd
 #define V_STREAM(p, v) _mm256_stream_ps(p, (__m256)(v))
 #endif
 
-/* y = (x - mean) * rstd * scale (+ bias); non-temporal stores (AVX-512,
- * AVX2) when `stream`, from the first vector-aligned element of y (numpy
- * aligns its arrays to 16 bytes only). */
-static inline void row_affine(float *y, const float *x, long C, float mean, float rstd, const float *scale,
-                              const float *bias, int stream) {
+/* y = (x * mul - mean) * rstd * scale (+ bias) (mul: the softmax's 1 / sum
+ * when x holds its exponentials, else 1: x * 1.f is exact); non-temporal
+ * stores (AVX-512, AVX2) when `stream`, from the first vector-aligned element
+ * of y (numpy aligns its arrays to 16 bytes only). */
+static inline void row_affine(float *y, const float *x, long C, float mul, float mean, float rstd,
+                              const float *scale, const float *bias, int stream) {
     long k = 0;
 #if defined(V_STREAM)
     if (stream && ((unsigned long)y & 3) == 0) {
         for (; k < C && ((unsigned long)(y + k) & (VL * 4 - 1)); k++)
-            y[k] = (x[k] - mean) * rstd * scale[k] + (bias ? bias[k] : 0.f);
+            y[k] = (x[k] * mul - mean) * rstd * scale[k] + (bias ? bias[k] : 0.f);
         for (; k + VL <= C; k += VL) {
-            vf o = (v_ld(x + k) - mean) * rstd * v_ld(scale + k);
+            vf o = (v_ld(x + k) * mul - mean) * rstd * v_ld(scale + k);
             if (bias) o += v_ld(bias + k);
             V_STREAM(y + k, o);
         }
@@ -101,9 +108,9 @@ static inline void row_affine(float *y, const float *x, long C, float mean, floa
     (void)stream;
 #endif
     if (bias)
-        for (; k < C; k++) y[k] = (x[k] - mean) * rstd * scale[k] + bias[k];
+        for (; k < C; k++) y[k] = (x[k] * mul - mean) * rstd * scale[k] + bias[k];
     else
-        for (; k < C; k++) y[k] = (x[k] - mean) * rstd * scale[k];
+        for (; k < C; k++) y[k] = (x[k] * mul - mean) * rstd * scale[k];
 }
 
 static void softmax_rows(void *arg, long b, long e) {
@@ -175,7 +182,7 @@ static void layernorm_rows(void *arg, long b, long e) {
         float *y = j->y + r * C;
         float rstd;
         const float mean = row_mean_rstd(x, C, j->eps, &rstd);
-        row_affine(y, x, C, mean, rstd, j->scale, j->bias, 0);
+        row_affine(y, x, C, 1.f, mean, rstd, j->scale, j->bias, 0);
     }
 }
 
@@ -198,6 +205,12 @@ typedef struct {
     int stream;
 } smln_job;
 
+/* Four passes over a row, three of them over the L1 row buffer: max; the
+ * exponentials t (stored) and their sum s; the variance of p = t / s around
+ * its mean, which is sum(p) / C = 1 / C (up to rounding: no pass for it);
+ * and y = (t / s - mean) * rstd * scale + bias. The softmax's normalizing
+ * pass and LayerNormalization's mean pass are folded away (seven passes
+ * before). */
 static void softmax_layernorm_rows(void *arg, long b, long e) {
     const smln_job *j = arg;
     const long C = j->C;
@@ -206,12 +219,21 @@ static void softmax_layernorm_rows(void *arg, long b, long e) {
         const float *x = j->x + r * C;
         float *y = j->y + r * C;
         const float m = row_max_any(x, C);
-        for (long k = 0; k < C; k++) t[k] = tcc_exp_(x[k] - m);
+        /* the next row is prefetched while this one's exponentials are
+         * computed: its max pass, the only one reading memory, waited on
+         * it (a quarter of the time, perf, 1 thread, AVX2 EPYC) */
+        const float *nx = r + 1 < e ? x + C : x;
+        long k = 0;
+        for (; k + 16 <= C; k += 16) {
+            __builtin_prefetch(nx + k);
+            for (int l = 0; l < 16; l++) t[k + l] = tcc_exp_(x[k + l] - m);
+        }
+        for (; k < C; k++) t[k] = tcc_exp_(x[k] - m);
         const float inv = 1.f / cv_sum(t, C);
-        for (long k = 0; k < C; k++) t[k] *= inv;
-        float rstd;
-        const float mean = row_mean_rstd(t, C, j->eps, &rstd);
-        row_affine(y, t, C, mean, rstd, j->scale, j->bias, j->stream);
+        const float mean = 1.f / (float)C;
+        const float var = row_sq_dev(t, C, inv, mean);
+        const float rstd = 1.f / sqrtf(var / (float)C + j->eps);
+        row_affine(y, t, C, inv, mean, rstd, j->scale, j->bias, j->stream);
     }
 #if defined(V_STREAM)
     if (j->stream) _mm_sfence();

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from .helpers import check, model, rand
+from .helpers import c_source_of, check, model, rand
 
 H = helper.make_node
 
@@ -247,6 +247,18 @@ def test_log_and_pow():
     x, p = np.abs(rand(33, 65)) + 0.1, rand(65)
     nodes = [H("Log", ["x"], ["l"]), H("Pow", ["x", "p"], ["q"]), H("Add", ["l", "q"], ["y"])]
     check(model(nodes, [("x", x.shape), ("p", p.shape)], [("y", x.shape)]), {"x": x, "p": p})
+
+
+# a constant integer exponent is emitted as products (no powf call): negative bases, zero, infinities
+@pytest.mark.parametrize("e", [1.0, 2.0, 3.0, 4.0, 2.5])
+def test_pow_constant_exponent(e):
+    x = rand(7, 300, scale=3.0)
+    x[0, :4] = [0.0, -0.0, np.inf, -np.inf]
+    if e == 2.5:
+        x = np.abs(x)
+    sess = check(model([H("Pow", ["x", "p"], ["y"])], [("x", x.shape)], [("y", x.shape)],
+                       [("p", np.array(e, np.float32))]), {"x": x}, rtol=1e-6, atol=0)
+    assert ("powf(" in c_source_of(sess.path)) == (e == 2.5)
 
 
 @pytest.mark.parametrize("op", ["Max", "Min", "Sum", "Mean"])
