@@ -37,12 +37,14 @@ ALWAYS_STAGED = {"onnx.NonZero", "onnx.Compress", "onnx.NonMaxSuppression"}
 
 def first_data_dependent(module):
     """Index (in @main_graph's body) of the first op whose operands all have
-    static shapes and whose results do not (or one of ALWAYS_STAGED), or None."""
+    static shapes and whose results do not (or one of ALWAYS_STAGED, or an op
+    the runtime computes in Python: runtime/host_ops), or None."""
+    from .host_ops import is_host_op
     block = module.lookup_function("main_graph").regions[0].blocks[0]
     for i, op in enumerate(block.ops):
         if op.name.startswith("onnx.") and op.name not in ("onnx.Constant", "onnx.NoValue") and \
                 all(_static(v.type) for v in op.operands) and \
-                (op.name in ALWAYS_STAGED or not all(_static(r.type) for r in op.results)):
+                (op.name in ALWAYS_STAGED or is_host_op(op) or not all(_static(r.type) for r in op.results)):
             return i
     return None
 
@@ -78,9 +80,13 @@ class StagedRun:
     """One specialization cut at a data-dependent op: prefix session, the op
     on its values, suffix session."""
 
-    def __init__(self, prefix, sources, evaluator, suffix, ranks):
+    def __init__(self, prefix, sources, evaluator, suffix, ranks, prefix_args=None, suffix_args=None):
         self.prefix, self.sources, self.evaluator, self.suffix = prefix, sources, evaluator, suffix
         self.ranks = ranks
+        # which of the inputs (then the op's results) each stage takes: the
+        # arguments a stage does not use are dropped (a string input the
+        # native code never reads could not be lowered)
+        self.prefix_args, self.suffix_args = prefix_args, suffix_args
 
     @classmethod
     def build(cls, module, index, options, path, make_ctx, compile_fn, compiler=None):
@@ -108,7 +114,8 @@ class StagedRun:
         block = func.regions[0].blocks[0]
         op = list(block.ops)[index]
         model, values = _op_model(op, module)
-        evaluator = ReferenceEvaluator(model)
+        from .host_ops import HostOpRunner, is_host_op
+        evaluator = HostOpRunner(model) if is_host_op(op) else ReferenceEvaluator(model)
         # where each operand (then each value a body captures) comes from:
         # ("arg", i), ("const", array), ("prefix", k), or None for an absent
         # optional operand
@@ -126,7 +133,7 @@ class StagedRun:
         ranks = [len(r.type.shape) if isinstance(r.type, TensorType) and r.type.shape is not None else None
                  for r in op.results if r.type is not NONE]
 
-        prefix = None
+        prefix, prefix_args = None, None
         if returned:
             pctx = make_ctx()
             pm = _reparse(text, res, pctx)
@@ -139,6 +146,7 @@ class StagedRun:
                 [A.DictAttr({"onnx.name": A.StringAttr(f"stage_operand_{k}")}) for k in range(len(values))])
             set_function_type(pf)
             PassManager(pctx, parse_pipeline("dce", pctx)).run(pm)
+            prefix_args = _drop_unused_args(pf)
             popts = _with_output(options, path + ".prefix.tcc")
             compile_fn(pm, pctx, popts, True)
             prefix = load(popts.output)
@@ -159,13 +167,20 @@ class StagedRun:
         sf.attributes["arg_attrs"] = A.ArrayAttr(names)
         set_function_type(sf)
         PassManager(sctx, parse_pipeline("dce", sctx)).run(sm)
-        sopts = _with_output(options, path + ".suffix.tcc")
-        compile_fn(sm, sctx, sopts, False)
-        suffix = load(sopts.output)
-        return cls(prefix, sources, evaluator, suffix, ranks)
+        suffix_args = _drop_unused_args(sf)
+        if sblock.first is sblock.last:  # nothing left to compute: the results are arguments
+            attrs = sf.get_attr("res_attrs") or []
+            names = [attrs[i]["onnx.name"].value if i < len(attrs) and "onnx.name" in attrs[i] else f"output_{i}"
+                     for i in range(len(sblock.last.operands))]
+            suffix = _Passthrough([a.index for a in sblock.last.operands], names)
+        else:
+            sopts = _with_output(options, path + ".suffix.tcc")
+            compile_fn(sm, sctx, sopts, False)
+            suffix = load(sopts.output)
+        return cls(prefix, sources, evaluator, suffix, ranks, prefix_args, suffix_args)
 
     def run(self, inputs, output_names=None, output_device=None):
-        pre = self.prefix.run(list(inputs)) if self.prefix is not None else []
+        pre = self.prefix.run(_pick(list(inputs), self.prefix_args)) if self.prefix is not None else []
         feeds = {}
         for i, src in enumerate(self.sources):
             if src is None:
@@ -176,7 +191,48 @@ class StagedRun:
             warnings.simplefilter("ignore")
             outs = self.evaluator.run(None, feeds)
         outs = [_to_rank(np.asarray(o), r) for o, r in zip(outs, self.ranks)]
-        return self.suffix.run(list(inputs) + outs, output_names, output_device)
+        return self.suffix.run(_pick(list(inputs) + outs, self.suffix_args), output_names, output_device)
+
+
+def _pick(values, indices):
+    return values if indices is None else [values[i] for i in indices]
+
+
+def _drop_unused_args(func):
+    """Removes the entry block's unused arguments (and their names) from
+    `func`; returns the indices of those kept."""
+    from tcc.dialects.builtin import set_function_type
+    from tcc.dialects.ir import attributes as A
+    block = func.regions[0].blocks[0]
+    keep = [i for i, a in enumerate(block.args) if a.uses]
+    if len(keep) == len(block.args):
+        return keep
+    names = list(func.attributes["arg_attrs"].elements) if "arg_attrs" in func.attributes else None
+    block.args[:] = [block.args[i] for i in keep]
+    for k, a in enumerate(block.args):
+        a.index = k
+    if names is not None:
+        func.attributes["arg_attrs"] = A.ArrayAttr([names[i] for i in keep])
+    set_function_type(func)
+    return keep
+
+
+class _Passthrough:
+    """A suffix with no ops: its results are some of its arguments."""
+
+    def __init__(self, indices, names):
+        self.indices, self.names = indices, names
+
+    def run(self, inputs, output_names=None, output_device=None):
+        outs = [inputs[i] for i in self.indices]
+        if output_names is not None:
+            outs = [outs[self.names.index(n)] for n in output_names]
+        if output_device is not None:
+            from .device.tensor import Tensor
+            from .signature import target_device
+            dev = target_device(output_device)
+            outs = outs if dev is None else [Tensor.from_dlpack(np.ascontiguousarray(a), device=dev) for a in outs]
+        return outs
 
 
 def _op_model(op, module):

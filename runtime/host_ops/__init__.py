@@ -1,0 +1,119 @@
+"""Ops the runtime computes in Python on numpy arrays, between natively
+compiled stages (runtime/staged.py cuts the graph before each one):
+
+- string ops (StringConcat, StringSplit, StringNormalizer, RegexFullMatch,
+  and any op with a string operand or result: Equal, Identity, Reshape,
+  Gather...). A string tensor is a numpy object array of Python str; there
+  is no arithmetic in these ops to compile, and the loop IR has no string
+  element type;
+- the ai.onnx.ml operators scikit-learn models convert to (ml.py): tree
+  ensembles, linear and SVM models, scalers and encoders, vectorized in
+  numpy over all rows (and all trees) at once;
+- ImageDecoder (Pillow, the `tcc[image]` extra) and TfIdfVectorizer.
+
+A kernel is `fn(node, inputs) -> outputs`: `node` is a `Node` (its name,
+op type and attributes, decoded), `inputs` the operand arrays in schema
+order (None for an absent optional one). Bad attributes or inputs raise
+`HostOpError` naming the node and op."""
+from __future__ import annotations
+
+import numpy as np
+from onnx import helper
+
+from tcc.dialects.ir.errors import TccError
+
+# IR op name ("onnx.StringConcat", "onnx.ml.TreeEnsemble") -> kernel; "string:onnx.Equal":
+# the kernel for that op when an operand or result is a string (it is compiled otherwise)
+KERNELS = {}
+
+
+class HostOpError(TccError):
+    pass
+
+
+def kernel(*names):
+    def register(fn):
+        for n in names:
+            KERNELS[n] = fn
+        return fn
+    return register
+
+
+class Node:
+    """One node's name, op and attributes (strings decoded from UTF-8)."""
+
+    def __init__(self, proto):
+        self.name, self.op = proto.name or proto.output[0], proto.op_type
+        self.attrs = {a.name: _decode(helper.get_attribute_value(a)) for a in proto.attribute}
+        self.attr_protos = {a.name: a for a in proto.attribute}
+
+    def get(self, name, default=None):
+        return self.attrs.get(name, default)
+
+    def error(self, what):
+        return HostOpError(f"node '{self.name}' ({self.op}): {what}")
+
+    def require(self, name):
+        if name not in self.attrs:
+            raise self.error(f"attribute '{name}' is required")
+        return self.attrs[name]
+
+
+def _decode(v):
+    if isinstance(v, bytes):
+        return v.decode("utf-8")
+    if isinstance(v, list):
+        return [_decode(x) for x in v]
+    return v
+
+
+def is_string(t):
+    return str(getattr(t, "element", "")) == "!onnx.String"
+
+
+def is_host_op(op):
+    """Whether `op` (an IR operation) runs here rather than natively."""
+    from tcc.dialects.ir.types import NONE
+    if op.name in _kernels():
+        return True
+    return any(v.type is not NONE and is_string(v.type) for v in list(op.operands) + list(op.results))
+
+
+def _kernels():
+    if not KERNELS:  # the kernel modules register themselves into KERNELS
+        from . import image, ml, strings, text  # noqa: F401
+    return KERNELS
+
+
+class HostOpRunner:
+    """Runs one node (a one-node ModelProto, inputs i0.., outputs o0..) like
+    onnx.reference.ReferenceEvaluator.run: a registered kernel, else (an op
+    that only moves strings around: Identity, Reshape, Gather, Concat...)
+    onnx's reference evaluator, whose numpy code for these is exact."""
+
+    def __init__(self, model):
+        proto = model.graph.node[0]
+        self.node = Node(proto)
+        self.inputs = list(proto.input)
+        domain = proto.domain if proto.domain not in ("", "ai.onnx") else ""
+        name = f"onnx.{'ml.' if domain == 'ai.onnx.ml' else ''}{proto.op_type}"
+        self.fn = _kernels().get(name) or KERNELS.get(f"string:{name}")
+        self.reference = None
+        if self.fn is None:
+            from onnx.reference import ReferenceEvaluator
+            self.reference = ReferenceEvaluator(model)
+
+    def run(self, _names, feeds):
+        if self.reference is not None:
+            return self.reference.run(None, feeds)
+        return list(self.fn(self.node, [feeds.get(n) if n else None for n in self.inputs]))
+
+
+def as_strings(node, x, what="input"):
+    """`x` as an object array of str (numpy 'U' arrays are converted)."""
+    x = np.asarray(x)
+    if x.dtype.kind == "U":
+        return x.astype(object)
+    if x.dtype != object:
+        raise node.error(f"{what} has dtype {x.dtype}, expected strings")
+    return x
