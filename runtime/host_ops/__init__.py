@@ -45,7 +45,7 @@ class Node:
     def __init__(self, proto):
         self.name, self.op = proto.name or proto.output[0], proto.op_type
         self.attrs = {a.name: _decode(helper.get_attribute_value(a)) for a in proto.attribute}
-        self.attr_protos = {a.name: a for a in proto.attribute}
+        self.cache = {}  # what a kernel derives from the attributes once (a tree ensemble's arrays)
 
     def get(self, name, default=None):
         return self.attrs.get(name, default)
