@@ -4,6 +4,8 @@ level per step (depth steps of array gathers, never a Python loop per
 sample or node), linear and SVM models are matrix products."""
 from __future__ import annotations
 
+from statistics import NormalDist
+
 import numpy as np
 
 from . import as_strings, kernel
@@ -31,9 +33,8 @@ def _attr_array(node, name, dtype=np.float64):
     return np.asarray(v, dtype=dtype).reshape(-1)
 
 
-def _erfinv(p):
-    from scipy.special import erfinv  # noqa: PLC0415 - PROBIT only
-    return erfinv(p)
+_inv_cdf = np.vectorize(lambda p: NormalDist().inv_cdf(p) if 0 < p < 1 else (np.inf if p >= 1 else -np.inf),
+                        otypes=[np.float64])
 
 
 def post_transform(node, scores, how):
@@ -51,7 +52,7 @@ def post_transform(node, scores, how):
         s = e.sum(axis=1, keepdims=True)
         return np.divide(e, s, out=np.zeros_like(e), where=s != 0)
     if how == "PROBIT":
-        return np.sqrt(2.0) * _erfinv(2.0 * scores - 1.0)
+        return _inv_cdf(scores)  # sqrt(2) erfinv(2p - 1): the standard normal's quantile
     raise node.error(f"post_transform '{how}' is not one of {', '.join(POST)}")
 
 

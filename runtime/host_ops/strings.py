@@ -73,7 +73,7 @@ def regex_full_match(node, inputs):
     try:
         import re2
     except ImportError:
-        raise node.error("RE2 patterns need the google-re2 package (pip install google-re2)") from None
+        raise node.error("RE2 patterns need the google-re2 package, a dependency of tcc (pip install google-re2)") from None
     x = as_strings(node, inputs[0])
     pattern = node.require("pattern")
     try:
