@@ -107,14 +107,16 @@ class StagedRun:
 
         from .loader import load as _load
 
+        from .host_ops import HostOpRunner, is_host_op, refine_result_types
+
         def load(p):
             return _load(p, compiler)
-        text, res = _print(module)
         func = module.lookup_function("main_graph")
         block = func.regions[0].blocks[0]
         op = list(block.ops)[index]
+        refine_result_types(op)  # the suffix takes its results as arguments: they need a rank
+        text, res = _print(module)
         model, values = _op_model(op, module)
-        from .host_ops import HostOpRunner, is_host_op
         evaluator = HostOpRunner(model) if is_host_op(op) else ReferenceEvaluator(model)
         # where each operand (then each value a body captures) comes from:
         # ("arg", i), ("const", array), ("prefix", k), or None for an absent

@@ -79,6 +79,34 @@ def is_host_op(op):
     return any(v.type is not NONE and is_string(v.type) for v in list(op.operands) + list(op.results))
 
 
+# Result ranks onnx's shape inference leaves unknown for some of these ops
+# (the ml domain's): f(rank of operand 0) -> ranks of the results. A stage
+# after the op takes its results as arguments, which need a rank to be
+# specialized; the dims stay dynamic.
+_SAME = lambda r: [r]  # noqa: E731
+RESULT_RANKS = {
+    "onnx.ml.Scaler": _SAME, "onnx.ml.Normalizer": _SAME, "onnx.ml.Binarizer": _SAME,
+    "onnx.ml.LabelEncoder": _SAME, "onnx.TfIdfVectorizer": _SAME,
+    "onnx.ml.ArrayFeatureExtractor": lambda r: [max(r, 2)], "onnx.ml.OneHotEncoder": lambda r: [r + 1],
+    "onnx.ml.LinearClassifier": lambda r: [1, 2], "onnx.ml.SVMClassifier": lambda r: [1, 2],
+    "onnx.ml.TreeEnsembleClassifier": lambda r: [1, 2], "onnx.ml.LinearRegressor": lambda r: [2],
+    "onnx.ml.SVMRegressor": lambda r: [2], "onnx.ml.TreeEnsembleRegressor": lambda r: [2],
+    "onnx.ml.TreeEnsemble": lambda r: [2], "onnx.ImageDecoder": lambda r: [3],
+}
+
+
+def refine_result_types(op):
+    """Gives `op`'s unranked tensor results their rank (RESULT_RANKS)."""
+    from tcc.dialects.ir.types import TensorType
+    rule = RESULT_RANKS.get(op.name)
+    if rule is None or not op.operands or not isinstance(op.operands[0].type, TensorType) or \
+            op.operands[0].type.shape is None:
+        return
+    for r, rank in zip(op.results, rule(len(op.operands[0].type.shape))):
+        if isinstance(r.type, TensorType) and r.type.shape is None:
+            r.type = TensorType([None] * rank, r.type.element)
+
+
 def _kernels():
     if not KERNELS:  # the kernel modules register themselves into KERNELS
         from . import image, ml, strings, text  # noqa: F401

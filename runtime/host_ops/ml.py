@@ -57,7 +57,9 @@ def post_transform(node, scores, how):
 
 
 def _labels(node):
-    strings, ints = node.get("classlabels_strings"), node.get("classlabels_int64s")
+    # TreeEnsembleClassifier says classlabels_int64s, LinearClassifier and SVMClassifier classlabels_ints
+    strings = node.get("classlabels_strings")
+    ints = node.get("classlabels_int64s") if node.get("classlabels_int64s") is not None else node.get("classlabels_ints")
     if strings:
         return np.array(strings, dtype=object)
     if ints is not None and len(ints):
@@ -212,7 +214,7 @@ def tree_ensemble_classifier(node, inputs):
     x = _rows(node, inputs[0])
     labels = _labels(node)
     if labels is None:
-        raise node.error("classlabels_strings or classlabels_int64s is required")
+        raise node.error("class labels (classlabels_strings, classlabels_int64s or classlabels_ints) are required")
     forest = _cached(node, lambda: _old_forest(node, "class_", len(labels)))
     s = forest.scores(x.astype(np.float64) if x.dtype.kind != "f" else x, "SUM")
     base = _attr_array(node, "base_values")
@@ -316,7 +318,7 @@ def linear_classifier(node, inputs):
     x = _rows(node, inputs[0]).astype(np.float32)
     labels = _labels(node)
     if labels is None:
-        raise node.error("classlabels_strings or classlabels_int64s is required")
+        raise node.error("class labels (classlabels_strings, classlabels_int64s or classlabels_ints) are required")
     coef = np.asarray(node.require("coefficients"), np.float32)
     if coef.size % x.shape[1]:
         raise node.error(f"{coef.size} coefficients do not divide into rows of {x.shape[1]} features")
@@ -477,7 +479,7 @@ def svm_classifier(node, inputs):
     x = _rows(node, inputs[0]).astype(np.float64)
     labels = _labels(node)
     if labels is None:
-        raise node.error("classlabels_strings or classlabels_int64s is required")
+        raise node.error("class labels (classlabels_strings, classlabels_int64s or classlabels_ints) are required")
     nc = len(labels)
     coef = np.asarray(node.require("coefficients"), np.float64)
     rho = np.asarray(node.get("rho", []), np.float64)
