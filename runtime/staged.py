@@ -23,6 +23,9 @@ import numpy as np
 
 from tcc.dialects.ir.types import NONE, TensorType
 
+from .device.tensor import Tensor
+from .signature import target_device
+
 
 def _static(t):
     """Not a tensor of unknown dims (sequences, optionals and NONE count as static)."""
@@ -80,13 +83,17 @@ class StagedRun:
     """One specialization cut at a data-dependent op: prefix session, the op
     on its values, suffix session."""
 
-    def __init__(self, prefix, sources, evaluator, suffix, ranks, prefix_args=None, suffix_args=None):
+    def __init__(self, prefix, sources, evaluator, suffix, ranks, prefix_args=None, suffix_args=None, outmap=None,
+                 out_names=None):
         self.prefix, self.sources, self.evaluator, self.suffix = prefix, sources, evaluator, suffix
         self.ranks = ranks
         # which of the inputs (then the op's results) each stage takes: the
         # arguments a stage does not use are dropped (a string input the
         # native code never reads could not be lowered)
         self.prefix_args, self.suffix_args = prefix_args, suffix_args
+        # per result: ("out", k), the suffix's k-th, or ("arg", i), value i of the
+        # inputs then the op's results (passed through); None: all the suffix's
+        self.outmap, self.out_names = outmap, out_names
 
     @classmethod
     def build(cls, module, index, options, path, make_ctx, compile_fn, compiler=None):
@@ -169,17 +176,33 @@ class StagedRun:
         sf.attributes["arg_attrs"] = A.ArrayAttr(names)
         set_function_type(sf)
         PassManager(sctx, parse_pipeline("dce", sctx)).run(sm)
+        # Results that are arguments (a string result passed straight out, which
+        # the native code could not take) bypass the suffix.
+        sret = sblock.last
+        attrs = sf.get_attr("res_attrs") or []
+        out_names = [attrs[i]["onnx.name"].value if i < len(attrs) and "onnx.name" in attrs[i] else f"output_{i}"
+                     for i in range(len(sret.operands))]
+        outmap, kept = [], []
+        for v in sret.operands:
+            if v in sblock.args:
+                outmap.append(("arg", sblock.args.index(v)))
+            else:
+                outmap.append(("out", len(kept)))
+                kept.append(v)
+        if len(kept) != len(sret.operands):
+            sret.set_operands(kept)
+            raw = sf.attributes.get("res_attrs")
+            elems = list(raw.elements) if raw is not None else [A.DictAttr({})] * len(outmap)
+            sf.attributes["res_attrs"] = A.ArrayAttr([a for a, (k, _) in zip(elems, outmap) if k == "out"])
+            set_function_type(sf)
+            PassManager(sctx, parse_pipeline("dce", sctx)).run(sm)
         suffix_args = _drop_unused_args(sf)
-        if sblock.first is sblock.last:  # nothing left to compute: the results are arguments
-            attrs = sf.get_attr("res_attrs") or []
-            names = [attrs[i]["onnx.name"].value if i < len(attrs) and "onnx.name" in attrs[i] else f"output_{i}"
-                     for i in range(len(sblock.last.operands))]
-            suffix = _Passthrough([a.index for a in sblock.last.operands], names)
-        else:
+        suffix = None
+        if kept:
             sopts = _with_output(options, path + ".suffix.tcc")
             compile_fn(sm, sctx, sopts, False)
             suffix = load(sopts.output)
-        return cls(prefix, sources, evaluator, suffix, ranks, prefix_args, suffix_args)
+        return cls(prefix, sources, evaluator, suffix, ranks, prefix_args, suffix_args, outmap, out_names)
 
     def run(self, inputs, output_names=None, output_device=None):
         pre = self.prefix.run(_pick(list(inputs), self.prefix_args)) if self.prefix is not None else []
@@ -193,7 +216,17 @@ class StagedRun:
             warnings.simplefilter("ignore")
             outs = self.evaluator.run(None, feeds)
         outs = [_to_rank(np.asarray(o), r) for o, r in zip(outs, self.ranks)]
-        return self.suffix.run(_pick(list(inputs) + outs, self.suffix_args), output_names, output_device)
+        values = list(inputs) + outs
+        if self.outmap is None:
+            return self.suffix.run(_pick(values, self.suffix_args), output_names, output_device)
+        res = self.suffix.run(_pick(values, self.suffix_args), None, output_device) if self.suffix is not None else []
+        dev = target_device(output_device)
+        full = [res[i] if kind == "out" else
+                (values[i] if dev is None else Tensor.from_dlpack(np.ascontiguousarray(values[i]), device=dev))
+                for kind, i in self.outmap]
+        if output_names is not None:
+            full = [full[self.out_names.index(n)] for n in output_names]
+        return full
 
 
 def _pick(values, indices):
@@ -217,24 +250,6 @@ def _drop_unused_args(func):
         func.attributes["arg_attrs"] = A.ArrayAttr([names[i] for i in keep])
     set_function_type(func)
     return keep
-
-
-class _Passthrough:
-    """A suffix with no ops: its results are some of its arguments."""
-
-    def __init__(self, indices, names):
-        self.indices, self.names = indices, names
-
-    def run(self, inputs, output_names=None, output_device=None):
-        outs = [inputs[i] for i in self.indices]
-        if output_names is not None:
-            outs = [outs[self.names.index(n)] for n in output_names]
-        if output_device is not None:
-            from .device.tensor import Tensor
-            from .signature import target_device
-            dev = target_device(output_device)
-            outs = outs if dev is None else [Tensor.from_dlpack(np.ascontiguousarray(a), device=dev) for a in outs]
-        return outs
 
 
 def _op_model(op, module):
