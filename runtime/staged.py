@@ -204,6 +204,10 @@ class StagedRun:
             suffix = load(sopts.output)
         return cls(prefix, sources, evaluator, suffix, ranks, prefix_args, suffix_args, outmap, out_names)
 
+    def specializations(self):
+        """The sessions this run calls (for reports: where each stage was placed)."""
+        return [s for s in (self.prefix, self.suffix) if s is not None]
+
     def run(self, inputs, output_names=None, output_device=None):
         pre = self.prefix.run(_pick(list(inputs), self.prefix_args)) if self.prefix is not None else []
         feeds = {}
