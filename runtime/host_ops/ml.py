@@ -64,7 +64,7 @@ def _labels(node):
         return np.array(strings, dtype=object)
     if ints is not None and len(ints):
         return np.array(ints, dtype=np.int64)
-    return None
+    raise node.error("class labels (classlabels_strings, classlabels_int64s or classlabels_ints) are required")
 
 
 def _rows(node, x):
@@ -228,8 +228,6 @@ def tree_ensemble_regressor(node, inputs):
 def tree_ensemble_classifier(node, inputs):
     x = _rows(node, inputs[0])
     labels = _labels(node)
-    if labels is None:
-        raise node.error("class labels (classlabels_strings, classlabels_int64s or classlabels_ints) are required")
     forest = _cached(node, lambda: _old_forest(node, "class_", len(labels)))
     s = forest.scores(x.astype(np.float64) if x.dtype.kind != "f" else x, "SUM")
     base = _attr_array(node, "base_values")
@@ -332,8 +330,6 @@ def linear_regressor(node, inputs):
 def linear_classifier(node, inputs):
     x = _rows(node, inputs[0]).astype(np.float32)
     labels = _labels(node)
-    if labels is None:
-        raise node.error("class labels (classlabels_strings, classlabels_int64s or classlabels_ints) are required")
     coef = np.asarray(node.require("coefficients"), np.float32)
     if coef.size % x.shape[1]:
         raise node.error(f"{coef.size} coefficients do not divide into rows of {x.shape[1]} features")
@@ -493,8 +489,6 @@ def svm_regressor(node, inputs):
 def svm_classifier(node, inputs):
     x = _rows(node, inputs[0]).astype(np.float64)
     labels = _labels(node)
-    if labels is None:
-        raise node.error("class labels (classlabels_strings, classlabels_int64s or classlabels_ints) are required")
     nc = len(labels)
     coef = np.asarray(node.require("coefficients"), np.float64)
     rho = np.asarray(node.get("rho", []), np.float64)
