@@ -1,4 +1,5 @@
-"""scikit-learn models as users get them into ONNX (skl2onnx): trained on
+"""scikit-learn models (random forest, gradient boosting, logistic
+regression, SVMs, a ColumnTransformer pipeline) as users get them into ONNX (skl2onnx): trained on
 seeded random data, converted to the ai.onnx.ml operators, run by tcc (the
 ops run as host steps: runtime/host_ops/ml.py) and matched against
 onnxruntime at two batch sizes: labels exactly, probabilities and
@@ -18,6 +19,7 @@ from sklearn.ensemble import GradientBoostingRegressor, RandomForestClassifier  
 from sklearn.linear_model import LogisticRegression  # noqa: E402
 from sklearn.pipeline import Pipeline  # noqa: E402
 from sklearn.preprocessing import OneHotEncoder, StandardScaler  # noqa: E402
+from sklearn.svm import SVC, SVR  # noqa: E402
 
 import tcc  # noqa: E402
 from test.conftest import run_tool  # noqa: E402
@@ -40,7 +42,7 @@ def _onnx(model, options=None):
                             options=options, target_opset={"": 17, "ai.onnx.ml": 3})
 
 
-def _compare(onx, rng, tmp_path, classifier):
+def _compare(onx, rng, tmp_path, classifier, atol=1e-6):
     path = str(tmp_path / "model.onnx")
     with open(path, "wb") as f:
         f.write(onx.SerializeToString())
@@ -53,7 +55,7 @@ def _compare(onx, rng, tmp_path, classifier):
         assert len(got) == len(want)
         if classifier:
             np.testing.assert_array_equal(got[0], want[0])  # labels
-            np.testing.assert_allclose(got[1], want[1], rtol=1e-5, atol=1e-6)  # probabilities
+            np.testing.assert_allclose(got[1], want[1], rtol=1e-5, atol=atol)  # probabilities, scores
         else:
             np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
 
@@ -81,6 +83,21 @@ def test_binary_logistic_regression(rng, tmp_path):
     x, y = _data(rng, 400, classes=2)
     m = LogisticRegression(max_iter=500).fit(x, y)
     _compare(_onnx(m, {id(m): {"zipmap": False}}), rng, tmp_path, True)
+
+
+@pytest.mark.parametrize("kernel, classes", [("rbf", 3), ("linear", 3), ("rbf", 2)])
+def test_svm_classifier(rng, tmp_path, kernel, classes):
+    x, y = _data(rng, 300, classes)
+    m = SVC(kernel=kernel).fit(x, y)
+    # scores are decision values: sums over ~200 support vectors, which onnxruntime
+    # accumulates in float32 (~1e-6 absolute off the exact sum; measured up to 1.5e-6)
+    _compare(_onnx(m, {id(m): {"zipmap": False}}), rng, tmp_path, True, atol=1e-5)
+
+
+def test_svm_regressor(rng, tmp_path):
+    x, _ = _data(rng, 300)
+    m = SVR(kernel="rbf").fit(x, x[:, 0] * 2 - x[:, 2])
+    _compare(_onnx(m), rng, tmp_path, False)
 
 
 def _pipeline(rng):
