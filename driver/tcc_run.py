@@ -41,6 +41,9 @@ def _random(spec, rng):
         return rng.integers(0, 2, shape).astype(dt)
     if dt.kind in "iu":
         return rng.integers(0, 10, shape).astype(dt)
+    if dt == object:  # a string input: short random lowercase words
+        words = ["".join(chr(97 + c) for c in rng.integers(0, 26, rng.integers(1, 8))) for _ in range(int(np.prod(shape)))]
+        return np.array(words, dtype=object).reshape(shape)
     return np.zeros(shape, dt)
 
 
@@ -50,6 +53,8 @@ def _summary(a):
     if a.dtype.kind in "fiub" or a.dtype.name == "bfloat16":
         f = a.astype(np.float64)
         return f"min {np.nanmin(f):.6g}  max {np.nanmax(f):.6g}  mean {np.nanmean(f):.6g}"
+    if a.dtype == object:
+        return " ".join(repr(s) for s in a.reshape(-1)[:4]) + (" ..." if a.size > 4 else "")
     return ""
 
 
@@ -81,7 +86,8 @@ def cli(artifact, inputs, random_inputs, repeat, output_dir, debug):
         os.makedirs(output_dir, exist_ok=True)
         for name, a in zip(sess.output_names, outs):
             safe = name.replace(os.sep, "_").replace("/", "_") or "output"
-            np.save(os.path.join(output_dir, safe + ".npy"), a)
+            # strings as a numpy str array: an object array's .npy needs pickle to load
+            np.save(os.path.join(output_dir, safe + ".npy"), a.astype(str) if a.dtype == object else a)
     for name, a in zip(sess.output_names, outs):
         click.echo(f"{name}: {a.dtype}{list(a.shape)}  {_summary(a)}")
     if times:

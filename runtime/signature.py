@@ -63,6 +63,37 @@ def target_device(output_device):
     return None if dev.type == "cpu" else dev
 
 
+def string_input(v, spec, specs):
+    """A string input as the object array of str the runtime computes on:
+    numpy 'U' arrays (what np.array(["a"]) makes and .npy files hold) are
+    converted, bytes are decoded as UTF-8; anything else is refused."""
+    if v.dtype.kind == "U":
+        return v.astype(object)
+    if v.dtype.kind == "S":
+        v = v.astype(object)
+    if v.dtype != object:
+        raise InputError(f"input '{spec.name}' has dtype {v.dtype}, expected strings (a numpy str or object "
+                         f"array; signature: {format_specs(specs)})")
+    flat, copied = v.reshape(-1), False
+    for k, s in enumerate(flat):
+        if type(s) is str:
+            continue
+        where = [int(i) for i in np.unravel_index(k, v.shape)]
+        if isinstance(s, bytes):
+            try:
+                s = s.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise InputError(f"input '{spec.name}' element {where} is not valid UTF-8 "
+                                 f"(byte {e.start})") from None
+            if not copied:  # the caller's array stays as it is
+                v, copied = v.copy(), True
+                flat = v.reshape(-1)
+            flat[k] = s
+            continue
+        raise InputError(f"input '{spec.name}' element {where} is {type(s).__name__}, expected str")
+    return v
+
+
 def _refs(entry):
     """Reference counts of a cached output array and of its memory's owner."""
     return sys.getrefcount(entry[0]), sys.getrefcount(entry[1])
@@ -141,7 +172,9 @@ class SignatureMixin:
         dynamic dims (-1) take any size."""
         specs = self._inputs
         inputs = [np.asarray(host_array(v)) for v in self._arrange(inputs)]
-        for v, t in zip(inputs, specs):
+        for i, (v, t) in enumerate(zip(inputs, specs)):
+            if t.dtype == object:
+                v = inputs[i] = string_input(v, t, specs)
             if v.dtype != t.dtype:
                 raise InputError(f"input '{t.name}' has dtype {v.dtype}, expected {t.dtype} "
                                  f"(signature: {format_specs(specs)})")

@@ -23,6 +23,9 @@ import numpy as np
 
 from tcc.dialects.ir.types import NONE, TensorType
 
+from .device.tensor import Tensor
+from .signature import target_device
+
 
 def _static(t):
     """Not a tensor of unknown dims (sequences, optionals and NONE count as static)."""
@@ -37,12 +40,14 @@ ALWAYS_STAGED = {"onnx.NonZero", "onnx.Compress", "onnx.NonMaxSuppression"}
 
 def first_data_dependent(module):
     """Index (in @main_graph's body) of the first op whose operands all have
-    static shapes and whose results do not (or one of ALWAYS_STAGED), or None."""
+    static shapes and whose results do not (or one of ALWAYS_STAGED, or an op
+    the runtime computes in Python: runtime/host_ops), or None."""
+    from .host_ops import is_host_op
     block = module.lookup_function("main_graph").regions[0].blocks[0]
     for i, op in enumerate(block.ops):
         if op.name.startswith("onnx.") and op.name not in ("onnx.Constant", "onnx.NoValue") and \
                 all(_static(v.type) for v in op.operands) and \
-                (op.name in ALWAYS_STAGED or not all(_static(r.type) for r in op.results)):
+                (op.name in ALWAYS_STAGED or is_host_op(op) or not all(_static(r.type) for r in op.results)):
             return i
     return None
 
@@ -78,9 +83,17 @@ class StagedRun:
     """One specialization cut at a data-dependent op: prefix session, the op
     on its values, suffix session."""
 
-    def __init__(self, prefix, sources, evaluator, suffix, ranks):
+    def __init__(self, prefix, sources, evaluator, suffix, ranks, prefix_args=None, suffix_args=None, outmap=None,
+                 out_names=None):
         self.prefix, self.sources, self.evaluator, self.suffix = prefix, sources, evaluator, suffix
         self.ranks = ranks
+        # which of the inputs (then the op's results) each stage takes: the
+        # arguments a stage does not use are dropped (a string input the
+        # native code never reads could not be lowered)
+        self.prefix_args, self.suffix_args = prefix_args, suffix_args
+        # per result: ("out", k), the suffix's k-th, or ("arg", i), value i of the
+        # inputs then the op's results (passed through); None: all the suffix's
+        self.outmap, self.out_names = outmap, out_names
 
     @classmethod
     def build(cls, module, index, options, path, make_ctx, compile_fn, compiler=None):
@@ -101,14 +114,17 @@ class StagedRun:
 
         from .loader import load as _load
 
+        from .host_ops import HostOpRunner, is_host_op, refine_result_types
+
         def load(p):
             return _load(p, compiler)
-        text, res = _print(module)
         func = module.lookup_function("main_graph")
         block = func.regions[0].blocks[0]
         op = list(block.ops)[index]
+        refine_result_types(op)  # the suffix takes its results as arguments: they need a rank
+        text, res = _print(module)
         model, values = _op_model(op, module)
-        evaluator = ReferenceEvaluator(model)
+        evaluator = HostOpRunner(model) if is_host_op(op) else ReferenceEvaluator(model)
         # where each operand (then each value a body captures) comes from:
         # ("arg", i), ("const", array), ("prefix", k), or None for an absent
         # optional operand
@@ -126,7 +142,7 @@ class StagedRun:
         ranks = [len(r.type.shape) if isinstance(r.type, TensorType) and r.type.shape is not None else None
                  for r in op.results if r.type is not NONE]
 
-        prefix = None
+        prefix, prefix_args = None, None
         if returned:
             pctx = make_ctx()
             pm = _reparse(text, res, pctx)
@@ -139,6 +155,7 @@ class StagedRun:
                 [A.DictAttr({"onnx.name": A.StringAttr(f"stage_operand_{k}")}) for k in range(len(values))])
             set_function_type(pf)
             PassManager(pctx, parse_pipeline("dce", pctx)).run(pm)
+            prefix_args = _drop_unused_args(pf)
             popts = _with_output(options, path + ".prefix.tcc")
             compile_fn(pm, pctx, popts, True)
             prefix = load(popts.output)
@@ -159,13 +176,40 @@ class StagedRun:
         sf.attributes["arg_attrs"] = A.ArrayAttr(names)
         set_function_type(sf)
         PassManager(sctx, parse_pipeline("dce", sctx)).run(sm)
-        sopts = _with_output(options, path + ".suffix.tcc")
-        compile_fn(sm, sctx, sopts, False)
-        suffix = load(sopts.output)
-        return cls(prefix, sources, evaluator, suffix, ranks)
+        # Results that are arguments (a string result passed straight out, which
+        # the native code could not take) bypass the suffix.
+        sret = sblock.last
+        attrs = sf.get_attr("res_attrs") or []
+        out_names = [attrs[i]["onnx.name"].value if i < len(attrs) and "onnx.name" in attrs[i] else f"output_{i}"
+                     for i in range(len(sret.operands))]
+        outmap, kept = [], []
+        for v in sret.operands:
+            if v in sblock.args:
+                outmap.append(("arg", sblock.args.index(v)))
+            else:
+                outmap.append(("out", len(kept)))
+                kept.append(v)
+        if len(kept) != len(sret.operands):
+            sret.set_operands(kept)
+            raw = sf.attributes.get("res_attrs")
+            elems = list(raw.elements) if raw is not None else [A.DictAttr({})] * len(outmap)
+            sf.attributes["res_attrs"] = A.ArrayAttr([a for a, (k, _) in zip(elems, outmap) if k == "out"])
+            set_function_type(sf)
+            PassManager(sctx, parse_pipeline("dce", sctx)).run(sm)
+        suffix_args = _drop_unused_args(sf)
+        suffix = None
+        if kept:
+            sopts = _with_output(options, path + ".suffix.tcc")
+            compile_fn(sm, sctx, sopts, False)
+            suffix = load(sopts.output)
+        return cls(prefix, sources, evaluator, suffix, ranks, prefix_args, suffix_args, outmap, out_names)
+
+    def specializations(self):
+        """The sessions this run calls (for reports: where each stage was placed)."""
+        return [s for s in (self.prefix, self.suffix) if s is not None]
 
     def run(self, inputs, output_names=None, output_device=None):
-        pre = self.prefix.run(list(inputs)) if self.prefix is not None else []
+        pre = self.prefix.run(_pick(list(inputs), self.prefix_args)) if self.prefix is not None else []
         feeds = {}
         for i, src in enumerate(self.sources):
             if src is None:
@@ -176,7 +220,40 @@ class StagedRun:
             warnings.simplefilter("ignore")
             outs = self.evaluator.run(None, feeds)
         outs = [_to_rank(np.asarray(o), r) for o, r in zip(outs, self.ranks)]
-        return self.suffix.run(list(inputs) + outs, output_names, output_device)
+        values = list(inputs) + outs
+        if self.outmap is None:
+            return self.suffix.run(_pick(values, self.suffix_args), output_names, output_device)
+        res = self.suffix.run(_pick(values, self.suffix_args), None, output_device) if self.suffix is not None else []
+        dev = target_device(output_device)
+        full = [res[i] if kind == "out" else
+                (values[i] if dev is None else Tensor.from_dlpack(np.ascontiguousarray(values[i]), device=dev))
+                for kind, i in self.outmap]
+        if output_names is not None:
+            full = [full[self.out_names.index(n)] for n in output_names]
+        return full
+
+
+def _pick(values, indices):
+    return values if indices is None else [values[i] for i in indices]
+
+
+def _drop_unused_args(func):
+    """Removes the entry block's unused arguments (and their names) from
+    `func`; returns the indices of those kept."""
+    from tcc.dialects.builtin import set_function_type
+    from tcc.dialects.ir import attributes as A
+    block = func.regions[0].blocks[0]
+    keep = [i for i, a in enumerate(block.args) if a.uses]
+    if len(keep) == len(block.args):
+        return keep
+    names = list(func.attributes["arg_attrs"].elements) if "arg_attrs" in func.attributes else None
+    block.args[:] = [block.args[i] for i in keep]
+    for k, a in enumerate(block.args):
+        a.index = k
+    if names is not None:
+        func.attributes["arg_attrs"] = A.ArrayAttr([names[i] for i in keep])
+    set_function_type(func)
+    return keep
 
 
 def _op_model(op, module):

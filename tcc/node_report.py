@@ -74,7 +74,8 @@ def _placed_on(session, maccel):
     session places each input shape when it first runs, so its compiled
     specializations say (after the run)."""
     sessions = session.specializations() if hasattr(session, "specializations") else [session]
-    return any(step.get("accelerator") in maccel for s in sessions for step in s.manifest.get("plan", []))
+    return any(_placed_on(s, maccel) if not hasattr(s, "manifest") else
+               any(step.get("accelerator") in maccel for step in s.manifest.get("plan", [])) for s in sessions)
 
 
 def _worker(names, maccel):
