@@ -82,7 +82,7 @@ def check(name, jobs, name_filter, skip_device, skip_node_tests, failures, debug
     if not skip_node_tests:
         from tcc import node_report
         names = sorted(n for n in node_report.cases() if name_filter in n)
-        results = node_report.run_all(names, (name,), jobs)
+        results = node_report.run_all(names, (name,), jobs, require_placement=True)
         table, total = node_report.scoreboard(results)
         click.echo(table)
         if failures:
