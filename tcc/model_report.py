@@ -30,10 +30,72 @@ def manifest(corpus=CORPUS):
         return json.load(f)
 
 
-def feeds(entry, k, rng, shapes=None):
+def feeds(entry, k, rng, shapes=None, corpus=CORPUS, name=None):
     """Fresh random inputs for the k-th input shapes of a corpus entry (or
     for `shapes`, one per input): token ids and masks within the range the
-    manifest gives, floats from a standard normal."""
+    manifest gives, floats from a standard normal. An entry with
+    "avoid_ties" (a NonMaxSuppression model; needs `name`) draws again while
+    the NMS decisions are near-ties (see tie_margin)."""
+    ties = entry.get("avoid_ties")
+    for _ in range(100 if ties and name else 1):
+        out = _draw(entry, k, rng, shapes)
+        if not (ties and name) or tie_margin(os.path.join(corpus, name + ".onnx"), ties, out) > ties["margin"]:
+            return out
+    raise ValueError(f"{name}: 100 draws in a row had NonMaxSuppression near-ties")
+
+
+def tie_margin(path, ties, x):
+    """How far the NonMaxSuppression decisions on inputs x are from
+    flipping, on onnxruntime's boxes and scores: greedy NMS replayed in
+    float64 (per batch and class, visiting boxes by score until
+    max_output_boxes are kept), the smallest gap between neighbouring scores
+    it visited (one more than it kept: a swap there picks another box), of a
+    visited score from the score threshold, and of an IoU it compared from
+    the IoU threshold. Two correct implementations whose float rounding
+    differs by ~1e-7 can differ only below that (seed 3246533602 drew two
+    top scores that close: an index error of 9)."""
+    import onnx
+    import onnxruntime as ort
+    m = onnx.load(path)
+    known = {o.name for o in m.graph.output}
+    m.graph.output.extend([onnx.ValueInfoProto(name=n) for n in (ties["boxes"], ties["scores"]) if n not in known])
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    boxes, scores = sess.run([ties["boxes"], ties["scores"]], x)  # [n, anchors, 4], [n, classes, anchors]
+    thr, iou_thr, keep_n = ties["score_threshold"], ties["iou_threshold"], ties["max_output_boxes"]
+    margin = np.inf
+    for b in range(scores.shape[0]):
+        bx = boxes[b].astype(np.float64)  # corners [y1, x1, y2, x2], either diagonal (center_point_box=0)
+        lo = np.minimum(bx[:, :2], bx[:, 2:])
+        hi = np.maximum(bx[:, :2], bx[:, 2:])
+        area = np.prod(hi - lo, axis=1)
+        for c in range(scores.shape[1]):
+            s = scores[b, c].astype(np.float64)
+            order = np.argsort(-s, kind="stable")
+            kept, visited = [], 0
+            for i in order:
+                if len(kept) == keep_n:
+                    break
+                visited += 1
+                margin = min(margin, abs(s[i] - thr))
+                if s[i] <= thr:
+                    break
+                if kept:
+                    k = np.array(kept)
+                    inter = np.prod(np.clip(np.minimum(hi[k], hi[i]) - np.maximum(lo[k], lo[i]), 0, None), axis=1)
+                    iou = inter / np.maximum(area[k] + area[i] - inter, 1e-30)
+                    margin = min(margin, float(np.min(np.abs(iou - iou_thr))))
+                    if np.any(iou > iou_thr):
+                        continue
+                kept.append(i)
+            top = s[order[:visited + 1]]
+            if len(top) > 1:
+                margin = min(margin, float(np.min(-np.diff(top))))
+    return margin
+
+
+def _draw(entry, k, rng, shapes):
     out = {}
     for i, inp in enumerate(entry["inputs"]):
         shape = shapes[i] if shapes is not None else inp["shapes"][k]
@@ -101,7 +163,7 @@ def run_model(name, maccel=(), corpus=CORPUS, workdir=None, repeat=5, seed=0):
             ref, fast = reference(path, entry), reference(path)
             first = []
             for k in range(len(entry["inputs"][0]["shapes"])):
-                x = feeds(entry, k, rng)
+                x = feeds(entry, k, rng, corpus=corpus, name=name)
                 want = ref.run(None, x)
                 t = time.perf_counter()
                 got = sess.run(x)

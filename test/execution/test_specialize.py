@@ -50,7 +50,7 @@ def test_dynamic_batch_and_shape_inputs(rng, tmp_path, cache_dir):
         for got, want in zip(sess.run(feeds), ref.run(None, feeds)):
             assert got.shape == want.shape
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
-    assert len(sess._cache) == 3  # the repeated shape compiled once
+    assert len(sess.specializations()) == 3  # the repeated shape compiled once
     compiled = [f for _, _, fs in os.walk(cache_dir) for f in fs if f.endswith(".tcc")]
     assert len(compiled) == 3
     again = tcc.load(str(tmp_path / "m.tcc"))  # a new session finds them on disk
