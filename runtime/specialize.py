@@ -230,6 +230,19 @@ class SpecializingSession(SignatureMixin):
             outs = [by_name[n] for n in output_names]
         return outs
 
+    def specialize(self, inputs):
+        """Compiles (or loads from the compile cache) the specialization for
+        these inputs now, on the caller's thread, and returns its session:
+        a warm-up for shapes known ahead of traffic."""
+        arrays = self._check_dynamic(inputs)
+        key = self._key(arrays)
+        sess = self._cache.get(key)
+        if sess is None:
+            with self._lock:
+                fut = self._pending.get(key)
+            sess = fut.result() if fut is not None else self._specialize(key, arrays)
+        return sess
+
     def run_generic(self, inputs, output_names=None):
         """The shape-generic path alone (the scoreboard times it): outputs,
         or None where it cannot run these inputs."""
