@@ -25,9 +25,9 @@ loaded at once. `TCC_SPECIALIZE=sync` compiles on the caller's thread.
 Why not symbolic dims in the loop nests: every graph-to-loop lowering and
 both native code generators assume static shapes; making their bounds run-time
 values is the larger change the issue also allows, not done yet. Measured on
-the corpus (README): a specialization compile takes 0.3-5 s (graph passes and
-the verifier after each ~50 %, gcc ~25 %, llvmlite ~15 %), the generic path
-40-500 ms per call, a specialized call 0.1-1 ms."""
+the corpus (README's scoreboard, under load): a specialization compile takes
+1-30 s (graph passes and the verifier after each ~50 %, gcc ~25 %, llvmlite
+~15 %), a generic call 2-70 ms, a specialized one 0.1-1 ms."""
 from __future__ import annotations
 
 import contextlib
