@@ -189,6 +189,12 @@ class SpecializingSession(SignatureMixin):
         if on_worker or self._compiler is None or \
                 (cache.plugins_cacheable(self._maccel) and cache.lookup(key) is not None):
             return self._specialize(key, arrays)  # a cache hit loads in ms; no compiler raises
+        generic = output_device is None and background_enabled()
+        if generic:
+            # Built before the compile starts: both import onnx, and a module
+            # two threads import at once can be seen half initialized
+            # ("partially initialized module 'onnx' has no attribute 'defs'").
+            self._generic_path()
         with self._lock:
             fut = self._pending.get(key)
             if fut is None:
@@ -197,22 +203,26 @@ class SpecializingSession(SignatureMixin):
                 snap = [np.array(v) if i in self._shape_args else np.broadcast_to(np.zeros((), v.dtype), v.shape)
                         for i, v in enumerate(arrays)]
                 fut = self._pending[key] = _background().submit(self._specialize, key, snap, cache.cache_root())
-        if not fut.done() and output_device is None and background_enabled():
+        if not fut.done() and generic:
             outs = self._run_generic(arrays, output_names)
             if outs is not None:
                 return outs
         return fut.result()  # the compile's error, if it failed, for every call at this key
 
-    def _run_generic(self, arrays, output_names=None):
-        """The generic path's outputs, or None where it cannot run them
-        (the call then waits for the compile, which names what is wrong)."""
+    def _generic_path(self):
+        """The generic path, built on first need; False where it cannot be."""
         with self._lock:
             if self._generic is None:
                 try:
                     self._generic = _Generic(self._ir, self._res)
-                except Exception:  # an op with no ONNX form or no reference kernel
+                except Exception:  # noqa: BLE001 - an op with no ONNX form or no reference kernel
                     self._generic = False
-        if self._generic is False:
+        return self._generic
+
+    def _run_generic(self, arrays, output_names=None):
+        """The generic path's outputs, or None where it cannot run them
+        (the call then waits for the compile, which names what is wrong)."""
+        if not self._generic_path():
             return None
         try:
             outs = self._generic.run(arrays, self.input_names)
