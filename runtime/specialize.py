@@ -20,7 +20,9 @@ the stored IR itself (dynamic dims) through onnx's reference evaluator. Where
 the generic path cannot run a call (an op the evaluator lacks, an input the
 model cannot take), the call waits for the compile instead, which gives the
 one-line error. A specialization already in the compile cache on disk is
-loaded at once. `TCC_SPECIALIZE=sync` compiles on the caller's thread.
+loaded at once. `TCC_SPECIALIZE=sync` compiles on the caller's thread (as
+before; there, on the main thread, a plugin hook that hangs is also timed
+out: TCC_HOOK_TIMEOUT needs the main thread's SIGALRM).
 
 Why not symbolic dims in the loop nests: every graph-to-loop lowering and
 both native code generators assume static shapes; making their bounds run-time
@@ -186,10 +188,10 @@ class SpecializingSession(SignatureMixin):
         """The session for a key not compiled in this session yet, or (while
         its compile runs in the background) the generic path's outputs."""
         on_worker = threading.current_thread().name.startswith("tcc-specialize")
-        if on_worker or self._compiler is None or \
+        if on_worker or self._compiler is None or not background_enabled() or \
                 (cache.plugins_cacheable(self._maccel) and cache.lookup(key) is not None):
             return self._specialize(key, arrays)  # a cache hit loads in ms; no compiler raises
-        generic = output_device is None and background_enabled()
+        generic = output_device is None
         if generic:
             # Built before the compile starts: both import onnx, and a module
             # two threads import at once can be seen half initialized
