@@ -23,6 +23,7 @@ import hashlib
 import json
 import os
 import tempfile
+import threading
 
 DEFAULT_SIZE = 2 << 30
 # Source files whose bytes decide generated code (C kernels are built from
@@ -30,9 +31,27 @@ DEFAULT_SIZE = 2 << 30
 _CODE_SUFFIXES = (".py", ".c", ".h", ".cu", ".json")
 
 
+_pinned = threading.local()
+
+
 def cache_root() -> str:
+    pinned = getattr(_pinned, "root", None)
+    if pinned is not None:
+        return pinned
     d = os.environ.get("TCC_CACHE_DIR") or os.path.join("~", ".cache", "tcc")
     return os.path.abspath(os.path.expanduser(d))
+
+
+@contextlib.contextmanager
+def pinned_root(root):
+    """On this thread, the cache is `root` whatever TCC_CACHE_DIR says by
+    now: a background specialization writes where its caller's key was made."""
+    old = getattr(_pinned, "root", None)
+    _pinned.root = root
+    try:
+        yield
+    finally:
+        _pinned.root = old
 
 
 def artifacts_dir() -> str:

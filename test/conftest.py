@@ -147,6 +147,16 @@ def _tcc_test_seed(request):
     return seed
 
 
+@pytest.fixture(autouse=True)
+def _tcc_background_compiles():
+    """A dynamic model's first run at a new shape compiles its
+    specialization in the background: each test's compiles finish within it
+    (not in the next test's time or against its monkeypatches)."""
+    yield
+    if "tcc.runtime.specialize" in sys.modules:
+        sys.modules["tcc.runtime.specialize"].wait_all()
+
+
 def _loaded_kernel_libraries():
     """Paths of the cpu accelerator's kernel library builds this process has loaded."""
     if "tcc.accelerators.cpu.build" not in sys.modules:

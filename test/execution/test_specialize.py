@@ -50,7 +50,7 @@ def test_dynamic_batch_and_shape_inputs(rng, tmp_path, cache_dir):
         for got, want in zip(sess.run(feeds), ref.run(None, feeds)):
             assert got.shape == want.shape
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
-    assert len(sess._cache) == 3  # the repeated shape compiled once
+    assert len(sess.specializations()) == 3  # the repeated shape compiled once
     compiled = [f for _, _, fs in os.walk(cache_dir) for f in fs if f.endswith(".tcc")]
     assert len(compiled) == 3
     again = tcc.load(str(tmp_path / "m.tcc"))  # a new session finds them on disk
@@ -102,3 +102,45 @@ def test_loop_trip_count_from_float_inputs_and_if_condition_input(tmp_path):
         got, want = sess.run(feeds)[0], ref.run(None, feeds)[0]
         assert got.shape == want.shape
         np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_a_new_shape_runs_the_generic_path_while_its_compile_waits(rng, tmp_path):
+    """issue 16 item 2: the first run at a new shape does not wait for the
+    compile. Here the compile is held until the generic path has answered
+    (were the run waiting for it, the hold would time out and the run fail);
+    then the specialization lands and the next run uses it. No timing."""
+    import threading
+
+    from tcc.api import _compile_at_run_time
+    from tcc.runtime.loader import load
+    m = model()
+    path = tcc.compile(m, output=str(tmp_path / "m.tcc"), cache=False)
+    release, started = threading.Event(), []
+
+    def held(module, options, out):
+        started.append(1)
+        assert release.wait(120), "the first run waited for the compile"
+        return _compile_at_run_time(module, options, out)
+    sess = load(path, compiler=held)
+    ref = ort.InferenceSession(m.SerializeToString())
+    feeds = {"x": rng.standard_normal((3, 6)).astype(np.float32), "s": np.array([2, 6], np.int64),
+             "axes": np.array([1], np.int64)}
+    first = sess.run(feeds)  # the generic path: the compile is held
+    release.set()
+    for got, want in zip(first, ref.run(None, feeds)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert len(sess.specializations()) == 1 and started == [1]
+    feeds["x"] = rng.standard_normal((3, 6)).astype(np.float32)
+    for got, want in zip(sess.run(feeds), ref.run(None, feeds)):  # the specialized code
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert len(sess.specializations()) == 1 and started == [1]
+
+
+def test_bad_specialize_mode_is_one_line(tmp_path, monkeypatch, rng):
+    sess = tcc.load(tcc.compile(model(), output=str(tmp_path / "m.tcc"), cache=False))
+    monkeypatch.setenv("TCC_SPECIALIZE", "later")
+    feeds = {"x": rng.standard_normal((2, 6)).astype(np.float32), "s": np.array([2, 4], np.int64),
+             "axes": np.array([0], np.int64)}
+    from tcc.dialects.ir.errors import TccError
+    with pytest.raises(TccError, match=r"TCC_SPECIALIZE='later': expected 'background' or 'sync'"):
+        sess.run(feeds)

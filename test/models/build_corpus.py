@@ -417,7 +417,10 @@ def detection_nms():
     onnx.save(head, os.path.join(CORPUS, "detection_nms.onnx"))
     _record("_detection_head", None)
     _record("detection_nms", {"inputs": [{"name": "image", "dtype": "float32",
-                                          "shapes": [[1, 3, 32, 32], [2, 3, 24, 40]]}], "exporter": "dynamo+helper"})
+                                          "shapes": [[1, 3, 32, 32], [2, 3, 24, 40]]}], "exporter": "dynamo+helper",
+                                "avoid_ties": {"boxes": "boxes", "scores": "scores", "iou_threshold": 0.5,
+                                               "score_threshold": 0.3, "max_output_boxes": 5,
+                                               "margin": 1e-6}})
 
 
 @builder

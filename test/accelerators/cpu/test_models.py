@@ -137,7 +137,7 @@ def test_dynamic_batch_is_placed_per_input_shape(tmp_path):
     for n in (2, 1, 2):
         x = rand(n, 3, 10, 9)
         np.testing.assert_allclose(sess.run({"x": x})[0], ref.run(None, {"x": x})[0], rtol=1e-4, atol=1e-5)
-        placed = sess._compiled([x])
+        placed = sess.specialize({"x": x})
         assert isinstance(placed, PlanSession) and cpu_steps(placed) and not host_steps(placed)
 
 
