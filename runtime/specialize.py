@@ -96,8 +96,17 @@ class _Generic:
         from tcc.dialects.init_all import new_context
         from tcc.dialects.onnx.exporter import export_model
 
-        from .staged import _reparse
-        self.evaluator = ReferenceEvaluator(export_model(_reparse(ir, res, new_context())))
+        from .host_ops import is_host_op
+        from .staged import ALWAYS_STAGED, _reparse
+        module = _reparse(ir, res, new_context())
+        # Ops tcc answers in its own terms (runtime/host_ops: RE2 patterns, the
+        # ml and string kernels; the two-phase ops) never take the evaluator's
+        # answer instead, which may differ (Python's `re` is not RE2): such a
+        # model waits for its specialization, as with TCC_SPECIALIZE=sync.
+        for op in module.walk():
+            if op.name in ALWAYS_STAGED or is_host_op(op):
+                raise TccError(f"{op.name} has no shape-generic path")
+        self.evaluator = ReferenceEvaluator(export_model(module))
         self.lock = threading.Lock()
 
     def run(self, arrays, names):
