@@ -9,6 +9,7 @@ from .nn import (attention, col2im, conv, conv_transpose, loss, max_unpool, pool
 from .quantization import quantize, quantized_linear
 from .registry import lowerings_in
 from .rnn import recurrent
+from .random import random_ops
 from .training import optimizers
 from .tensor import (affine_grid, center_crop_pad, data_movement, gridsample, onehot, resize, scatter,
                      tensor_scatter, upsample)
@@ -23,6 +24,7 @@ FAMILIES = {
     "quantization": (quantize, quantized_linear),
     "control_flow": (scan_loop,),
     "training": (optimizers,),
+    "random": (random_ops,),
 }
 
 
