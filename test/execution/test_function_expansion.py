@@ -94,3 +94,24 @@ def test_flex_attention_bad_rank_is_one_line_error(tmp_path):
         tcc.compile(m, output=str(tmp_path / "m.tcc"))
     assert "\n" not in str(e.value) and not (tmp_path / "m.tcc").exists()
     print(e.value)
+
+
+@pytest.mark.parametrize("case", ["test_linear_attention_linear", "test_linear_attention_gated_delta"])
+def test_linear_attention_with_cpu_accelerator(tmp_path, case):
+    """LinearAttention expands to a Scan whose body reads constants of the
+    graph; with --maccel=cpu the host ops around the cpu partitions are
+    outlined, and the body's captured values must move with it (they did
+    not: "operand #1 does not dominate this use" after fuse). The node
+    suite's model, on fresh random inputs, against onnx.reference."""
+    from tcc.node_report import cases
+    m = cases()[case].model
+    feeds = {}
+    for vi in m.graph.input:
+        shape = [d.dim_value for d in vi.type.tensor_type.shape.dim]
+        dt = onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
+        feeds[vi.name] = (RNG.uniform(0.1, 0.9, shape) if "beta" in vi.name or "decay" in vi.name
+                          else RNG.standard_normal(shape) * 0.5).astype(dt)
+    got = tcc.load(tcc.compile(m, maccel=["cpu"], output=str(tmp_path / "m.tcc"))).run(feeds)
+    want = ReferenceEvaluator(m).run(None, feeds)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
