@@ -35,7 +35,7 @@ def _static(t):
 # Data-dependent ops with no loop-nest lowering: staged even where the
 # model declares their result shapes (a model with static inputs, written
 # for one input's values).
-ALWAYS_STAGED = {"onnx.NonZero", "onnx.Compress", "onnx.NonMaxSuppression"}
+ALWAYS_STAGED = {"onnx.NonZero", "onnx.Compress", "onnx.NonMaxSuppression", "onnx.Unique"}
 
 
 def first_data_dependent(module):

@@ -82,9 +82,13 @@ def _placed_on(session, maccel):
     """Whether any step that ran was on one of `maccel`: a specializing
     session places each input shape when it first runs, so its compiled
     specializations say (after the run)."""
-    sessions = session.specializations() if hasattr(session, "specializations") else [session]
-    return any(_placed_on(s, maccel) if not hasattr(s, "manifest") else
-               any(step.get("accelerator") in maccel for step in s.manifest.get("plan", [])) for s in sessions)
+    if session is None:
+        return False
+    if hasattr(session, "specializations"):
+        return any(_placed_on(s, maccel) for s in session.specializations())
+    if hasattr(session, "suffix"):  # a run cut at a data-dependent op (runtime/staged.py)
+        return _placed_on(session.prefix, maccel) or _placed_on(session.suffix, maccel)
+    return any(step.get("accelerator") in maccel for step in session.manifest.get("plan", []))
 
 
 def _worker(names, maccel, require_placement=True):

@@ -1,6 +1,7 @@
 """Restoring def-before-use order in a block after outlining or grouping."""
 from __future__ import annotations
 
+from ..ir.core import free_values
 from ..ir.errors import PassError
 
 
@@ -31,7 +32,12 @@ def topological_sort(block):
                 raise PassError(f"'{cur.name}' ({where}) depends on its own result: the block's ops form a cycle")
             open_.add(cur)
             stack.append((cur, True))
-            deps = [getattr(v, "op", None) for v in cur.operands]
+            # an op with regions (Scan, Loop, If bodies) also depends on the
+            # outer values its bodies capture: sorting by operands alone put
+            # a Scan before the graph.fused op making a value its body reads
+            # (LinearAttention's expansion under --maccel=cpu: "operand #1
+            # does not dominate this use" after fuse)
+            deps = [getattr(v, "op", None) for v in (free_values(cur) if cur.regions else cur.operands)]
             for d in sorted({d for d in deps if d is not None and d in pos and d not in placed},
                             key=pos.get, reverse=True):
                 stack.append((d, False))

@@ -10,7 +10,7 @@ Attributes used: `tcc.placement` (accelerator name), `tcc.composite`,
 from __future__ import annotations
 
 from ..ir import attributes as A
-from ..ir.core import Block, Operation, Region
+from ..ir.core import Block, Operation, Region, free_values
 from ..ir.errors import PassError
 from ..ir.passes import Pass
 from ..ir.types import FunctionType, TensorType
@@ -263,7 +263,7 @@ class PartitionPass(Pass):
         inside = set(ops)
         inputs, outputs = [], []
         for op in ops:
-            for v in op.operands:
+            for v in _used(op):
                 p = _producer(v)
                 if (p is None or (p not in inside and p.name not in FREE_OPS)) and v not in inputs:
                     inputs.append(v)
@@ -274,7 +274,7 @@ class PartitionPass(Pass):
         fblock = Block([v.type for v in inputs])
         mapping = dict(zip(inputs, fblock.args))
         for op in ops:
-            for v in op.operands:
+            for v in _used(op):
                 p = _producer(v)
                 if v not in mapping and p is not None and p.name in FREE_OPS:
                     clone = Operation(p.name, [], [r.type for r in p.results], dict(p.attributes), loc=p.loc)
@@ -285,6 +285,7 @@ class PartitionPass(Pass):
             for region in op.regions:  # subgraph regions move with their op
                 new.add_region(region)
             op.regions = []
+            _remap_captures(new, mapping)
             fblock.append(new)
             for old, nr in zip(op.results, new.results):
                 mapping[old] = nr
@@ -305,4 +306,24 @@ class PartitionPass(Pass):
         # A host op between the region's ops may use an output of the call:
         # restore def-before-use (regions were merged acyclic, so an order exists).
         topological_sort(block)
+def _used(op):
+    """The values `op` reads: its operands and, for an op with regions
+    (Scan, Loop, If), the outer values its bodies capture, which must move
+    into the outlined function as well (a Scan body reading a constant of
+    @main_graph did not dominate its use after outlining: LinearAttention
+    under --maccel=cpu)."""
+    return free_values(op) if op.regions else list(op.operands)
+
+
+def _remap_captures(new, mapping):
+    """Inside `new`'s (moved) regions, outer values -> their outlined copies."""
+    for region in new.regions:
+        for blk in region.blocks:
+            for o in blk.ops:
+                for inner in o.walk():
+                    for i, v in enumerate(inner.operands):
+                        if v in mapping:
+                            inner.set_operand(i, mapping[v])
+
+
 PIPELINE = "merge-composites,annotate-targets,merge-regions,partition"

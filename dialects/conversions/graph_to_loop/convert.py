@@ -20,6 +20,12 @@ class LoweringError(PassError):
     pass
 
 
+class UnsupportedError(LoweringError, NotImplementedError):
+    """An op or type the host lowering does not take: also a
+    NotImplementedError, so onnx backend harnesses (tcc.backend) count the
+    model as unsupported rather than as a crash."""
+
+
 def memref_of(t, where):
     if not isinstance(t, TensorType) or not t.has_static_shape:
         raise LoweringError(f"{where}")
@@ -64,7 +70,7 @@ class Lowerer:
                 continue
             fn = self.ctx.lowerings.get(op.name)
             if fn is None:
-                raise LoweringError(f"{op.loc.describe()}: no host lowering for {op.name}{where}")
+                raise UnsupportedError(f"{op.loc.describe()}: no host lowering for {op.name}{where}")
             self.L.loc = op.loc
             fn(self, op)
         return end
@@ -165,19 +171,19 @@ def _check_static(block):
     for i, a in enumerate(block.args):
         el = getattr(a.type, "element", None)
         if el is not None and str(el) not in _ELEMENTS:
-            raise LoweringError(f"graph input #{i} has element type {el}, which the host lowering does not support")
+            raise UnsupportedError(f"graph input #{i} has element type {el}, which the host lowering does not support")
     for op in block.ops:
         for i, r in enumerate(op.results):
             el = getattr(r.type, "element", None)
             if el is not None and str(el) not in _ELEMENTS:
-                raise LoweringError(f"{op.loc.describe()}: result #{i} of {op.name} has element type {el}, "
+                raise UnsupportedError(f"{op.loc.describe()}: result #{i} of {op.name} has element type {el}, "
                                     "which the host lowering does not support")
         for i, r in enumerate(op.results):
             t = r.type
             if t is NONE or op.name == "onnx.NoValue":
                 continue
             if not isinstance(t, TensorType):
-                raise LoweringError(f"{op.loc.describe()}: result #{i} of {op.name} has type {t}, "
+                raise UnsupportedError(f"{op.loc.describe()}: result #{i} of {op.name} has type {t}, "
                                     "which the host lowering does not support")
             if t.shape is None:
                 raise LoweringError(f"{op.loc.describe()}: result #{i} of {op.name} has unknown rank ({t})")

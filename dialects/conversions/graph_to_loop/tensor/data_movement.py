@@ -56,18 +56,6 @@ def lower_view(cx, op):
     cx.alias(r, cx.L.view(cx.buf(op.operands[0]), r.type.shape))
 
 
-@lowering("Dropout")
-def lower_dropout(cx, op):
-    if len(op.operands) > 2 and op.operands[2].type is not NONE:
-        t = cx.const(op.operands[2])
-        if t is None or bool(np.asarray(t).ravel()[0]):
-            cx.fail(op, "Dropout in training mode has no host lowering")
-    lower_view(cx, op)
-    if len(op.results) > 1 and op.results[1].type is not NONE:
-        m = op.results[1]
-        fill(cx, cx.out(m), 1)
-
-
 def copy_nest(cx, shape, dst, dst_idx, src, src_idx):
     """for every index i of shape: dst[dst_idx(i)] = src[src_idx(i)]."""
     L = cx.L

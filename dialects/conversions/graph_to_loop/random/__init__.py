@@ -1,0 +1,1 @@
+"""Lowerings of the random ops (Random*, Bernoulli, training-mode Dropout)."""

@@ -1,0 +1,1 @@
+"""Lowerings of the ai.onnx.preview.training ops."""
