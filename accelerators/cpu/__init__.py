@@ -56,7 +56,9 @@ class CpuPlugin:
 
     @hookimpl
     def tcc_target_kind(self):
-        return {"name": "cpu", "device_type": "cpu", "attrs": {"num_threads": (int, 0), "isa": (str, None)}}
+        # `isa`: the kernel library build the partitions' C is written and
+        # compiled for (build.ISA_FLAGS; default: this CPU's best)
+        return {"name": "cpu", "device_type": "cpu", "attrs": {"isa": (str, None)}}
 
     @hookimpl
     def tcc_graph_to_loop(self, func, module, context):
@@ -67,7 +69,8 @@ class CpuPlugin:
     def tcc_loop_to_native(self, funcs, module, context, target):
         from . import build, codegen, runtime
         funcs = list(funcs)
-        src, weights, ws = codegen.generate(funcs)
+        isa = build.target_isa(target)
+        src, weights, ws = codegen.generate(funcs, isa)
         dump = self.options.get("dump-c")
         if dump:
             if dump == "-":
@@ -75,7 +78,6 @@ class CpuPlugin:
             else:
                 with open(dump, "w") as f:
                     f.write(src)
-        isa = build.best_isa()
         so = build.compile_partitions(src, isa)
         names = tuple(f.get_attr("sym_name") for f in funcs)
         payload = runtime.pack(src, so, weights, ws, isa)

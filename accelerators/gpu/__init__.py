@@ -124,7 +124,8 @@ class GpuPlugin:
         from . import codegen, package
         plans = [codegen.FunctionPlan(f).build() for f in funcs]
         source = codegen.module_source(plans)
-        arch = self.options.get("cubin-arch") or None
+        # --gpu-cubin-arch, else the arch of the gpu target (`--target 'gpu -arch=sm_90'`)
+        arch = self.options.get("cubin-arch") or (target.get("arch") if target is not None else None)
         payload = package.pack(plans, source, cubin_arch=arch)
         names = tuple(p.name for p in plans)
         return RuntimeModule("gpu", payload, names, format=package.FORMAT,
