@@ -65,11 +65,6 @@ def tcc_add_passes(pipeline, emission_target):
     `pipeline.add(point, "pass-name{opt=v}")`. Never replaces the pipeline."""
 
 
-@hookspec
-def tcc_opt_report_kinds():
-    """Return a list of `OptReportKind` (onnx-mlir's OPTREPORT macros)."""
-
-
 # ---- placement (BYOC) ------------------------------------------------------------
 
 @hookspec(firstresult=True)

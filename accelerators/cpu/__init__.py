@@ -10,8 +10,7 @@ fused epilogues (`lower.py`), loop-to-native as C (`codegen.py`,
 accelerator has no device of its own: its buffers are host buffers."""
 import sys
 
-from tcc.accelerators import (API_VERSION, AcceleratorInfo, CliOption, OptReportKind, RuntimeModule, Support,
-                              hookimpl)
+from tcc.accelerators import API_VERSION, AcceleratorInfo, CliOption, RuntimeModule, Support, hookimpl
 
 from . import support
 
@@ -41,10 +40,6 @@ class CpuPlugin:
     @hookimpl
     def tcc_configure_passes(self, options):
         self.options = dict(options)
-
-    @hookimpl
-    def tcc_opt_report_kinds(self):
-        return [OptReportKind("cpu-fusion", "the kernel calls of each cpu partition with their fused epilogues")]
 
     @hookimpl
     def tcc_supports_op(self, op, module):

@@ -21,7 +21,7 @@ from __future__ import annotations
 import importlib.util
 import os
 
-from tcc.accelerators import (API_VERSION, AcceleratorInfo, CliOption, CompositePattern, OptReportKind,
+from tcc.accelerators import (API_VERSION, AcceleratorInfo, CliOption, CompositePattern,
                               RuntimeModule, Support, hookimpl)
 from tcc.dialects.ir.errors import TccError
 
@@ -82,10 +82,6 @@ class GpuPlugin:
     @hookimpl
     def tcc_configure_passes(self, options):
         self.options = dict(options)
-
-    @hookimpl
-    def tcc_opt_report_kinds(self):
-        return [OptReportKind("gpu-kernels", "each gpu kernel: grid/block mapping and the ops it covers")]
 
     # -- placement -------------------------------------------------------------------
     @hookimpl
