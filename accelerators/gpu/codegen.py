@@ -278,8 +278,8 @@ def gemm_steps(kind, bufs, ids, p):
     steps = []
     for idx in np.ndindex(*batch):
         def off(s, mat):
-            if s is None:
-                return int(np.ravel_multi_index(idx, batch)) * mat if True else 0
+            if s is None:  # "full": indexed like the output's batch
+                return int(np.ravel_multi_index(idx, batch)) * mat
             j = tuple(i if d != 1 else 0 for i, d in zip(idx, s))
             return int(np.ravel_multi_index(j, s)) * mat
         oa = off(sa_, M * K) if ka != "bcast" else 0

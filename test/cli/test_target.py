@@ -6,9 +6,7 @@ random data."""
 import json
 import zipfile
 
-import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 
 import tcc
@@ -16,6 +14,7 @@ from tcc import samples
 from tcc.accelerators.cpu.build import best_isa
 
 from ..conftest import assert_one_line_error, run_tool
+from .helpers import check_artifact as _check
 
 
 def _manifest(path):
@@ -29,14 +28,6 @@ def cnn(tmp_path, monkeypatch):
     p = tmp_path / "cnn.onnx"
     onnx.save(samples.cnn(seed=3), p)
     return p
-
-
-def _check(path, model_path, rng):
-    sess = tcc.load(str(path))
-    feeds = {s["name"]: rng.standard_normal(s["shape"]).astype(np.float32) for s in sess.input_signature}
-    want = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"]).run(None, feeds)
-    for g, w in zip(sess.run(feeds), want):
-        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
 
 
 def test_cpu_isa_from_the_target(cnn, tmp_path, rng):
