@@ -3,7 +3,7 @@ loader that finds installed accelerators through entry points."""
 import pluggy
 
 from .api import (API_VERSION, AcceleratorInfo, CliOption, CompositePattern,  # noqa: F401
-                  OptReportKind, PIPELINE_POINTS, PipelineStages, RuntimeModule, Support)
+                  PIPELINE_POINTS, PipelineStages, RuntimeModule, Support)
 
 hookimpl = pluggy.HookimplMarker("tcc")
 ENTRY_POINT_GROUP = "tcc.accelerators"

@@ -94,11 +94,3 @@ class RuntimeModule:
     functions: tuple
     format: str = "raw"
     metadata: dict = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class OptReportKind:
-    """onnx-mlir's OPTREPORT_* macros, as data: a kind of optimization report
-    the accelerator can print (e.g. which ops it placed and why)."""
-    name: str
-    description: str = ""

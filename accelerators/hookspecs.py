@@ -65,11 +65,6 @@ def tcc_add_passes(pipeline, emission_target):
     `pipeline.add(point, "pass-name{opt=v}")`. Never replaces the pipeline."""
 
 
-@hookspec
-def tcc_opt_report_kinds():
-    """Return a list of `OptReportKind` (onnx-mlir's OPTREPORT macros)."""
-
-
 # ---- placement (BYOC) ------------------------------------------------------------
 
 @hookspec(firstresult=True)
@@ -114,7 +109,10 @@ def tcc_graph_to_loop(func, module, context):
 def tcc_loop_to_native(funcs, module, context, target):
     """Turn the accelerator's lowered partition functions into a
     `RuntimeModule` whose functions are reachable by name (one per partition,
-    named like the partition function)."""
+    named like the partition function). `target` is the `Target` of the
+    accelerator's target kind (`tcc_target_kind`): the user's `--target`
+    with the kind's defaults filled in, or the defaults alone; None when no
+    kind has the accelerator's name."""
 
 
 # ---- runtime ---------------------------------------------------------------------------

@@ -17,8 +17,7 @@ import pluggy
 from tcc.dialects.ir.errors import TccError
 
 from . import ENTRY_POINT_GROUP, hookspecs
-from .api import (API_VERSION, AcceleratorInfo, CliOption, CompositePattern, OptReportKind,
-                  RuntimeModule, Support)
+from .api import API_VERSION, AcceleratorInfo, CliOption, CompositePattern, RuntimeModule, Support
 
 
 class AcceleratorError(TccError):
@@ -146,7 +145,6 @@ _RESULTS = {
                         "a dict with a 'name' (or None)"),
     "tcc_load_runtime_module": (lambda r: r is None or callable(getattr(r, "get_function", None)),
                                 "an object with get_function(name) (or None)"),
-    "tcc_opt_report_kinds": (_is_list_of(OptReportKind), "a list of OptReportKind"),
 }
 
 

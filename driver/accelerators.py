@@ -154,3 +154,24 @@ def load(argv, default=False):
     """The accelerators argv's --maccel values name; with `default` (tcc
     compiling an artifact) and none named, default_accelerators()."""
     return load_accelerators(resolve_maccel(scan_maccel(argv), default))
+
+
+def parse_targets(texts, accels):
+    """`--target` values (`cpu -isa=avx2`, `{"kind": "gpu", "arch": "sm_90"}`) ->
+    {accelerator name: the target's short form}: each names the target kind of
+    a selected accelerator, at most once."""
+    from tcc.runtime.device import Target, TargetError
+    names = [a.name for a in accels]
+    out = {}
+    for text in texts or ():
+        try:
+            t = Target.parse(text)
+        except TargetError as e:
+            raise CLIError(f"--target {text!r}: {e}") from None
+        name = t.kind.name
+        if name not in names:
+            raise CLIError(f"--target {text!r}: accelerator '{name}' is not selected (add --maccel={name})")
+        if name in out:
+            raise CLIError(f"--target {text!r}: a target for '{name}' is given twice")
+        out[name] = str(t)
+    return out

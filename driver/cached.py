@@ -15,7 +15,7 @@ from .io import write_bytes
 def key_options(options) -> dict:
     """The options that change the artifact (not where it goes or what is printed)."""
     return {"emit": options.emit, "maccel": list(options.maccel), "opt_level": options.opt_level,
-            "strict": options.strict, "accel_options": options.accel_options}
+            "strict": options.strict, "accel_options": options.accel_options, "targets": options.targets}
 
 
 def cacheable(model, options) -> bool:

@@ -152,7 +152,8 @@ def compile_plan(module, pipeline):
         with phase("lowering", sub):
             pipeline.lower_partition(acc, sub)
         with phase("accelerator code (C compile)", sub):
-            rm = acc.call("tcc_loop_to_native", funcs=sub.functions(), module=sub, context=ctx, target=None)
+            rm = acc.call("tcc_loop_to_native", funcs=sub.functions(), module=sub, context=ctx,
+                          target=pipeline.target(acc_name))
         if not isinstance(rm, RuntimeModule):
             raise CLIError(f"accelerator '{acc_name}' returned no runtime module from tcc_loop_to_native")
         missing = set(funcs) - set(rm.functions)

@@ -17,3 +17,4 @@ class CompileOptions:
     print_ir_after_all: bool = False
     timing: bool = False
     accel_options: dict = field(default_factory=dict)  # accelerator name -> {option: value}
+    targets: dict = field(default_factory=dict)  # accelerator name -> its target ("cpu -isa=avx2"), see --target

@@ -67,6 +67,15 @@ class CompilePipeline:
             if a.has("tcc_add_passes"):
                 a.call("tcc_add_passes", pipeline=self.stages, emission_target=options.emit)
 
+    def target(self, name):
+        """The `Target` accelerator `name`'s code generator reads: its
+        `--target` (`options.targets`) with the kind's defaults filled in, the
+        defaults alone without one; None for an accelerator with no target kind."""
+        from tcc.runtime.device import Target, target_kinds
+        if name in self.options.targets:
+            return Target.parse(self.options.targets[name])
+        return Target(name) if name in target_kinds() else None
+
     # -- running passes ------------------------------------------------------------
     def run(self, module, pipeline: str):
         """Runs the comma-separated `pipeline` on `module` (verifying after each pass)."""

@@ -46,8 +46,6 @@ def info(name):
         click.echo(f"  option      --{name}-{o.name} ({o.type.__name__}, default {o.default!r}): {o.help}")
     for c in hook("tcc_composite_patterns"):
         click.echo(f"  composite   {c.name}: {' -> '.join(c.ops)}")
-    for k in hook("tcc_opt_report_kinds"):
-        click.echo(f"  opt-report  {k.name}: {k.description}")
     factory = acc.call("tcc_device_manager_factory") if acc.has("tcc_device_manager_factory") else None
     click.echo(f"  device      {factory.device_type if factory is not None else 'host (cpu)'}")
 

@@ -53,6 +53,11 @@ def build(argv):
                        "graph drawn by Graphviz's dot: one colour per accelerator, copies labelled with their bytes), "
                        "or c (the C source accelerators such as cpu generate for their partitions).")
     @click.option("-o", "--output", default=None, help="Output path (default: MODEL.tcc; IR goes to stdout).")
+    @click.option("--target", "targets", multiple=True, metavar="TARGET",
+                  help="An accelerator's target, as `KIND -attr=value ...` or JSON (repeatable, one per "
+                       "accelerator; its code generator reads it): 'cpu -isa=avx2' builds the cpu kernels for "
+                       "AVX2 (generic, avx2, avx512; default: this CPU's), 'gpu -arch=sm_90' also builds the "
+                       "gpu kernels ahead of time for that arch.")
     @click.option("--strict", is_flag=True, help="Fail instead of falling back to the host.")
     @click.option("--placement-report", is_flag=True, help="Print which nodes went where, and why, then a summary: "
                   "partitions per accelerator, copies and bytes per run, host ops by reason (stderr; compiles "
@@ -67,12 +72,13 @@ def build(argv):
     @click.option("--no-cache", is_flag=True, help="Compile from scratch and leave the compile cache "
                   "($TCC_CACHE_DIR, default ~/.cache/tcc) untouched.")
     @click.option("--debug", is_flag=True, help="Show Python tracebacks on errors.")
-    def cli(model, maccel, opt_level, emit, output, strict, placement_report, verbose, print_ir_after_all,
+    def cli(model, maccel, opt_level, emit, output, targets, strict, placement_report, verbose, print_ir_after_all,
             timing, no_cache, debug, **plugin_opts):
         check_output(output, [model])
         options = CompileOptions(maccel=[a.name for a in accels], opt_level=opt_level, emit=emit, output=output,
                                  strict=strict, verbose=verbose, print_ir_after_all=print_ir_after_all,
-                                 timing=timing, accel_options=accel.plugin_option_values(accels, plugin_opts))
+                                 timing=timing, accel_options=accel.plugin_option_values(accels, plugin_opts),
+                                 targets=accel.parse_targets(targets, accels))
         report = bool(accels and (placement_report or verbose))
         if options.output is None and emit == "tcc":
             options.output = os.path.splitext(model)[0] + ".tcc"

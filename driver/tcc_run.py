@@ -65,8 +65,11 @@ def _summary(a):
 @click.option("--repeat", type=click.IntRange(1), default=1, show_default=True,
               help="Run N times and print the median latency.")
 @click.option("--output-dir", default=None, help="Write each output to DIR/<name>.npy.")
+@click.option("--profile", is_flag=True, help="Then time each step of the plan (every partition, on its "
+              "accelerator or the host, with the copies into it) over --repeat runs (at least 5) and print "
+              "their medians as a table.")
 @click.option("--debug", is_flag=True, help="Show Python tracebacks on errors.")
-def cli(artifact, inputs, random_inputs, repeat, output_dir, debug):
+def cli(artifact, inputs, random_inputs, repeat, output_dir, profile, debug):
     from tcc.api import load  # with the run-time compiler, for models that specialize per shape
     sess = load(artifact)
     feeds = _parse_inputs(inputs)
@@ -92,6 +95,32 @@ def cli(artifact, inputs, random_inputs, repeat, output_dir, debug):
         click.echo(f"{name}: {a.dtype}{list(a.shape)}  {_summary(a)}")
     if times:
         click.echo(f"median latency over {len(times)} runs: {statistics.median(times) * 1e3:.3f} ms")
+    if profile:
+        click.echo(_profile_table(sess, feeds, max(repeat, 5)))
+
+
+def _profile_table(sess, feeds, runs):
+    """Each step's median time over `runs` runs: the partitions of a placed
+    model; a host-only model is one step."""
+    inner = sess.session_for(feeds) if hasattr(sess, "session_for") else sess
+    if hasattr(inner, "profile_steps"):
+        rows = inner.profile_steps(feeds, runs)
+    else:  # one native call: the whole model is one step
+        times = []
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            inner.run(feeds)
+            times.append(time.perf_counter() - t0)
+        rows = [("main_graph", "host", times)]
+    med = [(name, where, statistics.median(ts)) for name, where, ts in rows]
+    total = sum(m for _, _, m in med) or 1e-12
+    width = max([len("step")] + [len(n) for n, _, _ in med])
+    lines = [f"profile: median of {runs} runs per step",
+             f"{'step':<{width}}  {'runs on':<8}  {'ms':>9}  {'share':>6}"]
+    for name, where, m in med:
+        lines.append(f"{name:<{width}}  {where:<8}  {m * 1e3:9.3f}  {m / total:6.1%}")
+    lines.append(f"{'total':<{width}}  {'':<8}  {total * 1e3:9.3f}")
+    return "\n".join(lines)
 
 
 def main():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+import time
 
 import numpy as np
 
@@ -271,30 +272,51 @@ class PlanSession(SignatureMixin):
                 return self._run_direct(arrays, output_names)
         target = target_device(output_device)
         with self._lock:
-            where = {}
-            for v, spec in zip(arrays, self._inputs):
-                self._stage_input(v, spec, where)
-            for kind, step, state in self.steps:
-                if kind == "host":
-                    engine, entry, _w, wptrs, ws = state
-                    bufs = [self._on(n, self.host, where, None) for n in step["inputs"]]
-                    outs = [self._buffer(n, self.host) for n in step["outputs"]]
-                    args = (ctypes.c_void_p * max(len(bufs) + len(outs), 1))(*[b.ptr for b in bufs + outs])
-                    entry(args, wptrs, ws.ctypes.data)
-                    for n, b in zip(step["outputs"], outs):
-                        where[n] = b
-                else:
-                    acc, device, stream, fn = state
-                    bufs = [self._on(n, device, where, stream) for n in step["inputs"]]
-                    outs = [self._buffer(n, device) for n in step["outputs"]]
-                    fn(bufs + outs, stream)
-                    if device is self.host:
-                        stream.sync()  # host memory: later steps read it directly
-                    for n, b in zip(step["outputs"], outs):
-                        where[n] = b
+            where = self._run_steps(arrays)
             wanted = output_names if output_names is not None else self.output_names
             specs = {t.name: t for t in self._outputs}
             return [self._result(specs[n], where, target) for n in wanted]
+
+    def _run_steps(self, arrays, times=None):
+        """Runs every step on the staged inputs; -> {value: buffer}. With
+        `times` (a list, one float per step), adds each step's seconds to its
+        entry: its input copies and its work, the device synchronised after it."""
+        where = {}
+        for v, spec in zip(arrays, self._inputs):
+            self._stage_input(v, spec, where)
+        for k, (kind, step, state) in enumerate(self.steps):
+            t0 = time.perf_counter() if times is not None else 0.0
+            if kind == "host":
+                engine, entry, _w, wptrs, ws = state
+                bufs = [self._on(n, self.host, where, None) for n in step["inputs"]]
+                outs = [self._buffer(n, self.host) for n in step["outputs"]]
+                args = (ctypes.c_void_p * max(len(bufs) + len(outs), 1))(*[b.ptr for b in bufs + outs])
+                entry(args, wptrs, ws.ctypes.data)
+            else:
+                acc, device, stream, fn = state
+                bufs = [self._on(n, device, where, stream) for n in step["inputs"]]
+                outs = [self._buffer(n, device) for n in step["outputs"]]
+                fn(bufs + outs, stream)
+                if device is self.host or times is not None:
+                    stream.sync()  # host memory: later steps read it directly
+            for n, b in zip(step["outputs"], outs):
+                where[n] = b
+            if times is not None:
+                times[k] += time.perf_counter() - t0
+        return where
+
+    def profile_steps(self, inputs, runs):
+        """[(step, where it runs, [seconds of each of `runs` runs])], one row per
+        step of the plan, in order (what `tcc-run --profile` prints)."""
+        arrays = self._arrange(inputs)
+        per_run = []
+        with self._lock:
+            for _ in range(runs):
+                times = [0.0] * len(self.steps)
+                self._run_steps(arrays, times)
+                per_run.append(times)
+        return [(step.get("function") or step.get("callee") or f"step {k}", step.get("accelerator") or "host",
+                 [t[k] for t in per_run]) for k, (_kind, step, _state) in enumerate(self.steps)]
 
     def __repr__(self):
         steps = ", ".join(s.get("accelerator", "host") for _, s, _ in self.steps)

@@ -323,6 +323,12 @@ class SpecializingSession(SignatureMixin):
         self.wait()
         return list(self._cache.values())
 
+    def session_for(self, inputs):
+        """The session that runs these inputs (compiled for their shapes on first use)."""
+        arrays = self._check_dynamic(inputs)
+        with self._lock:
+            return self._compiled(arrays)
+
     def run(self, inputs, output_names=None, output_device=None):
         arrays = self._check_dynamic(inputs)
         key = self._key(arrays)

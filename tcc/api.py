@@ -7,11 +7,12 @@ import tempfile
 
 
 def compile(model, maccel=(), opt_level=2, output=None, accel_options=None, cache=True,  # noqa: A001
-            verbose=False):
+            verbose=False, targets=()):
     """Compiles an ONNX model (a path or a ModelProto) into a `.tcc` artifact;
     returns its path (default: beside the model as MODEL.tcc, or a fresh
     temporary directory for a ModelProto). `accel_options` gives accelerator
-    options as the CLI's `--<accel>-<name>` do: {"sim": {"max-rank": 2}}. An
+    options as the CLI's `--<accel>-<name>` do: {"sim": {"max-rank": 2}};
+    `targets` the accelerators' targets as `--target` does: ["cpu -isa=avx2"]. An
     artifact compiled before from the same model, options, code and target is
     reused from the compile cache (`$TCC_CACHE_DIR`, default ~/.cache/tcc)
     unless `cache=False`; `verbose` says on stderr whether it was."""
@@ -30,6 +31,10 @@ def compile(model, maccel=(), opt_level=2, output=None, accel_options=None, cach
     maccel = accel.resolve_maccel(maccel)  # maccel=["host"]: the same as (), the host path alone
     options = CompileOptions(maccel=list(maccel), opt_level=opt_level, emit="tcc", output=os.fspath(output),
                              accel_options=dict(accel_options or {}), verbose=verbose)
+    if targets:
+        from tcc.accelerators.manager import load_accelerators
+        options.targets = accel.parse_targets([targets] if isinstance(targets, str) else targets,
+                                              load_accelerators(options.maccel))
     model = os.fspath(model) if isinstance(model, os.PathLike) else model
 
     def build(out):

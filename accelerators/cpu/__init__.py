@@ -10,8 +10,7 @@ fused epilogues (`lower.py`), loop-to-native as C (`codegen.py`,
 accelerator has no device of its own: its buffers are host buffers."""
 import sys
 
-from tcc.accelerators import (API_VERSION, AcceleratorInfo, CliOption, OptReportKind, RuntimeModule, Support,
-                              hookimpl)
+from tcc.accelerators import API_VERSION, AcceleratorInfo, CliOption, RuntimeModule, Support, hookimpl
 
 from . import support
 
@@ -43,10 +42,6 @@ class CpuPlugin:
         self.options = dict(options)
 
     @hookimpl
-    def tcc_opt_report_kinds(self):
-        return [OptReportKind("cpu-fusion", "the kernel calls of each cpu partition with their fused epilogues")]
-
-    @hookimpl
     def tcc_supports_op(self, op, module):
         return support.check(op, module)
 
@@ -56,7 +51,9 @@ class CpuPlugin:
 
     @hookimpl
     def tcc_target_kind(self):
-        return {"name": "cpu", "device_type": "cpu", "attrs": {"num_threads": (int, 0), "isa": (str, None)}}
+        # `isa`: the kernel library build the partitions' C is written and
+        # compiled for (build.ISA_FLAGS; default: this CPU's best)
+        return {"name": "cpu", "device_type": "cpu", "attrs": {"isa": (str, None)}}
 
     @hookimpl
     def tcc_graph_to_loop(self, func, module, context):
@@ -67,7 +64,8 @@ class CpuPlugin:
     def tcc_loop_to_native(self, funcs, module, context, target):
         from . import build, codegen, runtime
         funcs = list(funcs)
-        src, weights, ws = codegen.generate(funcs)
+        isa = build.target_isa(target)
+        src, weights, ws = codegen.generate(funcs, isa)
         dump = self.options.get("dump-c")
         if dump:
             if dump == "-":
@@ -75,7 +73,6 @@ class CpuPlugin:
             else:
                 with open(dump, "w") as f:
                     f.write(src)
-        isa = build.best_isa()
         so = build.compile_partitions(src, isa)
         names = tuple(f.get_attr("sym_name") for f in funcs)
         payload = runtime.pack(src, so, weights, ws, isa)

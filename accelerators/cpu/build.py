@@ -87,6 +87,17 @@ def best_isa(flags=None):
     return "generic"
 
 
+def target_isa(target):
+    """The kernel library build a compile targets: the `isa` of its cpu
+    `Target` (`--target 'cpu -isa=avx2'`), else this CPU's (best_isa)."""
+    isa = target.get("isa") if target is not None else None
+    if isa is None:
+        return best_isa()
+    if isa not in ISA_FLAGS:
+        raise CpuBuildError(f"target '{target}': unknown isa {isa!r} (one of {', '.join(ISA_ORDER)})")
+    return isa
+
+
 def _run(cmd, what):
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:

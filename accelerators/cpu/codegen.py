@@ -12,26 +12,17 @@ already folded and laid out by lower.py) are collected into one list that the
 runtime uploads once."""
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from tcc.dialects.ir.types import NONE
 
+from . import elementwise
+from .elementwise import flit
 from .support import const_value
 
 ALIGN = 64
 ACT_CODES = {None: "TCC_ACT_NONE", "relu": "TCC_ACT_RELU", "clip": "TCC_ACT_CLIP", "sigmoid": "TCC_ACT_SIGMOID",
              "tanh": "TCC_ACT_TANH", "leaky": "TCC_ACT_LEAKY"}
-
-
-def flit(x):
-    x = float(np.float32(x))
-    if math.isnan(x):
-        return "NAN"
-    if math.isinf(x):
-        return "INFINITY" if x > 0 else "(-INFINITY)"
-    return f"{x!r}f" if "e" in repr(x) or "." in repr(x) else f"{x!r}.0f"
 
 
 def _size(t):
@@ -504,10 +495,9 @@ class FunctionCodegen:
         self.emit(f"  tcc_cpu_transpose({len(shp)}, shp, perm, {self.ptr(x)}, {self.ptr(op.results[0])}); }}")
 
     def op_elementwise(self, op):
-        from .elementwise import generate
         fname = f"ew_{self.uid}_{self.n_helpers}"
         self.n_helpers += 1
-        helper, call = generate(fname, op, self.ptr)
+        helper, call = elementwise.generate(fname, op, self.ptr)
         self.helpers.append(helper)
         self.emit(call)
 

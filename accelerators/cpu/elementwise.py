@@ -12,87 +12,155 @@ import math
 
 import numpy as np
 
-from tcc.dialects.ir.errors import TccError
+from tcc.dialects.conversions.loop_to_native.cstyle import F32, CStyleLanguage, RenderError
 from tcc.dialects.ir.types import NONE
 
 from .support import const_value
 
 
-class CpuCodegenError(TccError):
+class CpuCodegenError(RenderError):
     pass
 
 
-def _flit(x):
-    from .codegen import flit
-    return flit(x)
+class CpuLanguage(CStyleLanguage):
+    """The cpu accelerator's C: what differs from the shared renderer is its
+    own f32 exp, tanh and erf (kernels/mathfun.h), which gcc vectorizes where
+    libm's calls stay scalar."""
+
+    name = "cpu C"
+    error = CpuCodegenError
+    intrinsics = {"exp": "tcc_exp_", "tanh": "tcc_tanhf", "erf": "tcc_erff"}
 
 
-# Pow's exponent as the C literal the constant becomes (codegen.flit) -> products
-_POW_BY_MUL = {"1.0f": lambda x: x, "2.0f": lambda x: f"({x} * {x})", "3.0f": lambda x: f"({x} * {x} * {x})",
-               "4.0f": lambda x: f"(({x} * {x}) * ({x} * {x}))"}
+C = CpuLanguage()
+
+
+def flit(x):
+    """The C literal of `x` as a float."""
+    return C.float_literal(x)
+
+
+def _s(kind, *a, predicate=None):
+    """The f32 scalar op `kind` (an arith/math op name) over C expressions `a`."""
+    return C.scalar(kind, list(a), F32, F32, predicate)
+
+
+def _gt(a, b):
+    return _s("arith.cmpf", a, b, predicate="ogt")
+
+
+def _select(c, a, b):
+    return _s("arith.select", c, a, b)
+
+
+def _exp_m1(x):
+    return _s("arith.subf", _s("math.exp", x), "1.0f")
+
+
+def _clamp01(x):
+    return _s("arith.minnumf", "1.0f", _s("arith.maxnumf", "0.0f", x))
+
+
+def _attr_or(attr, name, default):
+    v = attr(name)
+    return flit(default if v is None else v)
+
+
+def _gelu(x, attr):
+    if attr("approximate") == "tanh":
+        cube = _s("arith.mulf", _s("arith.mulf", _s("arith.mulf", "0.044715f", x), x), x)
+        inner = _s("arith.mulf", "0.7978845608028654f", _s("arith.addf", x, cube))
+        return _s("arith.mulf", _s("arith.mulf", "0.5f", x), _s("arith.addf", "1.0f", _s("math.tanh", inner)))
+    erf = _s("math.erf", _s("arith.mulf", x, "0.7071067811865476f"))
+    return _s("arith.mulf", _s("arith.mulf", "0.5f", x), _s("arith.addf", "1.0f", erf))
+
+
+# onnx elementwise op -> its scalar computation, in the loop dialect's scalar
+# ops (`_s`), which the shared renderer turns into C: `x` the first operand,
+# `a` all of them (None: absent), `attr` the op's attributes.
+LOWER = {
+    "Add": lambda x, a, attr: _s("arith.addf", a[0], a[1]),
+    "Sub": lambda x, a, attr: _s("arith.subf", a[0], a[1]),
+    "Mul": lambda x, a, attr: _s("arith.mulf", a[0], a[1]),
+    "Div": lambda x, a, attr: _s("arith.divf", a[0], a[1]),
+    "Pow": lambda x, a, attr: _s("math.powf", a[0], a[1]),
+    "PRelu": lambda x, a, attr: _select(_s("arith.cmpf", x, "0.0f", predicate="olt"), _s("arith.mulf", x, a[1]), x),
+    "Relu": lambda x, a, attr: _select(_gt(x, "0.0f"), x, "0.0f"),
+    "Sigmoid": lambda x, a, attr: _s("arith.divf", "1.0f", _s("arith.addf", "1.0f", _s("math.exp", _s("arith.negf", x)))),
+    "Tanh": lambda x, a, attr: _s("math.tanh", x),
+    "Exp": lambda x, a, attr: _s("math.exp", x),
+    "Log": lambda x, a, attr: _s("math.log", x),
+    "Neg": lambda x, a, attr: _s("arith.negf", x),
+    "Abs": lambda x, a, attr: _s("math.absf", x),
+    "Sqrt": lambda x, a, attr: _s("math.sqrt", x),
+    "Reciprocal": lambda x, a, attr: _s("arith.divf", "1.0f", x),
+    "Erf": lambda x, a, attr: _s("math.erf", x),
+    "Floor": lambda x, a, attr: _s("math.floor", x),
+    "Ceil": lambda x, a, attr: _s("math.ceil", x),
+    "Round": lambda x, a, attr: _s("math.roundeven", x),
+    "Identity": lambda x, a, attr: x,
+    "Sin": lambda x, a, attr: _s("math.sin", x),
+    "Cos": lambda x, a, attr: _s("math.cos", x),
+    "Sign": lambda x, a, attr: _select(_gt(x, "0.0f"), "1.0f",
+                                       _select(_s("arith.cmpf", x, "0.0f", predicate="olt"), "(-1.0f)", "0.0f")),
+    "LeakyRelu": lambda x, a, attr: _select(_s("arith.cmpf", x, "0.0f", predicate="oge"), x,
+                                            _s("arith.mulf", x, _attr_or(attr, "alpha", 0.01))),
+    "ThresholdedRelu": lambda x, a, attr: _select(_gt(x, _attr_or(attr, "alpha", 1.0)), x, "0.0f"),
+    "HardSigmoid": lambda x, a, attr: _clamp01(_s("arith.addf", _s("arith.mulf", _attr_or(attr, "alpha", 0.2), x),
+                                                  _attr_or(attr, "beta", 0.5))),
+    "HardSwish": lambda x, a, attr: _s("arith.mulf", x, _clamp01(_s("arith.addf", _s("arith.mulf", x, flit(1 / 6)),
+                                                                    "0.5f"))),
+    "Elu": lambda x, a, attr: _select(_gt(x, "0.0f"), x, _s("arith.mulf", _attr_or(attr, "alpha", 1.0), _exp_m1(x))),
+    "Selu": lambda x, a, attr: _select(
+        _gt(x, "0.0f"), _s("arith.mulf", _attr_or(attr, "gamma", 1.05070102214813232421875), x),
+        _s("arith.mulf", _s("arith.mulf", _attr_or(attr, "gamma", 1.05070102214813232421875),
+                            _attr_or(attr, "alpha", 1.67326319217681884765625)), _exp_m1(x))),
+    "Softplus": lambda x, a, attr: _select(_gt(x, "20.0f"), x, _s("math.log1p", _s("math.exp", x))),
+    "Softsign": lambda x, a, attr: _s("arith.divf", x, _s("arith.addf", "1.0f", _s("math.absf", x))),
+    "Gelu": lambda x, a, attr: _gelu(x, attr),
+}
+
+
+# Pow's exponent as the C literal the constant becomes (flit) -> products
+_POW_BY_MUL = {flit(1.0): lambda x: x, flit(2.0): lambda x: _s("arith.mulf", x, x),
+               flit(3.0): lambda x: _s("arith.mulf", _s("arith.mulf", x, x), x),
+               flit(4.0): lambda x: (lambda sq: _s("arith.mulf", sq, sq))(_s("arith.mulf", x, x))}
 
 
 def _expr(op, a, attr):
     """C expression of one onnx op over operand expressions `a` (None: absent)."""
     n = op.name[5:]
     x = a[0] if a else None
-    al = attr("alpha")
-    simple = {
-        "Add": lambda: f"({a[0]} + {a[1]})", "Sub": lambda: f"({a[0]} - {a[1]})",
-        "Mul": lambda: f"({a[0]} * {a[1]})", "Div": lambda: f"({a[0]} / {a[1]})",
-        "Pow": lambda: f"powf({a[0]}, {a[1]})", "PRelu": lambda: f"({x} < 0.f ? {x} * {a[1]} : {x})",
-        "Relu": lambda: f"({x} > 0.f ? {x} : 0.f)", "Sigmoid": lambda: f"tcc_sigmoidf({x})",
-        "Tanh": lambda: f"tcc_tanhf({x})", "Exp": lambda: f"tcc_exp_({x})", "Log": lambda: f"logf({x})",
-        "Neg": lambda: f"(-{x})", "Abs": lambda: f"fabsf({x})", "Sqrt": lambda: f"sqrtf({x})",
-        "Reciprocal": lambda: f"(1.f / {x})", "Erf": lambda: f"tcc_erff({x})", "Floor": lambda: f"floorf({x})",
-        "Ceil": lambda: f"ceilf({x})", "Identity": lambda: x, "Round": lambda: f"nearbyintf({x})",
-        "Sin": lambda: f"sinf({x})", "Cos": lambda: f"cosf({x})",
-        "Sign": lambda: f"(float)(({x} > 0.f) - ({x} < 0.f))",
-        "LeakyRelu": lambda: f"({x} >= 0.f ? {x} : {x} * {_flit(al if al is not None else 0.01)})",
-        "ThresholdedRelu": lambda: f"({x} > {_flit(al if al is not None else 1.0)} ? {x} : 0.f)",
-        "HardSigmoid": lambda: (f"fminf(1.f, fmaxf(0.f, {_flit(al if al is not None else 0.2)} * {x} + "
-                                f"{_flit(attr('beta') if attr('beta') is not None else 0.5)}))"),
-        "HardSwish": lambda: f"({x} * fminf(1.f, fmaxf(0.f, {x} * (1.f / 6.f) + 0.5f)))",
-        "Elu": lambda: f"({x} > 0.f ? {x} : {_flit(al if al is not None else 1.0)} * (tcc_exp_({x}) - 1.f))",
-        "Selu": lambda: (f"({x} > 0.f ? {_flit(attr('gamma') or 1.05070102214813232421875)} * {x} : "
-                         f"{_flit(attr('gamma') or 1.05070102214813232421875)} * "
-                         f"{_flit(al if al is not None else 1.67326319217681884765625)} * (tcc_exp_({x}) - 1.f))"),
-        "Softplus": lambda: f"({x} > 20.f ? {x} : log1pf(tcc_exp_({x})))",
-        "Softsign": lambda: f"({x} / (1.f + fabsf({x})))",
-    }
     if n == "Pow" and a[1] in _POW_BY_MUL:
         # a constant small integer exponent (GPT-2's GELU: x ** 3) as products:
         # powf is a libm call per element that keeps the loop scalar (6 % of
         # gpt2_lm's samples, perf, AVX2 EPYC); within 2 ulp of powf, negative
         # bases included
         return _POW_BY_MUL[a[1]](x)
-    if n in simple:
-        return simple[n]()
+    if n in LOWER:
+        return LOWER[n](x, a, attr)
     if n == "Clip":
         e = x
         if len(a) > 1 and a[1] is not None:
-            e = f"fmaxf({e}, {a[1]})"
+            e = _s("arith.maxnumf", e, a[1])
         if len(a) > 2 and a[2] is not None:
-            e = f"fminf({e}, {a[2]})"
-        return f"({e})"
-    if n == "Gelu":
-        if attr("approximate") == "tanh":
-            return f"(0.5f * {x} * (1.f + tcc_tanhf(0.7978845608028654f * ({x} + 0.044715f * {x} * {x} * {x}))))"
-        return f"(0.5f * {x} * (1.f + tcc_erff({x} * 0.7071067811865476f)))"
+            e = _s("arith.minnumf", e, a[2])
+        return e
     if n in ("Max", "Min"):
-        f = "fmaxf" if n == "Max" else "fminf"
         e = a[0]
         for b in a[1:]:
-            e = f"{f}({e}, {b})"
+            e = _s("arith.maxnumf" if n == "Max" else "arith.minnumf", e, b)
         return e
     if n in ("Sum", "Mean"):
-        e = "(" + " + ".join(a) + ")"
-        return f"({e} * {_flit(1.0 / len(a))})" if n == "Mean" else e
-    # support.py claims only ops with an emitter above: reaching here is a bug.
+        e = a[0]
+        for b in a[1:]:
+            e = _s("arith.addf", e, b)
+        return _s("arith.mulf", e, flit(1.0 / len(a))) if n == "Mean" else e
+    # support.py claims only ops with an entry above: reaching here is a bug.
     raise CpuCodegenError(f"cpu accelerator: no C emitter for {op.name} ({op.loc.describe()})")
 
 
-def _collapse(out_shape, leaf_shapes):
+def collapse_broadcast(out_shape, leaf_shapes):
     """-> (dims, per-leaf strides per dim) after dropping size-1 output dims and
     merging neighbours with equal broadcast patterns."""
     r = len(out_shape)
@@ -133,22 +201,19 @@ def generate(fname, op, ptr):
     for arg, v in zip(body.args, op.operands):
         c = const_value(v)
         if c is not None and c.size == 1:
-            literal[arg] = _flit(c.reshape(-1)[0])
+            literal[arg] = flit(c.reshape(-1)[0])
         else:
             leaves.append((arg, v))
-    dims, strides = _collapse(out_shape, [tuple(v.type.shape or ()) for _, v in leaves])
+    dims, strides = collapse_broadcast(out_shape, [tuple(v.type.shape or ()) for _, v in leaves])
     L = dims[-1]
     rows = int(np.prod(dims[:-1], dtype=np.int64)) if len(dims) > 1 else 1
     nc = 1 if rows >= 16 else max(1, min(math.ceil(L / 4096), math.ceil(16 / rows)))
     ch = math.ceil(L / nc)
     tasks = rows * nc
     grain = max(1, 16384 // max(ch, 1))
-    lines = [f"static void {fname}(void *ctx_, long tb, long te) {{", "    void **ctx = ctx_;"]
-    for i, _ in enumerate(leaves):
-        lines.append(f"    const float *in{i} = (const float *)ctx[{i}];")
-    lines.append(f"    float *__restrict out = (float *)ctx[{len(leaves)}];")
-    lines.append("    for (long t = tb; t < te; t++) {")
-    lines.append(f"        long row = t / {nc}, c0 = (t % {nc}) * {ch}, c1 = c0 + {ch} < {L} ? c0 + {ch} : {L};")
+    params = [(f"in{i}", "float", True, False) for i in range(len(leaves))] + [("out", "float", False, True)]
+    lines = []
+    lines.append(f"        long row = tid / {nc}, c0 = (tid % {nc}) * {ch}, c1 = c0 + {ch} < {L} ? c0 + {ch} : {L};")
     lines.append("        long rem = row; (void)rem;")
     for i in range(len(leaves)):
         lines.append(f"        long o{i} = 0;")
@@ -162,9 +227,9 @@ def generate(fname, op, ptr):
             lines.append(f"        const float s{k} = in{k}[o{k}];")
             names[arg] = f"s{k}"
         else:
-            lines.append(f"        const float *__restrict p{k} = in{k} + o{k};")
+            lines.append(f"        const float *{C.restrict} p{k} = in{k} + o{k};")
             names[arg] = None
-    lines.append(f"        float *__restrict y = out + row * {L};")
+    lines.append(f"        float *{C.restrict} y = out + row * {L};")
     lines.append("#pragma GCC ivdep")
     lines.append("        for (long i = c0; i < c1; i++) {")
     val = {}
@@ -190,7 +255,7 @@ def generate(fname, op, ptr):
         val[o.results[0]] = f"t{t}"
         t += 1
     lines.append(f"            y[i] = {result};")
-    lines += ["        }", "    }", "}", ""]
+    lines.append("        }")
     ctx = ", ".join([f"(void *){ptr(v)}" for _, v in leaves] + [f"(void *){ptr(op.results[0])}"])
     call = f"{{ void *ctx[] = {{{ctx}}}; tcc_cpu_parallel_for({tasks}, {grain}, {fname}, ctx); }}"
-    return "\n".join(lines), call
+    return C.render_kernel(fname, params, lines, tasks), call

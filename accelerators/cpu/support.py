@@ -6,7 +6,7 @@ from tcc.accelerators import CompositePattern, Support
 from tcc.dialects.ir.attributes import elements_value
 from tcc.dialects.ir.types import NONE, TensorType
 
-# onnx op -> C expression template over its operands (a, b, ...) and attributes.
+# the onnx ops the cpu takes; elementwise.py lowers the elementwise ones to scalar C
 UNARY = {"Relu", "Sigmoid", "Tanh", "Exp", "Log", "Neg", "Abs", "Sqrt", "Reciprocal", "Erf", "Floor", "Ceil",
          "LeakyRelu", "HardSigmoid", "HardSwish", "Elu", "Selu", "Softplus", "Softsign", "Identity", "Sign",
          "ThresholdedRelu", "Gelu", "Clip", "Sin", "Cos", "Round"}

@@ -21,7 +21,7 @@ from __future__ import annotations
 import importlib.util
 import os
 
-from tcc.accelerators import (API_VERSION, AcceleratorInfo, CliOption, CompositePattern, OptReportKind,
+from tcc.accelerators import (API_VERSION, AcceleratorInfo, CliOption, CompositePattern,
                               RuntimeModule, Support, hookimpl)
 from tcc.dialects.ir.errors import TccError
 
@@ -83,10 +83,6 @@ class GpuPlugin:
     def tcc_configure_passes(self, options):
         self.options = dict(options)
 
-    @hookimpl
-    def tcc_opt_report_kinds(self):
-        return [OptReportKind("gpu-kernels", "each gpu kernel: grid/block mapping and the ops it covers")]
-
     # -- placement -------------------------------------------------------------------
     @hookimpl
     def tcc_supports_op(self, op, module):
@@ -124,7 +120,8 @@ class GpuPlugin:
         from . import codegen, package
         plans = [codegen.FunctionPlan(f).build() for f in funcs]
         source = codegen.module_source(plans)
-        arch = self.options.get("cubin-arch") or None
+        # --gpu-cubin-arch, else the arch of the gpu target (`--target 'gpu -arch=sm_90'`)
+        arch = self.options.get("cubin-arch") or (target.get("arch") if target is not None else None)
         payload = package.pack(plans, source, cubin_arch=arch)
         names = tuple(p.name for p in plans)
         return RuntimeModule("gpu", payload, names, format=package.FORMAT,

@@ -15,496 +15,93 @@ and stores, 4 elements per thread. Kernels use grid-stride loops.
 from __future__ import annotations
 
 import json
-import math
 
 import numpy as np
 
 from tcc.dialects.ir.attributes import elements_value
-from tcc.dialects.ir.types import FloatType, IndexType, IntegerType, MemRefType, to_numpy_dtype
+from tcc.dialects.conversions.loop_to_native.cstyle import CStyleLanguage, LoopRenderer, RenderError
+from tcc.dialects.ir.types import FloatType, MemRefType, to_numpy_dtype
+from tcc.dialects.loop.analysis import (collapse, free_buffers, nested_in, root_buffer, vector_accesses, walk_nested,
+                                        written_buffers)
 
 from . import templates
-from tcc.dialects.loop.analysis import collapse, parallel_safe  # noqa: F401  (the loop analyses)
-from tcc.dialects.loop.analysis import root_buffer as _root, walk_ops as _walk_ops
 
 BLOCK = 256
 MAX_GRID = 1 << 20
+LANES = 4  # float4: 16-byte loads and stores
 
 
-class CodegenError(Exception):
+class CodegenError(RenderError):
     pass
 
 
-def ctype(t):
-    if isinstance(t, IndexType):
-        return "long long"
-    if isinstance(t, FloatType):
-        if t.name == "f32":
-            return "float"
-        if t.name == "f64":
-            return "double"
-        raise CodegenError(f"element type {t} is not supported by the gpu code generator")
-    if isinstance(t, IntegerType):
-        if t.width == 1:
-            return "bool"
-        base = {8: "char", 16: "short", 32: "int", 64: "long long"}.get(t.width)
-        if base is None:
-            raise CodegenError(f"element type {t} is not supported by the gpu code generator")
-        if base == "char":
-            return "unsigned char" if t.is_unsigned else "signed char"
-        return ("unsigned " if t.is_unsigned else "") + base
-    raise CodegenError(f"type {t} is not supported by the gpu code generator")
+class CudaLanguage(CStyleLanguage):
+    """CUDA C: what differs from the shared C renderer (cstyle.py)."""
 
+    name = "CUDA C"
+    error = CodegenError
+    restrict = "__restrict__"
 
-def _uctype(t):
-    """The unsigned C type of an integer type (for MLIR's unsigned ops)."""
-    if isinstance(t, IndexType):
-        return "unsigned long long"
-    if t.width == 1:
-        return "bool"
-    return {8: "unsigned char", 16: "unsigned short", 32: "unsigned int", 64: "unsigned long long"}[t.width]
-
-
-def _sctype(t):
-    if isinstance(t, IndexType):
-        return "long long"
-    if t.width == 1:
-        return "bool"
-    return {8: "signed char", 16: "short", 32: "int", 64: "long long"}[t.width]
-
-
-def flit(v, t):
-    """A C literal of float `v` in type `t`."""
-    v = float(v)
-    suffix = "f" if t.name == "f32" else ""
-    if math.isnan(v):
-        return "NAN" if suffix else "(double)NAN"
-    if math.isinf(v):
-        s = "INFINITY" if suffix else "(double)INFINITY"
-        return s if v > 0 else "(-" + s + ")"
-    if suffix:
-        return _f32lit(v)
-    return repr(v)
-
-
-def _f32lit(v):
-    s = repr(float(np.float32(v)))
-    if "e" not in s and "." not in s:
-        s += ".0"
-    return s + "f"
-
-
-def ilit(v, t):
-    ct = ctype(t)
-    v = int(v)
-    if isinstance(t, IndexType) and abs(v) < (1 << 31):
-        return str(v)
-    if ct == "bool":
-        return "true" if v & 1 else "false"
-    if isinstance(t, IntegerType) and t.is_unsigned:
-        return f"({ct}){v & ((1 << t.width) - 1)}ull"
-    if v == -(1 << 63):
-        return "(-9223372036854775807ll - 1)"
-    return f"({ct}){v}ll" if ct in ("long long",) or abs(v) >= 1 << 31 else (f"({ct}){v}" if ct != "int" else str(v))
-
-
-# -- the C emitter ------------------------------------------------------------------------
-class _Emitter:
-    def __init__(self, kernel, params, itype):
-        self.kernel = kernel
-        self.params = params  # memref value (outside) -> param name
-        self.itype = itype
-        self.names = {}
-        self.n = 0
-        self.lines = []
-        self.depth = 1
-        self.lane = None      # (iv value, lane u, vector loads {op: name}, stores list)
-
-    def fresh(self, p="v"):
-        self.n += 1
-        return f"{p}{self.n}"
-
-    def w(self, s):
-        self.lines.append("  " * self.depth + s)
-
-    # values
-    def val(self, v):
-        if v in self.names:
-            return self.names[v]
-        op = getattr(v, "op", None)
-        if op is not None and op.name == "arith.constant":
-            return self._const(op)
-        if op is not None and not op.regions and (op.name == "loop.load" or op.name.startswith(("arith.", "math."))):
-            # defined outside the kernel: rematerialise (pure scalar code)
-            self.op(op)
-            return self.names[v]
-        raise CodegenError(f"kernel {self.kernel}: value defined outside the kernel: {v}")
-
-    def _const(self, op):
-        t = op.results[0].type
-        v = op.get_attr("value")
+    def bitcast(self, x, t, it):
+        if isinstance(t, FloatType) and t.name == "f32":
+            return f"__int_as_float((int){x})"
+        if isinstance(it, FloatType) and it.name == "f32":
+            return f"({self.ctype(t)})__float_as_int({x})"
         if isinstance(t, FloatType):
-            return flit(v, t)
-        return ilit(v, t)
+            return f"__longlong_as_double((long long){x})"
+        return f"({self.ctype(t)})__double_as_longlong({x})"
 
-    def buf(self, m):
-        """(C pointer expression, shape) of a memref value."""
-        if m in self.names:
-            return self.names[m], m.type.shape
-        if m in self.params:
-            return self.params[m], m.type.shape
-        op = getattr(m, "op", None)
-        if op is not None and op.name == "loop.view":
-            base, _ = self.buf(op.operands[0])
-            return base, m.type.shape
-        raise CodegenError(f"kernel {self.kernel}: buffer {m.type} is not available")
+    def param(self, name, ctype, const, restrict):
+        return f"{'const ' if const else ''}{ctype}*{' ' + self.restrict if restrict else ''} {name}"
 
-    def index(self, shape, idx):
-        if not shape:
-            return "0"
-        expr = None
-        for d, x in zip(shape, idx):
-            xs = f"(({self.itype}){self.val(x)})"
-            expr = xs if expr is None else f"({expr} * {d} + {xs})"
-        return expr
+    def vector_load(self, dst, src, lanes):
+        return f"*reinterpret_cast<float{lanes}*>({dst}) = *reinterpret_cast<const float{lanes}*>({src});"
 
-    # ops
-    def block(self, ops):
-        for op in ops:
-            self.op(op)
+    def vector_store(self, dst, src, lanes):
+        return f"*reinterpret_cast<float{lanes}*>({dst}) = *reinterpret_cast<const float{lanes}*>({src});"
 
-    def op(self, op):
-        name = op.name
-        if name in ("loop.yield", "gpu.terminator", "loop.dealloc"):
-            return
-        if name == "arith.constant":
-            return
-        if name == "loop.for":
-            lb, ub = self.val(op.operands[0]), self.val(op.operands[1])
-            step = op.get_attr("step", 1)
-            iv = op.regions[0].blocks[0].args[0]
-            i = self.fresh("i")
-            self.names[iv] = i
-            self.w(f"for ({self.itype} {i} = {lb}; {i} < {ub}; {i} += {step}) {{")
-            self.depth += 1
-            self.block(op.regions[0].blocks[0].ops)
-            self.depth -= 1
-            self.w("}")
-            return
-        if name == "loop.if":
-            self.w(f"if ({self.val(op.operands[0])}) {{")
-            self.depth += 1
-            if op.regions[0].blocks:
-                self.block(op.regions[0].blocks[0].ops)
-            self.depth -= 1
-            if len(op.regions) > 1 and op.regions[1].blocks and len(list(op.regions[1].blocks[0].ops)) > 1:
-                self.w("} else {")
-                self.depth += 1
-                self.block(op.regions[1].blocks[0].ops)
-                self.depth -= 1
-            self.w("}")
-            return
-        if name == "loop.alloc":
-            t = op.results[0].type
-            if op.operands:
-                raise CodegenError(f"kernel {self.kernel}: dynamic allocation inside a kernel")
-            a = self.fresh("a")
-            n = max(1, int(np.prod(t.shape, dtype=np.int64)))
-            self.w(f"{ctype(t.element)} {a}[{n}];")
-            self.names[op.results[0]] = a
-            return
-        if name == "loop.view":
-            base, _ = self.buf(op.operands[0])
-            self.names[op.results[0]] = base
-            return
-        if name == "loop.copy":
-            s, _ = self.buf(op.operands[0])
-            d, shape = self.buf(op.operands[1])
-            n = int(np.prod(shape, dtype=np.int64))
-            k = self.fresh("i")
-            self.w(f"for (long long {k} = 0; {k} < {n}; ++{k}) {d}[{k}] = {s}[{k}];")
-            return
-        if name == "loop.load":
-            m = op.operands[0]
-            r = self.fresh()
-            t = op.results[0].type
-            lane = self.lane
-            if lane is not None and op in lane[2]:
-                self.w(f"const {ctype(t)} {r} = {lane[2][op]}[{lane[1]}];")
-            else:
-                p, shape = self.buf(m)
-                self.w(f"const {ctype(t)} {r} = {p}[{self.index(shape, op.operands[1:])}];")
-            self.names[op.results[0]] = r
-            return
-        if name == "loop.store":
-            lane = self.lane
-            if lane is not None and op in lane[3]:
-                self.w(f"{lane[3][op]}[{lane[1]}] = {self.val(op.operands[0])};")
-                return
-            p, shape = self.buf(op.operands[1])
-            self.w(f"{p}[{self.index(shape, op.operands[2:])}] = {self.val(op.operands[0])};")
-            return
-        if name.startswith(("arith.", "math.")):
-            t = op.results[0].type
-            r = self.fresh()
-            self.w(f"const {self.itype if isinstance(t, IndexType) else ctype(t)} {r} = {self.scalar(op)};")
-            self.names[op.results[0]] = r
-            return
-        raise CodegenError(f"kernel {self.kernel}: cannot generate CUDA C for {name}")
-
-    def scalar(self, op):
-        kind = op.name.split(".", 1)[1]
-        a = [self.val(v) for v in op.operands]
-        t = op.results[0].type
-        it = op.operands[0].type if op.operands else t
-        f32 = isinstance(t, FloatType) and t.name == "f32"
-        if op.name.startswith("math."):
-            return _math(kind, a, t, it)
-        binf = {"addf": "+", "subf": "-", "mulf": "*", "divf": "/"}
-        if kind in binf:
-            return f"{a[0]} {binf[kind]} {a[1]}"
-        if kind == "remf":
-            return f"fmod{'f' if f32 else ''}({a[0]}, {a[1]})"
-        if kind == "powf":
-            return f"pow{'f' if f32 else ''}({a[0]}, {a[1]})"
-        if kind == "copysign":
-            return f"copysign{'f' if f32 else ''}({a[0]}, {a[1]})"
-        if kind in ("maximumf", "minimumf"):
-            return f"tcc_{kind[:-1]}{'f' if f32 else 'd'}({a[0]}, {a[1]})"
-        if kind in ("maxnumf", "minnumf"):
-            return f"f{kind[:3]}{'f' if f32 else ''}({a[0]}, {a[1]})"
-        if kind == "negf":
-            return f"-{a[0]}"
-        ct, st, ut = ctype(t), None, None
-        if isinstance(t, IndexType):
-            ct = st = self.itype
-            ut = "unsigned " + self.itype
-        elif isinstance(t, IntegerType):
-            st, ut = _sctype(t), _uctype(t)
-        bini = {"addi": "+", "subi": "-", "muli": "*", "andi": "&", "ori": "|", "xori": "^"}
-        if kind in bini:
-            if ct == "bool":
-                return f"(bool)({a[0]} {bini[kind] if kind not in ('addi', 'subi') else '^'} {a[1]})" \
-                    if kind != "muli" else f"(bool)({a[0]} & {a[1]})"
-            return f"({ct})(({ut}){a[0]} {bini[kind]} ({ut}){a[1]})"
-        if kind == "divsi":
-            return f"({ct})tcc_sdiv(({st}){a[0]}, ({st}){a[1]})"
-        if kind == "remsi":
-            return f"({ct})tcc_srem(({st}){a[0]}, ({st}){a[1]})"
-        if kind == "divui":
-            return f"({ct})tcc_sdiv(({ut}){a[0]}, ({ut}){a[1]})"
-        if kind == "remui":
-            return f"({ct})tcc_srem(({ut}){a[0]}, ({ut}){a[1]})"
-        if kind in ("maxsi", "minsi"):
-            return f"({ct})tcc_{kind[:3]}(({st}){a[0]}, ({st}){a[1]})"
-        if kind in ("maxui", "minui"):
-            return f"({ct})tcc_{kind[:3]}(({ut}){a[0]}, ({ut}){a[1]})"
-        if kind == "shli":
-            return f"({ct})(({ut}){a[0]} << ({ut}){a[1]})"
-        if kind == "shrsi":
-            return f"({ct})(({st}){a[0]} >> ({st}){a[1]})"
-        if kind == "shrui":
-            return f"({ct})(({ut}){a[0]} >> ({ut}){a[1]})"
-        if kind == "select":
-            return f"({a[0]} ? {a[1]} : {a[2]})"
-        if kind == "cmpf":
-            return _cmpf(op.get_attr("predicate"), a[0], a[1])
-        if kind == "cmpi":
-            p = op.get_attr("predicate")
-            c = {"eq": "==", "ne": "!=", "slt": "<", "sle": "<=", "sgt": ">", "sge": ">=",
-                 "ult": "<", "ule": "<=", "ugt": ">", "uge": ">="}[p]
-            cast = _uctype(it) if p.startswith("u") else _sctype(it)
-            return f"(({cast}){a[0]} {c} ({cast}){a[1]})"
-        if kind in ("sitofp", "extf", "truncf", "fptosi", "trunci", "index_cast"):
-            if kind in ("index_cast",) and isinstance(it, IntegerType):
-                return f"({ct})({_sctype(it)}){a[0]}"
-            if kind == "sitofp":
-                return f"({ct})({_sctype(it)}){a[0]}"
-            return f"({ct}){a[0]}"
-        if kind in ("uitofp", "extui", "index_castui"):
-            return f"({ct})({_uctype(it)}){a[0]}"
-        if kind == "fptoui":
-            return f"({ct})({_uctype(t)}){a[0]}"
-        if kind == "extsi":
-            return f"({ct})({_sctype(it)}){a[0]}"
-        if kind == "bitcast":
-            if isinstance(t, FloatType) and t.name == "f32":
-                return f"__int_as_float((int){a[0]})"
-            if isinstance(it, FloatType) and it.name == "f32":
-                return f"({ct})__float_as_int({a[0]})"
-            if isinstance(t, FloatType):
-                return f"__longlong_as_double((long long){a[0]})"
-            return f"({ct})__double_as_longlong({a[0]})"
-        raise CodegenError(f"kernel {self.kernel}: no CUDA C for {op.name}")
+    def render_kernel(self, name, params, body, limit):
+        """A grid-stride loop of `limit` threads, `BLOCK` per block at most."""
+        decl = ", ".join(self.param(*p) for p in params)
+        src = [f'extern "C" __global__ void __launch_bounds__({BLOCK}) {name}({decl}) {{',
+               f"  for (long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x; tid < {limit}ll; "
+               f"tid += (long long)gridDim.x * blockDim.x) {{"]
+        return "\n".join(src + list(body) + ["  }", "}"]) + "\n"
 
 
-_MATHF = {"exp": "exp", "exp2": "exp2", "expm1": "expm1", "log": "log", "log2": "log2", "log10": "log10",
-          "log1p": "log1p", "sqrt": "sqrt", "tanh": "tanh", "erf": "erf", "sin": "sin", "cos": "cos",
-          "tan": "tan", "asin": "asin", "acos": "acos", "atan": "atan", "sinh": "sinh", "cosh": "cosh",
-          "asinh": "asinh", "acosh": "acosh", "atanh": "atanh", "floor": "floor", "ceil": "ceil",
-          "round": "round", "roundeven": "rint", "trunc": "trunc", "absf": "fabs"}
-
-
-def _math(kind, a, t, it):
-    f = "f" if isinstance(t, FloatType) and t.name == "f32" else ""
-    if kind in _MATHF:
-        return f"{_MATHF[kind]}{f}({a[0]})"
-    if kind == "rsqrt":
-        return f"(1.0{f} / sqrt{f}({a[0]}))"
-    if kind == "fma":
-        return f"fma{f}({a[0]}, {a[1]}, {a[2]})"
-    if kind == "atan2":
-        return f"atan2{f}({a[0]}, {a[1]})"
-    if kind == "absi":
-        return f"({ctype(t)})(({a[0]}) < 0 ? -({a[0]}) : ({a[0]}))"
-    if kind == "isnan":
-        return f"({a[0]} != {a[0]})"
-    if kind == "isinf":
-        return f"(fabs{'f' if it.name == 'f32' else ''}({a[0]}) == {'INFINITY' if it.name == 'f32' else '(double)INFINITY'})"
-    raise CodegenError(f"no CUDA C for math.{kind}")
-
-
-def _cmpf(p, a, b):
-    nan = f"({a} != {a} || {b} != {b})"
-    ordered = {"oeq": "==", "ogt": ">", "oge": ">=", "olt": "<", "ole": "<=", "one": "!="}
-    if p in ordered:
-        return f"(!{nan} && {a} {ordered[p]} {b})"
-    unordered = {"ueq": "==", "ugt": ">", "uge": ">=", "ult": "<", "ule": "<=", "une": "!="}
-    if p in unordered:
-        return f"({nan} || {a} {unordered[p]} {b})"
-    return {"ord": f"(!{nan})", "uno": nan, "true": "true", "false": "false"}[p]
+CUDA = CudaLanguage()
 
 
 # -- kernels ------------------------------------------------------------------------------
-def _outer_buffers(ops):
-    """Memref values a kernel body uses that are defined outside it, in order
-    (including those read by outside scalar code the kernel recomputes)."""
-    inner = set()
-    seen, out = set(), []
-    for top in ops:
-        for op in [top] + list(_walk_ops_all(top)):
-            for r in op.results:
-                inner.add(r)
-            for reg in op.regions:
-                for b in reg.blocks:
-                    inner.update(b.args)
-
-    def visit(v, depth=0):
-        if v in inner or v in seen:
-            return
-        if isinstance(v.type, MemRefType):
-            seen.add(v)
-            out.append(v)
-            return
-        d = getattr(v, "op", None)
-        if d is not None and d.name != "arith.constant" and depth < 64:
-            seen.add(v)
-            for x in d.operands:
-                visit(x, depth + 1)
-    for top in ops:
-        for op in [top] + list(_walk_ops_all(top)):
-            for v in op.operands:
-                visit(v)
-    return out
-
-
-def _walk_ops_all(op):
-    for r in op.regions:
-        for b in r.blocks:
-            yield from _walk_ops(b)
-
-
-def _inside_ops(op, ops):
-    b = op.parent
-    while b is not None:
-        po = b.parent_op
-        if po is None:
-            return False
-        if any(po is o for o in ops):
-            return True
-        b = po.parent
-    return False
-
-
-def _stored_roots(ops):
-    roots = set()
-    for top in ops:
-        for op in [top] + list(_walk_ops_all(top)):
-            if op.name == "loop.store":
-                roots.add(_root(op.operands[1]))
-            if op.name == "loop.copy":
-                roots.add(_root(op.operands[1]))
-    return roots
-
-
-def _vector_plan(loops, body, sunk):
-    """For a float4 body: ({load op: name}, {store op: name}) or None."""
-    if not loops:
-        return None
-    loop, (lb, ub, step, ext) = loops[-1]
-    if lb != 0 or step != 1 or ext % 4 or ext == 0:
-        return None
-    iv = loop.regions[0].blocks[0].args[0]
-    loads, stores = {}, {}
-    stored = set()
-    for op in body:
-        if op.regions or op.name in ("loop.alloc", "loop.copy", "loop.view", "loop.call"):
-            return None
-    for op in list(sunk) + list(body):
-        if op.name not in ("loop.load", "loop.store"):
-            if any(v is iv for v in op.operands):
-                return None  # the index is used as data
-            continue
-        buf = op.operands[0] if op.name == "loop.load" else op.operands[1]
-        idx = list(op.operands[1:] if op.name == "loop.load" else op.operands[2:])
-        uses_iv = [k for k, x in enumerate(idx) if x is iv]
-        if not uses_iv:
-            if op.name == "loop.store":
-                return None
-            continue
-        t = buf.type
-        if uses_iv != [len(idx) - 1] or t.shape[-1] != ext or str(t.element) != "f32":
-            return None
-        (stores if op.name == "loop.store" else loads)[op] = None
-        if op.name == "loop.store":
-            stored.add(_root(buf))
-    for op in loads:
-        if _root(op.operands[0]) in stored:
-            return None
-    if not stores:
-        return None
-    return loads, stores
-
-
 def kernel_source(launch, name):
     """CUDA C for one gpu.launch: (source, params, grid, block, params' C types)."""
     ops = [o for o in launch.regions[0].blocks[0].ops if o.name != "gpu.terminator"]
-    bufs = _outer_buffers(ops)
-    stored = _stored_roots(ops)
-    roots = [_root(b) for b in bufs]
+    bufs = free_buffers(ops)
+    stored = written_buffers(ops)
+    roots = [root_buffer(b) for b in bufs]
     params, decl, ctypes_ = {}, [], []
     biggest = 1
     for k, b in enumerate(bufs):
         p = f"p{k}"
         params[b] = p
-        ct = ctype(b.type.element)
-        restrict = " __restrict__" if roots.count(_root(b)) == 1 else ""
-        const = "" if _root(b) in stored else "const "
-        decl.append(f"{const}{ct}*{restrict} {p}")
-        ctypes_.append(f"{const}{ct}*")
+        ct = CUDA.ctype(b.type.element)
+        const = root_buffer(b) not in stored
+        decl.append((p, ct, const, roots.count(root_buffer(b)) == 1))
+        ctypes_.append(f"{'const ' if const else ''}{ct}*")
         biggest = max(biggest, int(np.prod(b.type.shape, dtype=np.int64)))
     if len(ops) == 1 and ops[0].name == "loop.for":
         loops, sunk, body = collapse(ops[0])
     else:
         loops, sunk, body = [], [], ops
     total = int(np.prod([b[3] for _, b in loops], dtype=np.int64)) if loops else 1
-    vec = _vector_plan(loops, body, sunk) if total > 0 else None
-    lanes = 4 if vec else 1
+    vec = vector_accesses(loops, body, sunk, LANES) if total > 0 else None
+    lanes = LANES if vec else 1
     threads = total // lanes
     itype = "int" if biggest < (1 << 31) - 8 and threads < (1 << 31) - (1 << 22) else "long long"
-    e = _Emitter(name, params, itype)
+    e = LoopRenderer(CUDA, name, params, itype)
     e.depth = 2
     if loops:
-        e.w(f"{itype} t = (({itype})tid){' * 4' if vec else ''};")
+        e.w(f"{itype} t = (({itype})tid){f' * {LANES}' if vec else ''};")
         for loop, (lb, ub, step, ext) in reversed(loops):
             iv = loop.regions[0].blocks[0].args[0]
             i = e.fresh("i")
@@ -515,57 +112,21 @@ def kernel_source(launch, name):
                 e.w(f"const {itype} {i} = {lb} + (t % {ext}) * {step}; t /= {ext};" if (lb, step) != (0, 1)
                     else f"const {itype} {i} = t % {ext}; t /= {ext};")
     for top in ops:  # scalars computed outside the kernel: recomputed at its start
-        for op in [top] + list(_walk_ops_all(top)):
+        for op in [top] + list(walk_nested(top)):
             for v in op.operands:
                 d = getattr(v, "op", None)
                 if d is not None and not isinstance(v.type, MemRefType) and d.name != "arith.constant" \
-                        and not any(d is o for o in ops) and not _inside_ops(d, ops):
+                        and not any(d is o for o in ops) and not nested_in(d, ops):
                     e.val(v)
     if vec:
-        loads, stores = vec
-        iv = loops[-1][0].regions[0].blocks[0].args[0]
-        e.block(sunk)
-        lnames, snames = {}, {}
-        for op in loads:
-            # the vector load needs the other (lane-independent) indices first
-            p, shape = e.buf(op.operands[0])
-            n = e.fresh("ld")
-            e.w(f"float {n}[4]; *reinterpret_cast<float4*>({n}) = *reinterpret_cast<const float4*>(&{p}[{e.index(shape, op.operands[1:])}]);")
-            lnames[op] = n
-        for op in stores:
-            n = e.fresh("st")
-            e.w(f"float {n}[4];")
-            snames[op] = n
-        base_iv = e.names[iv]
-        for u in range(4):
-            saved = dict(e.names)
-            lane_iv = e.fresh("l")
-            e.w(f"{{ const {itype} {lane_iv} = {base_iv} + {u}; (void){lane_iv};")
-            e.names[iv] = lane_iv
-            e.lane = (iv, u, lnames, snames)
-            e.depth += 1
-            e.block(body)
-            e.depth -= 1
-            e.w("}")
-            e.lane = None
-            e.names = saved
-        for op in stores:
-            p, shape = e.buf(op.operands[1])
-            n = snames[op]
-            e.w(f"*reinterpret_cast<float4*>(&{p}[{e.index(shape, op.operands[2:])}]) = *reinterpret_cast<const float4*>({n});")
+        e.vector_body(loops[-1][0].regions[0].blocks[0].args[0], body, sunk, *vec, LANES)
     else:
         e.block(sunk)
         e.block(body)
     limit = max(threads, 1) if loops else 1
     block = min(BLOCK, max(32, 1 << (max(limit, 1) - 1).bit_length())) if loops else 1
     grid = min(max(1, -(-limit // block)), MAX_GRID)
-    src = [f'extern "C" __global__ void __launch_bounds__({BLOCK}) {name}({", ".join(decl)}) {{']
-    src.append(f"  for (long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x; tid < {limit}ll; "
-               f"tid += (long long)gridDim.x * blockDim.x) {{")
-    src.extend(e.lines)
-    src.append("  }")
-    src.append("}")
-    return "\n".join(src) + "\n", bufs, (grid, 1, 1), (block, 1, 1), ctypes_
+    return CUDA.render_kernel(name, decl, e.lines, limit), bufs, (grid, 1, 1), (block, 1, 1), ctypes_
 
 
 # -- plans -----------------------------------------------------------------------------------
@@ -717,8 +278,8 @@ def gemm_steps(kind, bufs, ids, p):
     steps = []
     for idx in np.ndindex(*batch):
         def off(s, mat):
-            if s is None:
-                return int(np.ravel_multi_index(idx, batch)) * mat if True else 0
+            if s is None:  # "full": indexed like the output's batch
+                return int(np.ravel_multi_index(idx, batch)) * mat
             j = tuple(i if d != 1 else 0 for i, d in zip(idx, s))
             return int(np.ravel_multi_index(j, s)) * mat
         oa = off(sa_, M * K) if ka != "bcast" else 0

@@ -1,10 +1,11 @@
 """Analyses of loop nests that code generators share: which buffer a view
 reads, whether a loop's iterations touch disjoint memory (`parallel_safe`),
-how far a nest of such loops collapses into one parallel range (`collapse`)."""
+how far a nest of such loops collapses into one parallel range (`collapse`),
+which buffers a kernel body reads and writes, which accesses vectorize."""
 from __future__ import annotations
 
 from tcc.dialects.ir.core import BlockArgument
-from tcc.dialects.ir.types import FloatType
+from tcc.dialects.ir.types import FloatType, MemRefType
 
 
 def root_buffer(v):
@@ -119,3 +120,109 @@ def collapse(nest):
         return [], [], [nest]
     last = loops[-1][0]
     return loops, sunk, [o for o in last.regions[0].blocks[0].ops if o.name != "loop.yield"]
+
+
+def walk_nested(op):
+    """Every op nested in `op`'s regions, at any depth."""
+    for r in op.regions:
+        for b in r.blocks:
+            yield from walk_ops(b)
+
+
+def nested_in(op, ops):
+    """Is `op` nested (at any depth) in one of `ops`?"""
+    b = op.parent
+    while b is not None:
+        po = b.parent_op
+        if po is None:
+            return False
+        if any(po is o for o in ops):
+            return True
+        b = po.parent
+    return False
+
+
+def written_buffers(ops):
+    """The root buffers `ops` (and everything nested in them) store or copy into."""
+    roots = set()
+    for top in ops:
+        for op in [top] + list(walk_nested(top)):
+            if op.name in ("loop.store", "loop.copy"):
+                roots.add(root_buffer(op.operands[1]))
+    return roots
+
+
+def free_buffers(ops):
+    """Memref values `ops` use that are defined outside them, in order of first
+    use, including those read by outside scalar code they use (which a kernel
+    recomputes)."""
+    inner = set()
+    seen, out = set(), []
+    for top in ops:
+        for op in [top] + list(walk_nested(top)):
+            inner.update(op.results)
+            for reg in op.regions:
+                for b in reg.blocks:
+                    inner.update(b.args)
+
+    def visit(v, depth=0):
+        if v in inner or v in seen:
+            return
+        if isinstance(v.type, MemRefType):
+            seen.add(v)
+            out.append(v)
+            return
+        d = getattr(v, "op", None)
+        if d is not None and d.name != "arith.constant" and depth < 64:
+            seen.add(v)
+            for x in d.operands:
+                visit(x, depth + 1)
+    for top in ops:
+        for op in [top] + list(walk_nested(top)):
+            for v in op.operands:
+                visit(v)
+    return out
+
+
+def vector_accesses(loops, body, sunk, lanes):
+    """For the innermost of `collapse`'s loops, run `lanes` iterations at a
+    time: ({load op: None}, {store op: None}), the f32 accesses indexed by its
+    variable in their last, unit-stride dim over the whole extent; None when
+    the loop does not start at 0 with step 1 over a multiple of `lanes`, the
+    variable is used as data, a store does not use it, or a loaded buffer is
+    also stored (its vector load could read a lane another lane writes)."""
+    if not loops:
+        return None
+    loop, (lb, ub, step, ext) = loops[-1]
+    if lb != 0 or step != 1 or ext % lanes or ext == 0:
+        return None
+    iv = loop.regions[0].blocks[0].args[0]
+    loads, stores = {}, {}
+    stored = set()
+    for op in body:
+        if op.regions or op.name in ("loop.alloc", "loop.copy", "loop.view", "loop.call"):
+            return None
+    for op in list(sunk) + list(body):
+        if op.name not in ("loop.load", "loop.store"):
+            if any(v is iv for v in op.operands):
+                return None  # the index is used as data
+            continue
+        buf = op.operands[0] if op.name == "loop.load" else op.operands[1]
+        idx = list(op.operands[1:] if op.name == "loop.load" else op.operands[2:])
+        uses_iv = [k for k, x in enumerate(idx) if x is iv]
+        if not uses_iv:
+            if op.name == "loop.store":
+                return None
+            continue
+        t = buf.type
+        if uses_iv != [len(idx) - 1] or t.shape[-1] != ext or str(t.element) != "f32":
+            return None
+        (stores if op.name == "loop.store" else loads)[op] = None
+        if op.name == "loop.store":
+            stored.add(root_buffer(buf))
+    for op in loads:
+        if root_buffer(op.operands[0]) in stored:
+            return None
+    if not stores:
+        return None
+    return loads, stores

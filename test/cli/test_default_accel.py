@@ -2,26 +2,17 @@
 code tcc has for this CPU); `--maccel=host` keeps the host path alone; the
 two together are a one-line error with no output file. Outputs checked
 against onnxruntime on fresh random data."""
-import numpy as np
 import onnx
-import onnxruntime as ort
 
 import tcc
 from tcc import samples
 
 from ..conftest import assert_one_line_error, run_tool
+from .helpers import check_artifact as _check
 
 
 def _accels(path):
     return {s.get("accelerator") for s in tcc.load(str(path)).manifest.get("plan", [])} - {None}
-
-
-def _check(path, model_path, rng):
-    sess = tcc.load(str(path))
-    feeds = {s["name"]: rng.standard_normal(s["shape"]).astype(np.float32) for s in sess.input_signature}
-    want = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"]).run(None, feeds)
-    for g, w in zip(sess.run(feeds), want):
-        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
 
 
 def test_default_is_cpu_and_host_flag_is_host_only(tmp_path, rng):

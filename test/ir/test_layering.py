@@ -78,3 +78,58 @@ def test_no_import_circle_among_session_executor_specialize():
     for name in three:
         others = _relative_imports(os.path.join(REPO, "runtime", name + ".py")) & set(three)
         assert not others, f"runtime/{name}.py imports {sorted(others)}"
+
+
+def _module_imports(folder):
+    """{module: modules of `folder` it imports (relatively, also inside functions)}, __init__ left out."""
+    graph = {}
+    for name in sorted(os.listdir(folder)):
+        if not name.endswith(".py") or name == "__init__.py":
+            continue
+        deps = set()
+        for node in ast.walk(ast.parse(open(os.path.join(folder, name)).read())):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                deps.update([node.module.split(".")[0]] if node.module else [a.name for a in node.names])
+        graph[name[:-3]] = deps
+    return graph
+
+
+def test_no_import_circle_inside_the_in_tree_accelerators():
+    for accel in ("cpu", "gpu"):
+        graph = _module_imports(os.path.join(REPO, "accelerators", accel))
+
+        def visit(mod, path):
+            for dep in graph.get(mod, ()):
+                assert dep not in path, f"accelerators/{accel}: import circle {' -> '.join(path + [dep])}"
+                visit(dep, path + [dep])
+        for mod in graph:
+            visit(mod, [mod])
+
+
+def test_one_c_renderer_for_the_cpu_and_gpu_codegens():
+    """Both C-generating accelerators render scalar ops through the shared
+    renderer (dialects/conversions/loop_to_native/cstyle.py): each has a
+    CStyleLanguage subclass, and none of their modules has a table of its own
+    from arith/math op kinds to C (a dict literal keyed by those kinds; a
+    language's `intrinsics` override is the one exception)."""
+    from tcc.dialects.conversions.loop_to_native import cstyle
+    kinds = (set(cstyle.LIBM) | set(cstyle.BINARY_FLOAT) | set(cstyle.BINARY_INT) | set(cstyle.CMPI)
+             | set(cstyle.CMPF_ORDERED) | set(cstyle.SIGNED_OPS) | set(cstyle.SHIFTS) | {"negf", "select", "cmpf"})
+    for accel, module in (("cpu", "elementwise"), ("gpu", "codegen")):
+        tree = ast.parse(open(os.path.join(REPO, "accelerators", accel, module + ".py")).read())
+        subclasses = [c.name for c in ast.walk(tree) if isinstance(c, ast.ClassDef)
+                      and any(getattr(b, "id", None) == "CStyleLanguage" for b in c.bases)]
+        assert subclasses, f"accelerators/{accel}/{module}.py has no CStyleLanguage subclass"
+    for accel in ("cpu", "gpu"):
+        folder = os.path.join(REPO, "accelerators", accel)
+        for name in sorted(os.listdir(folder)):
+            if not name.endswith(".py"):
+                continue
+            tree = ast.parse(open(os.path.join(folder, name)).read())
+            allowed = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Assign)
+                       and any(getattr(t, "id", None) == "intrinsics" for t in n.targets)}
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Dict) and id(node) not in allowed:
+                    keys = {k.value for k in node.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)}
+                    assert len(keys & kinds) < 2, \
+                        f"accelerators/{accel}/{name}:{node.lineno} maps scalar op kinds {sorted(keys & kinds)} itself"

@@ -1,8 +1,8 @@
 """sim: the reference accelerator for tcc plugin authors. It really computes
 (numpy) on its own device memory. Each hook below is one part of the contract
 in tcc.accelerators.hookspecs."""
-from tcc.accelerators import (API_VERSION, AcceleratorInfo, CliOption, CompositePattern, OptReportKind,
-                              RuntimeModule, Support, hookimpl)
+from tcc.accelerators import (API_VERSION, AcceleratorInfo, CliOption, CompositePattern, RuntimeModule, Support,
+                              hookimpl)
 
 from . import dialect as sim_dialect
 from . import runtime
@@ -39,9 +39,6 @@ class SimPlugin:
     def tcc_add_passes(self, pipeline, emission_target):
         pipeline.add("after-graph-to-loop", "sim-fuse-elementwise")
 
-    @hookimpl
-    def tcc_opt_report_kinds(self):
-        return [OptReportKind("sim-placement", "which ops sim took and why not the others")]
 
     @hookimpl
     def tcc_supports_op(self, op, module):

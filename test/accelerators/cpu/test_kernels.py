@@ -235,7 +235,7 @@ def test_elementwise_chain_broadcast():
     ("Relu", {}), ("Exp", {}), ("Neg", {}), ("Reciprocal", {}), ("LeakyRelu", {"alpha": 0.3}),
     ("HardSigmoid", {}), ("HardSwish", {}), ("Elu", {}), ("Selu", {}), ("Softplus", {}), ("Softsign", {}),
     ("Floor", {}), ("Ceil", {}), ("Sign", {}), ("Gelu", {}), ("Gelu", {"approximate": "tanh"}),
-    ("ThresholdedRelu", {"alpha": 0.5}), ("Sigmoid", {}), ("Tanh", {})])
+    ("ThresholdedRelu", {"alpha": 0.5}), ("Sigmoid", {}), ("Tanh", {}), ("Round", {}), ("Sin", {}), ("Cos", {})])
 def test_unary(op, attrs):
     x = rand(5, 1031, scale=3.0)
     opset = 20 if op == "Gelu" else 18

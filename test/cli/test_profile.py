@@ -1,0 +1,93 @@
+"""`tcc-run --profile`: one row per step of the artifact's plan (each
+partition, where it runs), with measured medians, and a total; a host-only
+model is one step; a dynamic model profiles the plan compiled for the inputs'
+shapes. The outputs printed are still the model's (checked against
+onnxruntime on fresh random data)."""
+import re
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import tcc
+
+from ..conftest import run_tool
+
+ROW = re.compile(r"^(\S+)\s+(\S+)\s+(\d+\.\d{3})\s+(\d+\.\d)%$")
+
+
+def _mixed_model(rng, batch=16):
+    """MatMul+Relu (cpu), CumSum (the cpu does not take it: host), MatMul+Tanh (cpu)."""
+    w1 = numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float32), "w1")
+    w2 = numpy_helper.from_array(rng.standard_normal((64, 32)).astype(np.float32), "w2")
+    axis = numpy_helper.from_array(np.array(1, np.int64), "axis")
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["a"]), helper.make_node("Relu", ["a"], ["b"]),
+             helper.make_node("CumSum", ["b", "axis"], ["c"]),
+             helper.make_node("MatMul", ["c", "w2"], ["d"]), helper.make_node("Tanh", ["d"], ["y"])]
+    g = helper.make_graph(nodes, "mixed", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 64])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 32])],
+                          initializer=[w1, w2, axis])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def _rows(stdout):
+    lines = stdout.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("profile: median of"))
+    rows = [ROW.match(ln) for ln in lines[start + 2:] if not ln.startswith("total")]
+    assert all(rows), lines[start:]
+    total = next(ln for ln in lines[start:] if ln.startswith("total"))
+    return [(m[1], m[2], float(m[3])) for m in rows], float(total.split()[-1])
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("TCC_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def _run_and_check(art, model, rng, *extra):
+    x = rng.standard_normal((16, 64)).astype(np.float32)
+    np.save(art.parent / "x.npy", x)
+    r = run_tool("tcc-run", art, "--input", f"x={art.parent / 'x.npy'}", "--profile", "--repeat", 7,
+                 "--output-dir", art.parent / "out", *extra)
+    assert r.returncode == 0, r.stderr
+    want, = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    np.testing.assert_allclose(np.load(art.parent / "out" / "y.npy"), want, rtol=1e-4, atol=1e-4)
+    assert "profile: median of 7 runs per step" in r.stdout
+    return _rows(r.stdout)
+
+
+def test_profile_has_a_row_per_partition(tmp_path, rng):
+    model = _mixed_model(rng)
+    onnx.save(model, tmp_path / "m.onnx")
+    r = run_tool("tcc", "--maccel=cpu", tmp_path / "m.onnx", "-o", tmp_path / "m.tcc")
+    assert r.returncode == 0, r.stderr
+    plan = tcc.load(str(tmp_path / "m.tcc")).manifest["plan"]
+    rows, total = _run_and_check(tmp_path / "m.tcc", model, rng)
+    assert [(n, w) for n, w, _ in rows] == [(s["function"], s.get("accelerator", "host")) for s in plan]
+    assert {w for _, w, _ in rows} == {"cpu", "host"}
+    assert all(ms > 0 for _, _, ms in rows)
+    assert total == pytest.approx(sum(ms for _, _, ms in rows), abs=2e-3)
+
+
+def test_profile_of_a_host_only_model(tmp_path, rng):
+    model = _mixed_model(rng)
+    onnx.save(model, tmp_path / "m.onnx")
+    r = run_tool("tcc", "--maccel=host", tmp_path / "m.onnx", "-o", tmp_path / "h.tcc")
+    assert r.returncode == 0, r.stderr
+    rows, _ = _run_and_check(tmp_path / "h.tcc", model, rng)
+    assert [(n, w) for n, w, _ in rows] == [("main_graph", "host")] and rows[0][2] > 0
+
+
+def test_profile_of_a_dynamic_model_profiles_its_specialization(tmp_path, rng):
+    model = _mixed_model(rng)
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
+    model.graph.output[0].type.tensor_type.shape.dim[0].dim_param = "batch"
+    onnx.save(model, tmp_path / "d.onnx")
+    r = run_tool("tcc", "--maccel=cpu", tmp_path / "d.onnx", "-o", tmp_path / "d.tcc")
+    assert r.returncode == 0, r.stderr
+    rows, _ = _run_and_check(tmp_path / "d.tcc", model, rng)
+    assert {w for _, w, _ in rows} == {"cpu", "host"} and len(rows) == 3
