@@ -73,8 +73,9 @@ def _placed_on(session, maccel):
     """Whether any step that ran was on one of `maccel`: a specializing
     session places each input shape when it first runs, so its compiled
     specializations say (after the run)."""
-    sessions = session.specializations() if hasattr(session, "specializations") else [session]
-    return any(step.get("accelerator") in maccel for s in sessions for step in s.manifest.get("plan", []))
+    if hasattr(session, "specializations"):  # also a staged chain's sessions (runtime/staged.py)
+        return any(_placed_on(s, maccel) for s in session.specializations())
+    return any(step.get("accelerator") in maccel for step in session.manifest.get("plan", []))
 
 
 def _worker(names, maccel):
