@@ -90,7 +90,9 @@ class CompilePipeline:
         time (`specialize`)."""
         # Ops without a host lowering that ONNX defines as functions are expanded.
         with phase("import"):
-            module = import_model(model, lowered=lambda op_type: "onnx." + op_type in self.ctx.lowerings)
+            from tcc.runtime.staged import HOST_STEP_OPS  # sequence ops: host steps, kept whole
+            module = import_model(model, lowered=lambda op_type: "onnx." + op_type in self.ctx.lowerings or
+                                  op_type in HOST_STEP_OPS)
         with phase("graph passes", module):
             self.run(module, self.at("after-import"))
             self.run(module, graph_pipeline(self.options.opt_level))

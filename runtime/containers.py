@@ -62,8 +62,8 @@ def check(name, kinds, shape, dtype, value, host_array=np.asarray):
                 raise ValueError(f"{where} has dtype {a.dtype}, expected {dtype}")
             if shape is not None and (a.ndim != len(shape) or
                                       any(d >= 0 and d != s for d, s in zip(shape, a.shape))):
-                raise ValueError(f"{where} has shape {list(a.shape)}, expected "
-                                 f"{['?' if d < 0 else d for d in shape]}".replace("'", ""))
+                want_dims = ", ".join("?" if d < 0 else str(d) for d in shape)
+                raise ValueError(f"{where} has shape {list(a.shape)}, expected [{want_dims}]")
             return a
         if kinds[depth] == "opt":
             return None if v is None else walk(v, depth + 1, where)

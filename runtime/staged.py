@@ -42,6 +42,11 @@ ALWAYS_STAGED = {"onnx.NonZero", "onnx.Compress", "onnx.NonMaxSuppression"}
 # The optional ops also take plain tensors, or nothing (OptionalHasElement()
 # is false): host steps like the rest of their family.
 CONTAINER_OPS = {"onnx.Optional", "onnx.OptionalHasElement", "onnx.OptionalGetElement"}
+# Ops that run as host steps, so the importer keeps them whole rather than
+# expanding those ONNX defines as functions (SequenceMap into a Loop).
+HOST_STEP_OPS = {"SequenceMap", "SequenceConstruct", "SequenceEmpty", "SequenceInsert", "SequenceAt",
+                 "SequenceErase", "SequenceLength", "SplitToSequence", "ConcatFromSequence",
+                 "Optional", "OptionalHasElement", "OptionalGetElement"}
 
 
 def host_step(op):
@@ -107,9 +112,9 @@ class StagedRun:
     """One specialization cut at a data-dependent op: prefix session, the op
     on its values, suffix session."""
 
-    def __init__(self, prefix, sources, evaluator, suffix, ranks):
+    def __init__(self, prefix, sources, evaluator, suffix, ranks, prefix_keep):
         self.prefix, self.sources, self.evaluator, self.suffix = prefix, sources, evaluator, suffix
-        self.ranks = ranks
+        self.ranks, self.prefix_keep = ranks, prefix_keep  # the inputs the prefix takes
 
     @classmethod
     def build(cls, module, index, options, path, make_ctx, compile_fn, compiler=None):
@@ -157,7 +162,7 @@ class StagedRun:
         ranks = [len(r.type.shape) if isinstance(r.type, TensorType) and r.type.shape is not None else
                  "value" if is_container(r.type) else None for r in op.results if r.type is not NONE]
 
-        prefix = None
+        prefix, prefix_keep = None, []
         if returned:
             pctx = make_ctx()
             pm = _reparse(text, res, pctx)
@@ -170,6 +175,8 @@ class StagedRun:
                 [A.DictAttr({"onnx.name": A.StringAttr(f"stage_operand_{k}")}) for k in range(len(values))])
             set_function_type(pf)
             PassManager(pctx, parse_pipeline("dce", pctx)).run(pm)
+            prefix_keep = drop_container_args(pf)  # no op before the cut takes one
+            set_function_type(pf)
             popts = _with_output(options, path + ".prefix.tcc")
             compile_fn(pm, pctx, popts, True)
             prefix = load(popts.output)
@@ -189,21 +196,21 @@ class StagedRun:
             # (a Loop growing a sequence of length-i tensors).
             a = sblock.add_arg(_unranked(r.type) if is_container(r.type) else r.type)
             r.replace_all_uses_with(a)
-            names.append(A.DictAttr({"onnx.name": A.StringAttr(f"stage_result_{index}_{k}")}))
+            names.append(A.DictAttr({"onnx.name": A.StringAttr(f"stage_result_{a.index}")}))  # unique per arg
         sf.attributes["arg_attrs"] = A.ArrayAttr(names)
         set_function_type(sf)
         PassManager(sctx, parse_pipeline("dce", sctx)).run(sm)
         sopts = _with_output(options, path + ".suffix.tcc")
         compile_fn(sm, sctx, sopts, False)
         suffix = load(sopts.output)
-        return cls(prefix, sources, evaluator, suffix, ranks)
+        return cls(prefix, sources, evaluator, suffix, ranks, prefix_keep)
 
     def specializations(self):
         """The sessions this chain compiled: the prefix's and the suffix's."""
         return [s for s in (self.prefix, self.suffix) if s is not None]
 
     def run(self, inputs, output_names=None, output_device=None):
-        pre = self.prefix.run(list(inputs)) if self.prefix is not None else []
+        pre = self.prefix.run([inputs[i] for i in self.prefix_keep]) if self.prefix is not None else []
         feeds = {}
         for i, src in enumerate(self.sources):
             if src is None:
@@ -283,6 +290,21 @@ def _with_output(options, output):
     return replace(options, output=output)
 
 
+def drop_container_args(func):
+    """Removes func's sequence and optional arguments (unused by its ops:
+    every op taking one is a host step); returns the indices kept."""
+    from tcc.dialects.ir import attributes as A
+    block = func.regions[0].blocks[0]
+    keep = [i for i, a in enumerate(block.args) if not is_container(a.type)]
+    arg_attrs = list(func.attributes["arg_attrs"].elements) if "arg_attrs" in func.attributes else None
+    block.args = [block.args[i] for i in keep]
+    for n, a in enumerate(block.args):
+        a.index = n
+    if arg_attrs is not None:
+        func.attributes["arg_attrs"] = A.ArrayAttr([arg_attrs[i] for i in keep])
+    return keep
+
+
 def passes_containers(module):
     """Whether @main_graph (cut at every host step already) still takes or
     returns a sequence or optional: then only passes it through."""
@@ -322,22 +344,17 @@ class ForwardRun:
         inner = None
         names = [d["onnx.name"].value if "onnx.name" in d else f"output_{k}"
                  for k, d in enumerate(func.get_attr("res_attrs") or [{}] * len(routes))]
-        keep = [i for i, a in enumerate(block.args) if not is_container(a.type)]
+        keep = [i for i, a in enumerate(block.args) if not is_container(a.type)]  # drop_container_args's
         if native:
             for a in block.args:
                 if is_container(a.type) and any(u is not ret for u, _ in a.uses):
                     raise TccError(f"argument #{a.index} ({a.type}) is used by an op that is not a host step")
             res_attrs = list(func.attributes["res_attrs"].elements) if "res_attrs" in func.attributes else None
-            arg_attrs = list(func.attributes["arg_attrs"].elements) if "arg_attrs" in func.attributes else None
             if res_attrs is not None:
                 func.attributes["res_attrs"] = A.ArrayAttr(
                     [res_attrs[k] for k, (kind, _) in enumerate(routes) if kind == "native"])
             ret.set_operands(native)
-            block.args = [block.args[i] for i in keep]
-            for n, a in enumerate(block.args):
-                a.index = n
-            if arg_attrs is not None:
-                func.attributes["arg_attrs"] = A.ArrayAttr([arg_attrs[i] for i in keep])
+            drop_container_args(func)
             set_function_type(func)
             opts = _with_output(options, path + ".suffix.tcc")
             compile_fn(module, None, opts, True)
