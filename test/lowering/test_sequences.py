@@ -198,3 +198,15 @@ def test_cli_sequence_input_and_output(tmp_path, rng):
                                    f"t={tmp_path / 't.npy'}"), "--input xs", "not a .npz file")
     assert_one_line_error(run_tool("tcc-run", art, "--random-inputs"), "'xs' is a sequence or optional")
     assert os.path.exists(art)
+
+
+def test_inference_session_takes_and_returns_sequences(rng):
+    """tcc's onnxruntime-style session: seq types spelled as onnxruntime
+    does, a list in, a list out."""
+    m = sequence_ops_model()
+    sess = tcc.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    assert [(i.name, i.type) for i in sess.get_inputs()] == [("xs", "seq(tensor(float))"), ("t", "tensor(float)")]
+    assert sess.get_outputs()[0].type == "seq(tensor(float))"
+    feeds = seq_feeds(rng, [2, 3])
+    for g, w in zip(sess.run(None, feeds), ReferenceEvaluator(m).run(None, feeds)):
+        same(g, w)
