@@ -88,3 +88,17 @@ def test_scan8_batch_axis(direction):
                        directions=[direction])],
           {"s0": f(2, 3), "m0": f(2, 3), "xs": f(2, 5, 3)}, {"s": np.float32, "m": np.float32, "os": np.float32},
           opset=8)
+
+
+def test_scan8_sequence_lens_refused_in_one_line():
+    from newops_helpers import model
+
+    import tcc
+    from tcc.dialects.ir.errors import TccError
+    body = h.make_graph([h.make_node("Add", ["s", "x"], ["s2"])], "body", [vi("s", [3]), vi("x", [3])], [vi("s2", [3])])
+    m = model([h.make_node("Scan", ["lens", "s0", "xs"], ["s"], body=body, num_scan_inputs=1)],
+              {"lens": np.array([5, 3], np.int64), "s0": f(2, 3), "xs": f(2, 5, 3)}, {"s": np.float32}, opset=8)
+    with pytest.raises(TccError) as e:
+        tcc.compile(m, maccel=[], cache=False)
+    text = str(e.value)
+    assert len(text.splitlines()) == 1 and "Scan-8 with sequence_lens is not supported" in text, text
