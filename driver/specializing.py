@@ -76,8 +76,9 @@ def needs_specialization(module):
     func = module.lookup_function("main_graph")
     args = func.regions[0].blocks[0].args
     dynamic = any(not getattr(a.type, "has_static_shape", True) for a in args)
-    from tcc.runtime.containers import is_container  # sequences, optionals: host steps
-    dynamic = dynamic or any(is_container(v.type) for v in list(args) + list(func.regions[0].blocks[0].last.operands))
+    from tcc.runtime.containers import is_container  # sequences, optionals: lists at run time, host steps
+    rets = func.regions[0].blocks[0].last.operands
+    dynamic = dynamic or any(is_container(v.type) for v in list(args) + list(rets))
     from tcc.runtime.staged import first_data_dependent  # static inputs, data-dependent shapes (NonZero...)
     return dynamic or bool(shape_operand_args(module)) or first_data_dependent(module) is not None
 

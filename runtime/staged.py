@@ -12,7 +12,14 @@ whole graph again with that op's results as extra inputs, itself a
 specializing model, so it is compiled per result shape (and cut again at the
 next such op). Upper-bound allocation was the alternative: it would need
 every consumer to carry a run-time length, which our static loop nests do
-not have."""
+not have.
+
+Sequences and optionals (runtime/containers.py: a list of arrays, None or a
+value) take the same path: every op taking or making one is a host step
+(host_step), cut at like a data-dependent op, so the suffix receives the
+list as an argument and is specialized on its element shapes. A chain ends
+in a ForwardRun: the sequences it returns are its arguments, its tensor
+outputs compiled natively."""
 from __future__ import annotations
 
 import os
@@ -20,10 +27,9 @@ import tempfile
 import warnings
 
 import numpy as np
+from onnx.reference.op_run import OpRun
 
 from tcc.dialects.ir.types import NONE, TensorType
-
-from onnx.reference.op_run import OpRun
 
 from .containers import is_container, unwrap, wrap
 
