@@ -99,7 +99,9 @@ class CompilePipeline:
         time (`specialize`)."""
         # Ops without a host lowering that ONNX defines as functions are expanded.
         with phase("import"):
-            module = import_model(model, lowered=lambda op_type: "onnx." + op_type in self.ctx.lowerings)
+            from tcc.runtime.staged import HOST_STEP_OPS  # sequence ops: host steps, kept whole
+            module = import_model(model, lowered=lambda op_type: "onnx." + op_type in self.ctx.lowerings or
+                                  op_type in HOST_STEP_OPS)
         with phase("graph passes", module):
             self.run(module, self.at("after-import"))
             self.run(module, graph_pipeline(self.options.opt_level))
@@ -187,15 +189,18 @@ def compile_specialized(module, recorded: dict, path):
     # inference last names the node an input shape does not fit.
     pipe.run(module, "shape-inference{reset=true}," + graph_pipeline(max(options.opt_level, 1)) +
              ",shape-inference{strict=true}")
-    from tcc.runtime.staged import StagedRun, first_data_dependent
+    from tcc.runtime.staged import ForwardRun, StagedRun, first_data_dependent, passes_containers
+
+    def compile_fn(m, _ctx, o, placed):
+        p = CompilePipeline(o)
+        if placed and p.accels:
+            p.place(m)
+        return p.emit(m)
     cut = first_data_dependent(module)
-    if cut is not None:  # a data-dependent output shape: two phases (runtime/staged.py)
-        def compile_fn(m, _ctx, o, placed):
-            p = CompilePipeline(o)
-            if placed and p.accels:
-                p.place(m)
-            return p.emit(m)
+    if cut is not None:  # a data-dependent output shape, or a host step: two phases (runtime/staged.py)
         return StagedRun.build(module, cut, options, path, new_context, compile_fn, compile_specialized)
+    if passes_containers(module):  # sequences / optionals passed through, the tensors natively
+        return ForwardRun.build(module, options, path, compile_fn, compile_specialized)
     if pipe.accels:  # placed per shape: placement needs static shapes
         pipe.place(module)
     return pipe.emit(module)

@@ -76,6 +76,9 @@ def needs_specialization(module):
     func = module.lookup_function("main_graph")
     args = func.regions[0].blocks[0].args
     dynamic = any(not getattr(a.type, "has_static_shape", True) for a in args)
+    from tcc.runtime.containers import is_container  # sequences, optionals: lists at run time, host steps
+    rets = func.regions[0].blocks[0].last.operands
+    dynamic = dynamic or any(is_container(v.type) for v in list(args) + list(rets))
     from tcc.runtime.staged import first_data_dependent  # static inputs, data-dependent shapes (NonZero...)
     return dynamic or bool(shape_operand_args(module)) or first_data_dependent(module) is not None
 
@@ -96,6 +99,13 @@ def write_specializing_artifact(path, module, options):
 
     def spec(name, t):
         from tcc.dialects.ir.types import TensorType
+        from tcc.runtime.containers import is_container, unwrap
+        if is_container(t):
+            kinds, inner = unwrap(t)
+            if inner is None:
+                raise TccError(f"'{name}' has type {t}: a sequence or optional needs its element type")
+            shape = None if inner.shape is None else tuple(-1 if d is None else d for d in inner.shape)
+            return TensorSpec(name, shape, str(inner.element), kinds).to_json()
         if not isinstance(t, TensorType) or t.shape is None:
             raise TccError(f"'{name}' has type {t}: only tensors of known rank can be specialized at run time")
         shape = [-1 if d is None else d for d in t.shape]

@@ -13,19 +13,44 @@ from .cli_errors import run
 from .io import CLIError
 
 
-def _parse_inputs(pairs):
+def _parse_inputs(pairs, signature):
+    """NAME=FILE.npy for a tensor (or an optional holding one); for a
+    sequence NAME=FILE.npz, its arrays in order (what np.savez(f, *arrays)
+    writes) the elements. An optional input not given is empty (None)."""
     out = {}
+    kinds = {s["name"]: s.get("container", []) for s in signature}
     for p in pairs:
         name, sep, path = p.partition("=")
         if not sep or not name or not path:
             raise CLIError(f"--input {p!r}: expected NAME=FILE.npy")
         if not os.path.exists(path):
             raise CLIError(f"--input {name}: {path}: no such file")
+        seq = "seq" in kinds.get(name, [])
         try:
-            out[name] = np.load(path, allow_pickle=False)
+            if seq:
+                z = np.load(path, allow_pickle=False)
+                if not isinstance(z, np.lib.npyio.NpzFile):
+                    raise ValueError("a sequence input takes an .npz of its elements")
+                with z:
+                    out[name] = [z[k] for k in z.files]
+            else:
+                out[name] = np.load(path, allow_pickle=False)
         except (ValueError, OSError) as e:
-            raise CLIError(f"--input {name}: {path}: not a .npy file ({e})") from None
+            kind = ".npz" if seq else ".npy"
+            raise CLIError(f"--input {name}: {path}: not a {kind} file ({e})") from None
+    for name, k in kinds.items():
+        if k[:1] == ["opt"]:
+            out.setdefault(name, None)
     return out
+
+
+def _describe(a):
+    """One output as printed: a tensor, a sequence's elements, or an empty optional."""
+    if a is None:
+        return "empty optional"
+    if isinstance(a, list):
+        return f"sequence of {len(a)}: " + ", ".join(f"{e.dtype}{list(e.shape)}" for e in a)
+    return f"{a.dtype}{list(a.shape)}  {_summary(a)}"
 
 
 def _random(spec, rng):
@@ -60,7 +85,8 @@ def _summary(a):
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("artifact")
-@click.option("--input", "inputs", multiple=True, metavar="NAME=FILE.npy", help="An input (repeatable).")
+@click.option("--input", "inputs", multiple=True, metavar="NAME=FILE.npy",
+              help="An input (repeatable); a sequence input takes FILE.npz, its elements in order.")
 @click.option("--random-inputs", is_flag=True, help="Feed random inputs of the signature's shapes and dtypes.")
 @click.option("--repeat", type=click.IntRange(1), default=1, show_default=True,
               help="Run N times and print the median latency.")
@@ -72,10 +98,13 @@ def _summary(a):
 def cli(artifact, inputs, random_inputs, repeat, output_dir, profile, debug):
     from tcc.api import load  # with the run-time compiler, for models that specialize per shape
     sess = load(artifact)
-    feeds = _parse_inputs(inputs)
+    feeds = _parse_inputs(inputs, sess.input_signature)
     if random_inputs:
         rng = np.random.default_rng()
         for spec in sess.input_signature:
+            if spec.get("container") and spec["name"] not in feeds:
+                raise CLIError(f"--random-inputs: input '{spec['name']}' is a sequence or optional: give it "
+                               f"with --input {spec['name']}=FILE.npz (a sequence's elements) or FILE.npy")
             feeds.setdefault(spec["name"], _random(spec, rng))
     outs = sess.run(feeds)
     times = []
@@ -89,10 +118,13 @@ def cli(artifact, inputs, random_inputs, repeat, output_dir, profile, debug):
         os.makedirs(output_dir, exist_ok=True)
         for name, a in zip(sess.output_names, outs):
             safe = name.replace(os.sep, "_").replace("/", "_") or "output"
-            # strings as a numpy str array: an object array's .npy needs pickle to load
-            np.save(os.path.join(output_dir, safe + ".npy"), a.astype(str) if a.dtype == object else a)
+            if isinstance(a, list):  # a sequence: its elements in order
+                np.savez(os.path.join(output_dir, safe + ".npz"), *a)
+            elif a is not None:  # an empty optional writes nothing
+                # strings as a numpy str array: an object array's .npy needs pickle to load
+                np.save(os.path.join(output_dir, safe + ".npy"), a.astype(str) if a.dtype == object else a)
     for name, a in zip(sess.output_names, outs):
-        click.echo(f"{name}: {a.dtype}{list(a.shape)}  {_summary(a)}")
+        click.echo(f"{name}: {_describe(a)}")
     if times:
         click.echo(f"median latency over {len(times)} runs: {statistics.median(times) * 1e3:.3f} ms")
     if profile:

@@ -48,8 +48,11 @@ class ArtifactError(TccError):
 @dataclass
 class TensorSpec:
     name: str
-    shape: tuple
+    shape: tuple  # -1 for a dynamic dim; None (containers only) for an unknown rank
     element: str  # IR element type name: f32, bf16, i64, i1, ...
+    # ("seq",), ("opt",), ("opt", "seq")...: a sequence (a list) or optional
+    # (None or the value) around the tensor, outermost first (runtime/containers.py)
+    container: tuple = ()
 
     @property
     def dtype(self) -> np.dtype:
@@ -60,12 +63,19 @@ class TensorSpec:
         return dt
 
     def to_json(self):
-        return {"name": self.name, "shape": list(self.shape), "element": self.element,
-                "dtype": str(self.dtype)}
+        d = {"name": self.name, "shape": None if self.shape is None else list(self.shape),
+             "element": self.element, "dtype": str(self.dtype)}
+        if self.container:
+            d["container"] = list(self.container)
+        return d
 
     @classmethod
     def from_json(cls, d):
-        return cls(str(d["name"]), tuple(int(x) for x in d["shape"]), str(d["element"]))
+        container = tuple(str(k) for k in d.get("container", ()))
+        if any(k not in ("seq", "opt") for k in container):
+            raise ValueError(f"unknown container {list(container)} of '{d['name']}'")
+        shape = None if d["shape"] is None and container else tuple(int(x) for x in d["shape"])
+        return cls(str(d["name"]), shape, str(d["element"]), container)
 
 
 def _sha(data) -> str:

@@ -25,13 +25,28 @@ def aligned_empty(shape, dtype, align=ALIGN):
 
 
 def signature(specs):
-    """[{name, shape, dtype}]; a dynamic dim (-1 in a spec) is None."""
-    return [{"name": t.name, "shape": [None if d < 0 else d for d in t.shape], "dtype": str(t.dtype)}
-            for t in specs]
+    """[{name, shape, dtype}]; a dynamic dim (-1 in a spec) is None. A
+    sequence or optional adds `container` (["seq"], ["opt", "seq"]...:
+    runtime/containers.py); its shape is its elements' (None: any rank)."""
+    out = []
+    for t in specs:
+        d = {"name": t.name, "shape": None if t.shape is None else [None if d < 0 else d for d in t.shape],
+             "dtype": str(t.dtype)}
+        if t.container:
+            d["container"] = list(t.container)
+        out.append(d)
+    return out
+
+
+def _format_spec(t):
+    if t.container:
+        from .containers import describe
+        return f"{t.name}: {describe(t.container, t.shape, t.dtype)}"
+    return f"{t.name}: {t.dtype}{list(t.shape)}"
 
 
 def format_specs(specs):
-    return ", ".join(f"{t.name}: {t.dtype}{list(t.shape)}" for t in specs)
+    return ", ".join(_format_spec(t) for t in specs)
 
 
 def device_tensor(value):
@@ -97,6 +112,15 @@ def string_input(v, spec, specs):
 def _refs(entry):
     """Reference counts of a cached output array and of its memory's owner."""
     return sys.getrefcount(entry[0]), sys.getrefcount(entry[1])
+
+
+def _container_value(spec, value):
+    """A sequence (a list) or optional (None or the value) input, checked."""
+    from .containers import check
+    try:
+        return check(spec.name, spec.container, spec.shape, spec.dtype, value, host_array)
+    except ValueError as e:
+        raise InputError(str(e)) from None
 
 
 class SignatureMixin:
@@ -171,8 +195,11 @@ class SignatureMixin:
         """The inputs as host arrays, checked against a signature whose
         dynamic dims (-1) take any size."""
         specs = self._inputs
-        inputs = [np.asarray(host_array(v)) for v in self._arrange(inputs)]
+        inputs = [_container_value(t, v) if t.container else np.asarray(host_array(v))
+                  for v, t in zip(self._arrange(inputs), specs)]
         for i, (v, t) in enumerate(zip(inputs, specs)):
+            if t.container:
+                continue
             if t.dtype == object:
                 v = inputs[i] = string_input(v, t, specs)
             if v.dtype != t.dtype:

@@ -44,7 +44,7 @@ import numpy as np
 
 from tcc.dialects.ir.errors import TccError
 
-from . import cache
+from . import cache, containers
 from .signature import InputError, SignatureMixin, format_specs
 
 IR_MEMBER, RES_MEMBER = "model.mlir", "model.mlir.resources"
@@ -148,7 +148,10 @@ class SpecializingSession(SignatureMixin):
         if self._base_key is None:  # the IR, every recorded option, code and target: once per session
             self._base_key = cache.make_key("specialize", self._digest.encode(), self._options, self._maccel)
         h = hashlib.sha256(self._base_key.encode())
-        for i, v in enumerate(inputs):
+        for i, (v, t) in enumerate(zip(inputs, self._inputs)):
+            if t.container:  # a list / None: its structure and element shapes
+                h.update(containers.key(v).encode())
+                continue
             h.update(repr(v.shape).encode())
             if i in self._shape_args:
                 h.update(np.ascontiguousarray(v).tobytes())
@@ -292,6 +295,9 @@ class SpecializingSession(SignatureMixin):
         func = module.lookup_function("main_graph")
         block = func.regions[0].blocks[0]
         for i, (a, v) in enumerate(zip(block.args, inputs)):
+            if containers.is_container(a.type):
+                a.type = containers.concrete_type(a.type, v)
+                continue
             a.type = TensorType(v.shape, a.type.element)
             if i in self._shape_args:
                 const = Operation("onnx.Constant", [], [a.type],

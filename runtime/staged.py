@@ -12,7 +12,14 @@ whole graph again with that op's results as extra inputs, itself a
 specializing model, so it is compiled per result shape (and cut again at the
 next such op). Upper-bound allocation was the alternative: it would need
 every consumer to carry a run-time length, which our static loop nests do
-not have."""
+not have.
+
+Sequences and optionals (runtime/containers.py: a list of arrays, None or a
+value) take the same path: every op taking or making one is a host step
+(host_step), cut at like a data-dependent op, so the suffix receives the
+list as an argument and is specialized on its element shapes. A chain ends
+in a ForwardRun: the sequences it returns are its arguments, its tensor
+outputs compiled natively."""
 from __future__ import annotations
 
 import os
@@ -20,11 +27,13 @@ import tempfile
 import warnings
 
 import numpy as np
+from onnx.reference.op_run import OpRun
 
 from tcc.dialects.ir.types import NONE, TensorType
 
 from .device.tensor import Tensor
 from .signature import target_device
+from .containers import is_container, unwrap, wrap
 
 
 def _static(t):
@@ -38,16 +47,46 @@ def _static(t):
 ALWAYS_STAGED = {"onnx.NonZero", "onnx.Compress", "onnx.NonMaxSuppression", "onnx.Unique"}
 
 
+# The optional ops also take plain tensors, or nothing (OptionalHasElement()
+# is false): host steps like the rest of their family.
+CONTAINER_OPS = {"onnx.Optional", "onnx.OptionalHasElement", "onnx.OptionalGetElement"}
+# Ops that run as host steps, so the importer keeps them whole rather than
+# expanding those ONNX defines as functions (SequenceMap into a Loop).
+HOST_STEP_OPS = {"SequenceMap", "SequenceConstruct", "SequenceEmpty", "SequenceInsert", "SequenceAt",
+                 "SequenceErase", "SequenceLength", "SplitToSequence", "ConcatFromSequence",
+                 "Optional", "OptionalHasElement", "OptionalGetElement"}
+
+
+def host_step(op):
+    """An op that runs as a host step whatever the shapes: it takes or makes
+    a sequence or optional (a Python list / None at run time: no loop nest
+    holds one), or it is control flow whose body does (Loop carrying a
+    sequence, If returning one, SequenceMap) or whose body's shapes change
+    from one iteration to the next (a Slice by the iteration number)."""
+    if op.name in CONTAINER_OPS or any(is_container(v.type) for v in list(op.operands) + list(op.results)):
+        return True
+    if not op.regions:
+        return False
+    for inner in op.walk():
+        if inner is op:
+            continue
+        vals = list(inner.results) + [a for r in inner.regions for b in r.blocks for a in b.args]
+        if any(is_container(v.type) or not _static(v.type) for v in vals):
+            return True
+    return False
+
+
 def first_data_dependent(module):
     """Index (in @main_graph's body) of the first op whose operands all have
-    static shapes and whose results do not (or one of ALWAYS_STAGED, or an op
-    the runtime computes in Python: runtime/host_ops), or None."""
+    static shapes and whose results do not (or one of ALWAYS_STAGED, a
+    host_step, or an op the runtime computes in Python: runtime/host_ops), or
+    None."""
     from .host_ops import is_host_op
     block = module.lookup_function("main_graph").regions[0].blocks[0]
     for i, op in enumerate(block.ops):
         if op.name.startswith("onnx.") and op.name not in ("onnx.Constant", "onnx.NoValue") and \
-                all(_static(v.type) for v in op.operands) and \
-                (op.name in ALWAYS_STAGED or is_host_op(op) or not all(_static(r.type) for r in op.results)):
+                (host_step(op) or all(_static(v.type) for v in op.operands) and
+                 (op.name in ALWAYS_STAGED or is_host_op(op) or not all(_static(r.type) for r in op.results))):
             return i
     return None
 
@@ -124,7 +163,7 @@ class StagedRun:
         refine_result_types(op)  # the suffix takes its results as arguments: they need a rank
         text, res = _print(module)
         model, values = _op_model(op, module)
-        evaluator = HostOpRunner(model) if is_host_op(op) else ReferenceEvaluator(model)
+        evaluator = HostOpRunner(model) if is_host_op(op) else ReferenceEvaluator(model, new_ops=[Optional])
         # where each operand (then each value a body captures) comes from:
         # ("arg", i), ("const", array), ("prefix", k), or None for an absent
         # optional operand
@@ -139,8 +178,10 @@ class StagedRun:
             else:
                 sources.append(("prefix", len(returned)))
                 returned.append(index_of_value(block, v))
-        ranks = [len(r.type.shape) if isinstance(r.type, TensorType) and r.type.shape is not None else None
-                 for r in op.results if r.type is not NONE]
+        # per result: its rank, None for an unranked tensor, "value" for a
+        # sequence or optional (a list / None, passed on as it is)
+        ranks = [len(r.type.shape) if isinstance(r.type, TensorType) and r.type.shape is not None else
+                 "value" if is_container(r.type) else None for r in op.results if r.type is not NONE]
 
         prefix, prefix_args = None, None
         if returned:
@@ -170,9 +211,12 @@ class StagedRun:
         for k, r in enumerate(sop.results):
             if r.type is NONE:
                 continue
-            a = sblock.add_arg(r.type)
+            # A sequence's or optional's element shapes are the value's (the
+            # suffix is specialized on them): the inferred ones may be wrong
+            # (a Loop growing a sequence of length-i tensors).
+            a = sblock.add_arg(_unranked(r.type) if is_container(r.type) else r.type)
             r.replace_all_uses_with(a)
-            names.append(A.DictAttr({"onnx.name": A.StringAttr(f"stage_result_{index}_{k}")}))
+            names.append(A.DictAttr({"onnx.name": A.StringAttr(f"stage_result_{a.index}")}))  # unique per arg
         sf.attributes["arg_attrs"] = A.ArrayAttr(names)
         set_function_type(sf)
         PassManager(sctx, parse_pipeline("dce", sctx)).run(sm)
@@ -219,7 +263,7 @@ class StagedRun:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             outs = self.evaluator.run(None, feeds)
-        outs = [_to_rank(np.asarray(o), r) for o, r in zip(outs, self.ranks)]
+        outs = [o if r == "value" else _to_rank(np.asarray(o), r) for o, r in zip(outs, self.ranks)]
         values = list(inputs) + outs
         if self.outmap is None:
             return self.suffix.run(_pick(values, self.suffix_args), output_names, output_device)
@@ -254,6 +298,20 @@ def _drop_unused_args(func):
         func.attributes["arg_attrs"] = A.ArrayAttr([names[i] for i in keep])
     set_function_type(func)
     return keep
+
+
+def _unranked(t):
+    kinds, inner = unwrap(t)
+    return wrap(kinds, TensorType(None, inner.element)) if inner is not None else t
+
+
+class Optional(OpRun):  # the name onnx.reference keys overrides by
+    """onnx.reference's Optional returns [x] for x (an optional holding a
+    sequence of one sequence); an optional is its value or None."""
+    op_domain = ""
+
+    def _run(self, x=None, type=None):  # noqa: A002 (the attribute's name)
+        return (x,)
 
 
 def _op_model(op, module):
@@ -306,3 +364,87 @@ def value_at(block, loc):
 def _with_output(options, output):
     from dataclasses import replace
     return replace(options, output=output)
+
+
+def drop_container_args(func):
+    """Removes func's sequence and optional arguments (unused by its ops:
+    every op taking one is a host step); returns the indices kept."""
+    from tcc.dialects.ir import attributes as A
+    block = func.regions[0].blocks[0]
+    keep = [i for i, a in enumerate(block.args) if not is_container(a.type)]
+    arg_attrs = list(func.attributes["arg_attrs"].elements) if "arg_attrs" in func.attributes else None
+    block.args = [block.args[i] for i in keep]
+    for n, a in enumerate(block.args):
+        a.index = n
+    if arg_attrs is not None:
+        func.attributes["arg_attrs"] = A.ArrayAttr([arg_attrs[i] for i in keep])
+    return keep
+
+
+def passes_containers(module):
+    """Whether @main_graph (cut at every host step already) still takes or
+    returns a sequence or optional: then only passes it through."""
+    block = module.lookup_function("main_graph").regions[0].blocks[0]
+    return any(is_container(v.type) for v in list(block.args) + list(block.last.operands))
+
+
+class ForwardRun:
+    """The end of a staged chain: the sequences and optionals it returns are
+    its own arguments (every op making one ran as a host step before), its
+    tensor outputs are computed natively (`inner`, None when there are none)."""
+
+    def __init__(self, inner, keep, routes, names):
+        self.inner, self.keep, self.routes, self.names = inner, keep, routes, names
+
+    @classmethod
+    def build(cls, module, options, path, compile_fn, compiler=None):
+        """Compiles the tensor part of `module` (its container arguments and
+        results dropped) with compile_fn, like StagedRun.build."""
+        from tcc.dialects.builtin import set_function_type
+        from tcc.dialects.ir import attributes as A
+        from tcc.dialects.ir.errors import TccError
+
+        from .loader import load
+        func = module.lookup_function("main_graph")
+        block = func.regions[0].blocks[0]
+        ret = block.last
+        routes, native = [], []
+        for v in ret.operands:
+            if is_container(v.type) or v.type is NONE:
+                if v not in block.args:
+                    raise TccError(f"a {v.type} result that no host step makes cannot run natively")
+                routes.append(("arg", block.args.index(v)))
+            else:
+                routes.append(("native", len(native)))
+                native.append(v)
+        inner = None
+        names = [d["onnx.name"].value if "onnx.name" in d else f"output_{k}"
+                 for k, d in enumerate(func.get_attr("res_attrs") or [{}] * len(routes))]
+        keep = [i for i, a in enumerate(block.args) if not is_container(a.type)]  # drop_container_args's
+        if native:
+            for a in block.args:
+                if is_container(a.type) and any(u is not ret for u, _ in a.uses):
+                    raise TccError(f"argument #{a.index} ({a.type}) is used by an op that is not a host step")
+            res_attrs = list(func.attributes["res_attrs"].elements) if "res_attrs" in func.attributes else None
+            if res_attrs is not None:
+                func.attributes["res_attrs"] = A.ArrayAttr(
+                    [res_attrs[k] for k, (kind, _) in enumerate(routes) if kind == "native"])
+            ret.set_operands(native)
+            drop_container_args(func)
+            set_function_type(func)
+            opts = _with_output(options, path + ".suffix.tcc")
+            compile_fn(module, None, opts, True)
+            inner = load(opts.output, compiler)
+        return cls(inner, keep, routes, names)
+
+    def specializations(self):
+        return [self.inner] if self.inner is not None else []
+
+    def run(self, inputs, output_names=None, output_device=None):
+        outs = self.inner.run([inputs[i] for i in self.keep], None, output_device) \
+            if self.inner is not None else []
+        outs = [inputs[w] if kind == "arg" else outs[w] for kind, w in self.routes]
+        if output_names is not None:
+            by_name = dict(zip(self.names, outs))
+            outs = [by_name[n] for n in output_names]
+        return outs

@@ -95,11 +95,16 @@ def _type_string(elem_type):
 
 
 def _node_arg(vi):
-    t = vi.type.tensor_type
+    tp, wrap = vi.type, "{}"
+    while tp.WhichOneof("value") in ("sequence_type", "optional_type"):  # as onnxruntime: seq(tensor(float))
+        kind = tp.WhichOneof("value")
+        wrap = wrap.format(("seq(" if kind == "sequence_type" else "optional(") + "{})")
+        tp = getattr(tp, kind).elem_type
+    t = tp.tensor_type
     shape = None
-    if t.HasField("shape"):
+    if t.HasField("shape") and wrap == "{}":
         shape = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in t.shape.dim]
-    return NodeArg(vi.name, _type_string(t.elem_type), shape)
+    return NodeArg(vi.name, wrap.format(_type_string(t.elem_type)), shape)
 
 
 def _np_type_string(dtype):
@@ -111,7 +116,11 @@ def _np_type_string(dtype):
 
 
 def _sig_node_arg(spec):
-    return NodeArg(spec["name"], _np_type_string(spec["dtype"]), list(spec["shape"]))
+    kinds = spec.get("container", [])
+    t = _np_type_string(spec["dtype"])
+    for k in reversed(kinds):
+        t = f"{'seq' if k == 'seq' else 'optional'}({t})"
+    return NodeArg(spec["name"], t, None if kinds else list(spec["shape"]))
 
 
 def _maccel_for(providers):
@@ -224,6 +233,9 @@ class InferenceSession:
             arg = self._by_name.get(name)
             if arg is None:
                 raise InvalidArgument(f"{_PREFIX}Invalid input name: {name}")
+            if arg.type.startswith(("seq(", "optional(")):  # a list / None: the session checks it
+                arrays[name] = value
+                continue
             want = self._np_types[name]
             if not hasattr(value, "dtype"):
                 value = np.asarray(value, dtype=want)
@@ -254,7 +266,7 @@ class InferenceSession:
                     raise InvalidArgument(f"{_PREFIX}Invalid output name:{n}")
         arrays = self._check(dict(input_feed))
         outs = self._sess.run(arrays, list(output_names) if output_names else None)
-        return [np.asarray(o) for o in outs]
+        return [o if o is None or isinstance(o, list) else np.asarray(o) for o in outs]
 
     def __repr__(self):
         return f"<tcc.InferenceSession {self._maccel}: {self._inputs} -> {self._outputs}>"

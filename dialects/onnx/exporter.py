@@ -7,7 +7,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ..ir import attributes as A
-from ..ir.types import NONE
+from ..ir.types import NONE, ShapedType
 from .dialect import OPSET_ATTR, graph_attribute_names, schema_for, split_op_name
 from .types import dtype_from_element, onnx_type
 
@@ -154,7 +154,8 @@ def single_node_model(op, input_values, module=None, captures=()):
             ex.names[r] = f"o{i}"
     node = ex.node(op)
     inputs = [helper.make_tensor_value_info(f"i{i}", dtype_from_element(v.type.element), None)
-              for i, v in enumerate(values) if v.type is not NONE]
+              if isinstance(v.type, ShapedType) else helper.make_value_info(f"i{i}", onnx_type(v.type))
+              for i, v in enumerate(values) if v.type is not NONE]  # sequences, optionals: their type
     outputs = [helper.make_value_info(f"o{i}", onnx.TypeProto())
                for i, r in enumerate(op.results) if r.type is not NONE]
     g = helper.make_graph([node], "fold", inputs, outputs)

@@ -75,3 +75,30 @@ def test_loop_with_known_trip_count(trips, cond):
     check([h.make_node("Loop", ["M", "c0", "s0"], ["sT", "all"], body=_loop_body())],
           {"s0": f(2, 3), "x": f(2, 3)}, {"sT": (np.float32, [2, 3]), "all": (np.float32, [trips if cond else 0, 2, 3])},
           opset=11, initializers=inits)
+
+
+@pytest.mark.parametrize("direction", [0, 1])
+def test_scan8_batch_axis(direction):
+    """Scan-8: batch axis 0 on every operand and result, the scan along axis
+    1, no sequence_lens; a running sum and a running max as the state."""
+    body = h.make_graph([h.make_node("Add", ["s", "x"], ["s2"]), h.make_node("Max", ["m", "x"], ["m2"]),
+                         h.make_node("Mul", ["s2", "m2"], ["o"])], "body",
+                        [vi("s", [3]), vi("m", [3]), vi("x", [3])], [vi("s2", [3]), vi("m2", [3]), vi("o", [3])])
+    check([h.make_node("Scan", ["", "s0", "m0", "xs"], ["s", "m", "os"], body=body, num_scan_inputs=1,
+                       directions=[direction])],
+          {"s0": f(2, 3), "m0": f(2, 3), "xs": f(2, 5, 3)}, {"s": np.float32, "m": np.float32, "os": np.float32},
+          opset=8)
+
+
+def test_scan8_sequence_lens_refused_in_one_line():
+    from newops_helpers import model
+
+    import tcc
+    from tcc.dialects.ir.errors import TccError
+    body = h.make_graph([h.make_node("Add", ["s", "x"], ["s2"])], "body", [vi("s", [3]), vi("x", [3])], [vi("s2", [3])])
+    m = model([h.make_node("Scan", ["lens", "s0", "xs"], ["s"], body=body, num_scan_inputs=1)],
+              {"lens": np.array([5, 3], np.int64), "s0": f(2, 3), "xs": f(2, 5, 3)}, {"s": np.float32}, opset=8)
+    with pytest.raises(TccError) as e:
+        tcc.compile(m, maccel=[], cache=False)
+    text = str(e.value)
+    assert len(text.splitlines()) == 1 and "Scan-8 with sequence_lens is not supported" in text, text

@@ -14,6 +14,7 @@ the op's body graph, lowered in place by the same lowerings:
 Values the body captures from the enclosing graph are read where they are."""
 from __future__ import annotations
 
+from ....ir.types import NONE
 from ....transforms.shape_inference import loop_trip_count
 from ..registry import lowering
 
@@ -28,9 +29,17 @@ def _axes(cx, op, name, n, ranks):
 def _slice_copy(L, src, dst, axis, t, into):
     """dst[...] = src[..., t, ...] (into=False) or src[...] -> dst[..., t, ...]
     (into=True), t at `axis` of the stacked tensor."""
+    _part_copy(L, src, dst, [(axis, t)], into)
+
+
+def _part_copy(L, src, dst, fixed, into):
+    """_slice_copy with several fixed indices: `fixed` lists (axis, index)
+    of the larger tensor, by ascending axis (Scan-8: batch b, step t)."""
     shape = (src if into else dst).type.shape
     with L.loops(shape) as ivs:
-        full = list(ivs[:axis]) + [t] + list(ivs[axis:])
+        full = list(ivs)
+        for axis, t in fixed:
+            full.insert(axis, t)
         if into:
             L.store(L.load(src, ivs), dst, full)
         else:
@@ -71,7 +80,7 @@ def _end_step(cx, op, it, T, yld, state, stacked, first, out_axes, out_dirs):
 def lower_scan(cx, op):
     L = cx.L
     if cx.opset() < 9:
-        cx.fail(op, "Scan-8 (batch axis, sequence_lens) is not supported; re-export with opset >= 9")
+        return _lower_scan8(cx, op)
     body = op.regions[0].blocks[0]
     M = cx.attr(op, "num_scan_inputs")
     N = len(op.operands) - M
@@ -99,6 +108,57 @@ def lower_scan(cx, op):
             cx.bufs[body.args[i]] = state[i]
         yld = cx.lower_ops(body, " (in a loop body)")
         _end_step(cx, op, it, T, yld, state, stacked, 0, out_axes, out_dirs)
+
+
+def _lower_scan8(cx, op):
+    """Scan-8: every operand and result has a batch axis 0 (scan inputs and
+    outputs scan along axis 1); the body, per batch element, is Scan-9's.
+    An outer loop over the batch with the state in buffers of its own."""
+    L = cx.L
+    if op.operands[0].type is not NONE:
+        cx.fail(op, "Scan-8 with sequence_lens is not supported (leave it out when every sequence is full "
+                    "length, or re-export with opset >= 9)")
+    body = op.regions[0].blocks[0]
+    M = cx.attr(op, "num_scan_inputs")
+    operands = op.operands[1:]
+    N = len(operands) - M
+    ins, outs = operands[N:], op.results[N:]
+    dirs = list(cx.attr(op, "directions") or [0] * M)
+    lengths = {v.type.shape[1] for v in ins}
+    if len(lengths) != 1:
+        cx.fail(op, f"Scan inputs disagree on the scan length: {sorted(lengths)}")
+    T, B = lengths.pop(), op.results[0].type.shape[0] if op.results else ins[0].type.shape[0]
+    finals = [cx.out(r) for r in op.results[:N]]
+    stacked = [cx.out(r) for r in outs]
+    with L.loop(0, B) as b:
+        state = []
+        for i in range(N):
+            s = L.alloc(body.args[i].type.shape, body.args[i].type.element)
+            _part_copy(L, cx.buf(operands[i]), s, [(0, b)], into=False)
+            state.append(s)
+        if T:
+            with L.loop(0, T) as it:
+                for j, v in enumerate(ins):
+                    arg = body.args[N + j]
+                    sl = L.alloc(arg.type.shape, arg.type.element)
+                    _part_copy(L, cx.buf(v), sl, [(0, b), (1, _reversed(L, it, T, dirs[j]))], into=False)
+                    cx.bufs[arg] = sl
+                for i in range(N):
+                    cx.bufs[body.args[i]] = state[i]
+                yld = cx.lower_ops(body, " (in a loop body)")
+                L.loc = op.loc
+                for k, dst in enumerate(stacked):
+                    _part_copy(L, cx.buf(yld.operands[N + k]), dst, [(0, b), (1, it)], into=True)
+                for i, s in enumerate(state):
+                    new = cx.buf(yld.operands[i])
+                    if new is not s:
+                        L.op("loop.copy", [new, s])
+                from ..convert import insert_deallocs
+                insert_deallocs(it.block)
+        for i, s in enumerate(state):
+            _part_copy(L, s, finals[i], [(0, b)], into=True)
+        from ..convert import insert_deallocs
+        insert_deallocs(b.block)
 
 
 @lowering("Loop")
