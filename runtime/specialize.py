@@ -97,14 +97,14 @@ class _Generic:
         from tcc.dialects.onnx.exporter import export_model
 
         from .host_ops import is_host_op
-        from .staged import ALWAYS_STAGED, _reparse
+        from .staged import ALWAYS_STAGED, _reparse, host_step
         module = _reparse(ir, res, new_context())
         # Ops tcc answers in its own terms (runtime/host_ops: RE2 patterns, the
-        # ml and string kernels; the two-phase ops) never take the evaluator's
+        # ml and string kernels; the two-phase ops; sequences) never take the evaluator's
         # answer instead, which may differ (Python's `re` is not RE2): such a
         # model waits for its specialization, as with TCC_SPECIALIZE=sync.
         for op in module.walk():
-            if op.name in ALWAYS_STAGED or is_host_op(op):
+            if op.name in ALWAYS_STAGED or is_host_op(op) or (op.name.startswith("onnx.") and host_step(op)):
                 raise TccError(f"{op.name} has no shape-generic path")
         self.evaluator = ReferenceEvaluator(export_model(module))
         self.lock = threading.Lock()
@@ -201,7 +201,9 @@ class SpecializingSession(SignatureMixin):
         its compile runs in the background) the generic path's outputs."""
         on_worker = threading.current_thread().name.startswith("tcc-specialize")
         if on_worker or self._compiler is None or not background_enabled() or \
+                any(t.container for t in self._inputs) or \
                 (cache.plugins_cacheable(self._maccel) and cache.lookup(key) is not None):
+            # (a model taking sequences or optionals runs host steps: see _Generic)
             return self._specialize(key, arrays)  # a cache hit loads in ms; no compiler raises
         generic = output_device is None
         if generic:
