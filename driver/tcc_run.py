@@ -2,6 +2,7 @@
 ones), prints its outputs or writes them as .npy files, and times it."""
 from __future__ import annotations
 
+import json
 import os
 import statistics
 import time
@@ -49,6 +50,8 @@ def _describe(a):
     if a is None:
         return "empty optional"
     if isinstance(a, list):
+        if a and isinstance(a[0], dict):  # ZipMap's rows: label -> probability
+            return f"sequence of {len(a)} maps of {len(a[0])} entries: first {a[0]}"
         return f"sequence of {len(a)}: " + ", ".join(f"{e.dtype}{list(e.shape)}" for e in a)
     return f"{a.dtype}{list(a.shape)}  {_summary(a)}"
 
@@ -90,7 +93,8 @@ def _summary(a):
 @click.option("--random-inputs", is_flag=True, help="Feed random inputs of the signature's shapes and dtypes.")
 @click.option("--repeat", type=click.IntRange(1), default=1, show_default=True,
               help="Run N times and print the median latency.")
-@click.option("--output-dir", default=None, help="Write each output to DIR/<name>.npy.")
+@click.option("--output-dir", default=None, help="Write each output to DIR/<name>.npy (a sequence: <name>.npz of its elements; "
+              "a sequence of maps, ZipMap's: <name>.json).")
 @click.option("--profile", is_flag=True, help="Then time each step of the plan (every partition, on its "
               "accelerator or the host, with the copies into it) over --repeat runs (at least 5) and print "
               "their medians as a table.")
@@ -118,7 +122,10 @@ def cli(artifact, inputs, random_inputs, repeat, output_dir, profile, debug):
         os.makedirs(output_dir, exist_ok=True)
         for name, a in zip(sess.output_names, outs):
             safe = name.replace(os.sep, "_").replace("/", "_") or "output"
-            if isinstance(a, list):  # a sequence: its elements in order
+            if isinstance(a, list) and a and isinstance(a[0], dict):  # a sequence of maps: JSON, no pickle
+                with open(os.path.join(output_dir, safe + ".json"), "w") as f:
+                    json.dump([{str(k): float(v) for k, v in m.items()} for m in a], f)
+            elif isinstance(a, list):  # a sequence: its elements in order
                 np.savez(os.path.join(output_dir, safe + ".npz"), *a)
             elif a is not None:  # an empty optional writes nothing
                 # strings as a numpy str array: an object array's .npy needs pickle to load

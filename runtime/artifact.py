@@ -72,7 +72,8 @@ class TensorSpec:
     @classmethod
     def from_json(cls, d):
         container = tuple(str(k) for k in d.get("container", ()))
-        if any(k not in ("seq", "opt") for k in container):
+        from .containers import valid_kind
+        if not all(valid_kind(k) for k in container):
             raise ValueError(f"unknown container {list(container)} of '{d['name']}'")
         shape = None if d["shape"] is None and container else tuple(int(x) for x in d["shape"])
         return cls(str(d["name"]), shape, str(d["element"]), container)

@@ -9,15 +9,21 @@ is compiled natively per shape, as for any dynamic model.
 
 This module is what the signature, the input checks and the specialization
 key need to know about them: a spec's `container` ("seq", "opt", outermost
-first) names the wrapping around its tensor `shape`/`element`."""
+first) names the wrapping around its tensor `shape`/`element`. A map
+(`!onnx.Map<K, V>`, what ai.onnx.ml's ZipMap makes: a dict at run time) is
+the kind "map:K", K its key's element type."""
 from __future__ import annotations
 
 import numpy as np
 
-from tcc.dialects.ir.types import DialectType, TensorType
+from tcc.dialects.ir.types import DialectType, TensorType, parse_element_name
 
-SEQ, OPT = "onnx.Seq", "onnx.Opt"
-_KIND = {SEQ: "seq", OPT: "opt"}
+SEQ, OPT, MAP = "onnx.Seq", "onnx.Opt", "onnx.Map"
+_KIND = {SEQ: "seq", OPT: "opt", MAP: "map"}
+
+
+def valid_kind(k) -> bool:
+    return k in ("seq", "opt") or (k.startswith("map:") and len(k) > 4)
 
 
 def is_container(t) -> bool:
@@ -30,14 +36,21 @@ def unwrap(t):
     None when the IR does not say)."""
     kinds = []
     while is_container(t):
-        kinds.append(_KIND[t.name])
-        t = t.params[0] if t.params else None
+        if t.name == MAP:
+            kinds.append(f"map:{t.params[0]}")
+            t = t.params[1] if len(t.params) > 1 else None
+        else:
+            kinds.append(_KIND[t.name])
+            t = t.params[0] if t.params else None
     return tuple(kinds), (t if isinstance(t, TensorType) else None)
 
 
 def wrap(kinds, tensor):
     for k in reversed(kinds):
-        tensor = DialectType(SEQ if k == "seq" else OPT, (tensor,) if tensor is not None else ())
+        if k.startswith("map:"):
+            tensor = DialectType(MAP, (parse_element_name(k[4:]), tensor))
+        else:
+            tensor = DialectType(SEQ if k == "seq" else OPT, (tensor,) if tensor is not None else ())
     return tensor
 
 
@@ -45,7 +58,7 @@ def describe(kinds, shape, dtype):
     """How an error spells a spec: 'sequence of float32[?, 3]'."""
     dims = "[*]" if shape is None else str(["?" if d < 0 else d for d in shape]).replace("'", "")
     words = {"seq": "sequence of ", "opt": "optional "}
-    return "".join(words[k] for k in kinds) + f"{dtype}{dims}"
+    return "".join(words.get(k, f"map from {k[4:]} to ") for k in kinds) + f"{dtype}{dims}"
 
 
 def check(name, kinds, shape, dtype, value, host_array=np.asarray):
@@ -67,6 +80,10 @@ def check(name, kinds, shape, dtype, value, host_array=np.asarray):
             return a
         if kinds[depth] == "opt":
             return None if v is None else walk(v, depth + 1, where)
+        if kinds[depth].startswith("map:"):
+            if not isinstance(v, dict):
+                raise ValueError(f"{where} is a map: expected a dict, got {type(v).__name__}")
+            return {k: walk(e, depth + 1, f"{where}[{k!r}]") for k, e in v.items()}
         if not isinstance(v, (list, tuple)):
             got = "None" if v is None else type(v).__name__
             raise ValueError(f"{where} is a sequence: expected a list of tensors, got {got}")
@@ -84,6 +101,8 @@ def key(value) -> str:
         return "None"
     if isinstance(value, list):
         return "[" + ",".join(key(e) for e in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k!r}:{key(e)}" for k, e in value.items()) + "}"
     return f"{value.dtype}{list(value.shape)}"
 
 
@@ -108,7 +127,7 @@ def concrete_type(declared, value):
         if depth == len(kinds):
             leaves.append(v.shape)
         elif v is not None:
-            for e in (v if kinds[depth] == "seq" else [v]):
+            for e in (v if kinds[depth] == "seq" else v.values() if isinstance(v, dict) else [v]):
                 collect(e, depth + 1)
     collect(value, 0)
     if not leaves or tensor is None:

@@ -216,7 +216,7 @@ class StagedRun:
             # (a Loop growing a sequence of length-i tensors).
             a = sblock.add_arg(_unranked(r.type) if is_container(r.type) else r.type)
             r.replace_all_uses_with(a)
-            names.append(A.DictAttr({"onnx.name": A.StringAttr(f"stage_result_{a.index}")}))  # unique per arg
+            names.append(A.DictAttr({"onnx.name": A.StringAttr(_fresh_name(names, f"stage_result_{index}_{k}"))}))
         sf.attributes["arg_attrs"] = A.ArrayAttr(names)
         set_function_type(sf)
         PassManager(sctx, parse_pipeline("dce", sctx)).run(sm)
@@ -275,6 +275,18 @@ class StagedRun:
         if output_names is not None:
             full = [full[self.out_names.index(n)] for n in output_names]
         return full
+
+
+def _fresh_name(attrs, base):
+    """`base`, or `base_1`, ... whichever no argument in `attrs` has: a stage
+    cut again has its outer stage's results among its arguments (and a
+    placed session finds its arguments by name: two of one name took one
+    array for both)."""
+    taken = {d.value["onnx.name"].value for d in attrs if "onnx.name" in d.value}
+    name, j = base, 1
+    while name in taken:
+        name, j = f"{base}_{j}", j + 1
+    return name
 
 
 def _pick(values, indices):

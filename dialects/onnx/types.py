@@ -111,8 +111,13 @@ def schema_type_string(t: Type) -> str:
         if t.name == "onnx.Opt":
             return f"optional({schema_type_string(t.params[0])})" if t.params else "optional"
         if t.name == "onnx.Map":
+            # the schemas spell a map's tensor value by its element alone
+            # (ZipMap: 'seq(map(int64, float))')
             k = _ELEMENT_TO_SCHEMA.get(str(t.params[0]), str(t.params[0]))
-            return f"map({k},{schema_type_string(t.params[1])})"
+            v = t.params[1]
+            vs = _ELEMENT_TO_SCHEMA.get(str(v.element), str(v.element)) if isinstance(v, TensorType) \
+                else schema_type_string(v)
+            return f"map({k}, {vs})"
     return str(t)
 
 
