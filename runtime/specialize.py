@@ -334,8 +334,13 @@ class SpecializingSession(SignatureMixin):
     def session_for(self, inputs):
         """The session that runs these inputs (compiled for their shapes on first use)."""
         arrays = self._check_dynamic(inputs)
-        with self._lock:
-            return self._compiled(arrays)
+        key = self._key(arrays)
+        sess = self._cache.get(key)
+        if sess is None:
+            with self._lock:
+                fut = self._pending.get(key)
+            sess = fut.result() if fut is not None else self._specialize(key, arrays)
+        return sess
 
     def run(self, inputs, output_names=None, output_device=None):
         arrays = self._check_dynamic(inputs)
