@@ -24,7 +24,10 @@ PROBE = textwrap.dedent("""
 
 
 def _pytest(path, *args, env=None):
-    cmd = [sys.executable, "-m", "pytest", "-p", "test.conftest", "-p", "no:cacheprovider", "-s", *args]
+    # the probe's own folder is its rootdir, so node ids read test_probe.py::...
+    # wherever the checkout is (a clone under /tmp made /tmp the rootdir)
+    cmd = [sys.executable, "-m", "pytest", "-p", "test.conftest", "-p", "no:cacheprovider", "-s",
+           f"--rootdir={os.path.dirname(str(path[0]))}", *args]
     return subprocess.run(cmd + [str(a) for a in path], capture_output=True, text=True, cwd=REPO, timeout=300,
                           env={**os.environ, **(env or {})})
 
