@@ -24,7 +24,7 @@ HOST = allowlist("allowlist_host.txt")
 # The allow-list's size when last regenerated: it may only grow, so a case
 # that stops passing cannot leave the list unnoticed when it is rewritten.
 # Raise this (never lower it) with the regenerated list.
-HOST_CASES = 1863
+HOST_CASES = 1877
 INT_NAMES = {"int4", "uint4", "int2", "uint2"}  # ml_dtypes' sub-byte integers
 
 
