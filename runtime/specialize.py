@@ -16,10 +16,16 @@ The artifact itself is written ahead of time by `driver/specializing.py`.
 A new input shape does not wait for its compile (issue 16, item 2): the
 compile starts on a background thread (one per process: compiles run one at
 a time), and until it lands, calls at that shape run the shape-generic path,
-the stored IR itself (dynamic dims) through onnx's reference evaluator. Where
-the generic path cannot run a call (an op the evaluator lacks, an input the
-model cannot take), the call waits for the compile instead, which gives the
-one-line error. A specialization already in the compile cache on disk is
+the stored IR itself (dynamic dims) through tcc's shape-generic executor
+(runtime/generic: numpy and the cpu accelerator's C kernels, a plan built
+once per session, no compile). Host ops (strings, ai.onnx.ml) and the
+two-phase ops (NonZero, NonMaxSuppression...) run there as in the compiled
+path (the same host kernels and reference evaluator for that op). Models
+taking or returning sequences or optionals, or with an op that makes one
+inside, wait for their compile (their host steps pass lists between
+stages, which the plan's tensor table does not model). Where the generic
+path cannot run a call (an input the model cannot take), the call waits for
+the compile instead, which gives the one-line error. A specialization already in the compile cache on disk is
 loaded at once. `TCC_SPECIALIZE=sync` compiles on the caller's thread (as
 before; there, on the main thread, a plugin hook that hangs is also timed
 out: TCC_HOOK_TIMEOUT needs the main thread's SIGALRM).
@@ -37,7 +43,6 @@ import hashlib
 import os
 import tempfile
 import threading
-import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -87,33 +92,15 @@ def background_enabled():
 
 
 class _Generic:
-    """The shape-generic path: the stored IR, dynamic dims and all, run by
-    onnx's reference evaluator (exported once per session)."""
+    """The shape-generic path: runtime/generic's plan over the stored IR,
+    dynamic dims and all (built once per session)."""
 
     def __init__(self, ir, res):
-        from onnx.reference import ReferenceEvaluator
-
-        from tcc.dialects.init_all import new_context
-        from tcc.dialects.onnx.exporter import export_model
-
-        from .host_ops import is_host_op
-        from .staged import ALWAYS_STAGED, _reparse, host_step
-        module = _reparse(ir, res, new_context())
-        # Ops tcc answers in its own terms (runtime/host_ops: RE2 patterns, the
-        # ml and string kernels; the two-phase ops; sequences) never take the evaluator's
-        # answer instead, which may differ (Python's `re` is not RE2): such a
-        # model waits for its specialization, as with TCC_SPECIALIZE=sync.
-        for op in module.walk():
-            if op.name in ALWAYS_STAGED or is_host_op(op) or (op.name.startswith("onnx.") and host_step(op)):
-                raise TccError(f"{op.name} has no shape-generic path")
-        self.evaluator = ReferenceEvaluator(export_model(module))
-        self.lock = threading.Lock()
+        from .generic import GenericPlan
+        self.plan = GenericPlan(ir, res)
 
     def run(self, arrays, names):
-        with self.lock, warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            outs = self.evaluator.run(None, dict(zip(names, arrays)))
-        return [np.asarray(o) for o in outs]
+        return self.plan.run(list(arrays))
 
 
 def is_specializing(manifest):

@@ -1,0 +1,232 @@
+"""The shape-generic executor's plan: the stored onnx-dialect IR walked once
+per session into a flat list of steps over a value table indexed by
+integers. Each step is a kernel closure (attributes parsed, constants
+converted to numpy once: toolkit.py) and the table slots it reads and
+writes; a run copies the table's initial state (constants), puts the inputs
+in, and calls the steps in order: no per-call dict building, no attribute
+parsing, no compile.
+
+Values are sorted into kinds at build time: constants (and whatever
+computes from constants only: folded once, here), *shape values* (computed
+from constants and the input shapes only: the Shape/Gather/Concat/Range/
+Where chains exporters write, causal masks included) and data. Shape
+values are computed on the first run at an input-shape key and kept for
+that key (the last KEYS keys), so later runs at it call only the data
+steps. A value's shape counts as known from the input shapes where its op
+is not data-dependent (ALWAYS_STAGED, host ops, control flow) and its
+operands' shapes are, and every operand but the first is constant or a
+shape value, or the op is one whose result shape follows its operands'
+shapes alone (SHAPE_FOLLOWS).
+
+An op with no kernel here (or attributes its kernel does not serve) runs
+onnx.reference's implementation of that one op (the one-node model
+runtime/staged.py builds, whose evaluator the two-phase path also uses, so
+both paths give the same answer); an op runtime/host_ops computes (strings,
+ai.onnx.ml, TfIdfVectorizer) runs that kernel, as the compiled path does."""
+from __future__ import annotations
+
+import threading
+import warnings
+from collections import OrderedDict
+
+import numpy as np
+
+from tcc.dialects.ir.errors import TccError
+from tcc.dialects.ir.types import NONE
+
+from . import elementwise, nn, reduce, shape  # noqa: F401 - they register their kernels
+from .toolkit import KERNELS, GenericShapeError, Node
+
+KEYS = 16  # input-shape keys whose shape values are kept
+NONDETERMINISTIC = {"onnx.RandomNormal", "onnx.RandomUniform", "onnx.RandomNormalLike", "onnx.RandomUniformLike",
+                    "onnx.Bernoulli", "onnx.Multinomial", "onnx.Dropout"}
+# Ops whose result shapes depend on their operands' shapes only, never on values.
+SHAPE_FOLLOWS = {"onnx." + n for n in (
+    "Add Sub Mul Div Pow Mod Max Min Sum Mean Equal Less Greater LessOrEqual GreaterOrEqual And Or Xor Not Where "
+    "Abs Neg Exp Log Sqrt Reciprocal Sin Cos Tan Tanh Sigmoid Relu LeakyRelu Elu Gelu Erf Softplus Softsign "
+    "HardSigmoid Floor Ceil Round Sign IsNaN IsInf Cast Identity Clip MatMul Gemm Softmax LogSoftmax "
+    "LayerNormalization BatchNormalization Conv MaxPool AveragePool GlobalAveragePool GlobalMaxPool Transpose "
+    "Gather GatherElements GatherND Concat Flatten Shape Size ArgMax ArgMin Einsum CumSum LSTM GRU RNN Trilu "
+    "Dropout").split()}
+SHAPE_SOURCES = {"onnx.Shape", "onnx.Size"}
+CONST, ARG, SHAPE, DATA = range(4)
+
+
+class GenericPlan:
+    """Runs the stored IR at any input shape (see the module docstring).
+    Raises TccError at build where the model has an op this path cannot run
+    in tcc's terms (a sequence or optional: a host step of the compiled
+    path)."""
+
+    def __init__(self, ir, res):
+        from tcc.dialects.init_all import new_context
+        from tcc.dialects.onnx.exporter import opset_imports
+        from tcc.dialects.transforms.constants import constant_value
+
+        from ..host_ops import HostOpRunner, is_host_op
+        from ..staged import ALWAYS_STAGED, _op_model, _reparse, host_step
+        module = _reparse(ir, res, new_context())
+        block = module.lookup_function("main_graph").regions[0].blocks[0]
+        self._opsets = {o.domain: o.version for o in opset_imports(module)}
+        self._base, self._kinds = [None], [CONST]
+        slot, known = {}, set()  # value -> slot; slots whose shape follows the input shapes
+
+        def new(kind, value=None):
+            self._base.append(value)
+            self._kinds.append(kind)
+            return len(self._base) - 1
+
+        self._args = []
+        for a in block.args:
+            slot[a] = new(ARG)
+            known.add(slot[a])
+            self._args.append(slot[a])
+        steps = []  # (fn, in slots, out slots, multi, node name, all results shape values)
+        self.fallbacks = []  # op names run by onnx.reference (for tests and reports)
+        for op in block.ops:
+            if op.name == "func.return":
+                self._outs = [slot[v] for v in op.operands]
+                break
+            if op.name in ("onnx.NoValue",):
+                for r in op.results:
+                    slot[r] = 0
+                continue
+            if op.name == "onnx.Constant":
+                value = np.array(constant_value(op.results[0]))
+                value.setflags(write=False)
+                slot[op.results[0]] = new(CONST, value)
+                known.add(slot[op.results[0]])
+                continue
+            if host_step(op) or not op.name.startswith("onnx."):
+                raise TccError(f"{op.name} has no shape-generic path")
+            operands = list(op.operands)
+            ins = [0 if v.type is NONE else slot[v] for v in operands]
+            in_kinds = [self._kinds[i] for i in ins if i]
+            host = is_host_op(op)
+            special = op.name in ALWAYS_STAGED or host or bool(op.regions)
+            fn, multi, captured, name = self._kernel(op, module, ins, host, HostOpRunner, _op_model)
+            ins = ins + [slot[v] for v in captured]
+            deterministic = op.name not in NONDETERMINISTIC and not host and not op.regions
+            if deterministic and all(k == CONST for k in in_kinds) and not captured:
+                done = self._fold(fn, ins, multi, len(op.results))
+                if done is not None:
+                    for r, v in zip(op.results, done):
+                        v = np.asarray(v) if v is not None else None
+                        if v is not None:
+                            v.setflags(write=False)
+                        slot[r] = new(CONST, v)
+                        known.add(slot[r])
+                    continue
+            if op.name in SHAPE_SOURCES:
+                kind = SHAPE if all(i in known for i in ins if i) else DATA
+            else:
+                kind = SHAPE if deterministic and not special and all(k in (CONST, SHAPE) for k in in_kinds) \
+                    else DATA
+            outs = [new(kind) for _ in op.results]
+            for r, o in zip(op.results, outs):
+                slot[r] = o
+            if kind == SHAPE or (not special and op.name not in NONDETERMINISTIC and all(i in known for i in ins if i)
+                                 and (op.name in SHAPE_FOLLOWS or
+                                      all(self._kinds[i] in (CONST, SHAPE) for i in ins[1:] if i))):
+                known.update(outs)
+            steps.append((fn, tuple(ins), outs if multi else outs[0], multi, f"'{name}' ({op.name})", kind == SHAPE))
+        self._all = [s[:5] for s in steps]
+        self._data = [s[:5] for s in steps if not s[5]]
+        self._shape_slots = [i for i, k in enumerate(self._kinds) if k == SHAPE]
+        self._keyed = OrderedDict()  # input shapes -> the table with their shape values filled in
+        self._lock = threading.Lock()
+
+    def _kernel(self, op, module, ins, host, HostOpRunner, _op_model):
+        """(fn, several results?, captured outer values, node name) for one op."""
+        model, values = _op_model(op, module)
+        proto = model.graph.node[0]
+        name = proto.name or op.name
+        domain = proto.domain if proto.domain not in ("", "ai.onnx") else ""
+        multi = len(op.results) > 1
+        captured = values[len(op.operands):]
+        if not host and not op.regions:
+            make = KERNELS.get(op.name)
+            if make is not None:
+                node = Node(proto, self._opsets.get(domain, 1), len(op.results), op.name,
+                            [self._base[i] if i and self._kinds[i] == CONST else None for i in ins],
+                            [bool(i) for i in ins], [bool(list(r.uses)) for r in op.results])
+                fn = make(node)
+                if fn is not None:
+                    return fn, multi, captured, name
+            self.fallbacks.append(op.name)
+        names = [f"i{k}" if v.type is not NONE else None for k, v in enumerate(values)]
+        if host:
+            runner = HostOpRunner(model)
+        else:
+            from onnx.reference import ReferenceEvaluator
+            runner = ReferenceEvaluator(model)
+        lock = threading.Lock()
+        ranks = [len(r.type.shape) if getattr(r.type, "shape", None) is not None else None for r in op.results]
+
+        def reference(*xs):
+            feeds = {n: x for n, x in zip(names, xs) if n is not None}
+            with lock, warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                outs = runner.run(None, feeds)
+            from ..staged import _to_rank
+            outs = [_to_rank(np.asarray(o), r) for o, r in zip(outs, ranks)]
+            return outs if multi else outs[0]
+        return reference, multi, captured, name
+
+    def _fold(self, fn, ins, multi, n):
+        """The results of a step whose operands are all constants, or None
+        where it fails here (it then runs, and fails, at run time)."""
+        try:
+            with warnings.catch_warnings(), np.errstate(all="ignore"):
+                warnings.simplefilter("ignore")
+                r = fn(*[self._base[i] for i in ins])
+        except Exception:  # noqa: BLE001 - reported when the step runs
+            return None
+        return list(r) if multi else [r]
+
+    def run(self, arrays):
+        """The outputs for these input arrays (in signature order). Raises
+        GenericShapeError (a TccError) where an operand shape does not fit a
+        node, another exception where a kernel fails."""
+        key = tuple(a.shape for a in arrays)
+        with self._lock:
+            table = self._keyed.get(key)
+            if table is not None:
+                self._keyed.move_to_end(key)
+        steps = self._all if table is None else self._data
+        t = list(self._base if table is None else table)
+        for i, a in zip(self._args, arrays):
+            t[i] = a
+        step = None
+        try:
+            with np.errstate(all="ignore"):  # IEEE results (inf, nan), as the compiled code gives
+                for step in steps:
+                    fn, ins, outs, multi, _ = step
+                    if multi:
+                        for o, v in zip(outs, fn(*[t[i] for i in ins])):
+                            t[o] = v
+                    else:
+                        t[outs] = fn(*[t[i] for i in ins])
+        except GenericShapeError:
+            raise
+        except Exception as e:  # noqa: BLE001 - named by its node
+            raise TccError(f"node {step[4] if step else '?'}: {type(e).__name__}: {e}".splitlines()[0]) from e
+        if table is None:
+            keep = list(self._base)
+            for i in self._shape_slots:
+                v = t[i]
+                if isinstance(v, np.ndarray):
+                    v.setflags(write=False)
+                keep[i] = v
+            with self._lock:
+                self._keyed[key] = keep
+                while len(self._keyed) > KEYS:
+                    self._keyed.popitem(last=False)
+        outs = []
+        for i in self._outs:
+            v = t[i]
+            if isinstance(v, np.ndarray) and (self._kinds[i] != DATA or v.base is not None or not v.flags.writeable
+                                              or not v.flags.c_contiguous):
+                v = np.array(v)  # never a view of an input, a constant or a kept shape value
+            outs.append(v)
+        return outs
