@@ -130,6 +130,7 @@ class GenericPlan:
                                       all(self._kinds[i] in (CONST, SHAPE) for i in ins[1:] if i))):
                 known.update(outs)
             steps.append((fn, tuple(ins), outs if multi else outs[0], multi, f"'{name}' ({op.name})", kind == SHAPE))
+        self.step_ops = [s[4].rsplit("(", 1)[1][:-1] for s in steps]  # op names of the steps run (for tests)
         self._all = [s[:5] for s in steps]
         self._data = [s[:5] for s in steps if not s[5]]
         self._shape_slots = [i for i, k in enumerate(self._kinds) if k == SHAPE]

@@ -1,0 +1,304 @@
+"""The shape-generic executor's kernels (runtime/generic) against
+onnx.reference on fresh random data: one-node (and a few chained) models
+with dynamic dims, compiled to their specializing artifact, whose stored IR
+the plan runs at two or more shapes. Each case also asserts that its op ran
+on the executor's own kernel, not the per-op reference fallback.
+Broadcasting, negative axes, empty tensors and int64 shape math included."""
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+import tcc
+from tcc.runtime.generic import GenericPlan, GenericShapeError
+
+F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
+NP = {F: np.float32, I64: np.int64, B: np.bool_}
+
+
+@pytest.fixture(autouse=True)
+def cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("TCC_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def _model(nodes, inputs, n_out=1, inits=(), opset=18):
+    """inputs: (name, elem type, rank); every dim dynamic; outputs y0..,
+    typed by onnx's shape inference."""
+    g = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info(n, t, [f"{n}{k}" for k in range(r)]) for n, t, r in inputs],
+        [], [numpy_helper.from_array(np.asarray(v), n) for n, v in inits])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    typed = {v.name: v for v in onnx.shape_inference.infer_shapes(m).graph.value_info}
+    m.graph.output.extend([typed[f"y{k}"] for k in range(n_out)])
+    return m
+
+
+def _plan(m, tmp_path):
+    sess = tcc.load(tcc.compile(m, output=str(tmp_path / "m.tcc"), cache=False))
+    assert hasattr(sess, "_ir"), "a dynamic model compiles to a specializing artifact"
+    return GenericPlan(sess._ir, sess._res)
+
+
+def _draw(rng, t, shape, positive=False):
+    if t == F:
+        x = rng.standard_normal(shape).astype(np.float32)
+        return np.abs(x) + np.float32(0.1) if positive else x
+    if t == B:
+        return rng.random(shape) < 0.5
+    return rng.integers(-5, 6, size=shape).astype(np.int64)
+
+
+def check(m, feeds_at, tmp_path, op=None, rtol=1e-5, atol=1e-6):
+    """Runs the plan at every shape feeds_at lists (then the first again,
+    on new data: its kept shape values) against onnx.reference."""
+    plan = _plan(m, tmp_path)
+    ref = ReferenceEvaluator(m)
+    names = [i.name for i in m.graph.input]
+    if op is not None:
+        assert op in plan.step_ops and op not in plan.fallbacks, (plan.step_ops, plan.fallbacks)
+    for feeds in list(feeds_at) + [feeds_at[0]]:
+        x = feeds()
+        got = plan.run([x[n] for n in names])
+        want = ref.run(None, x)
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            w = np.asarray(w)
+            assert g.shape == w.shape and g.dtype == w.dtype, (g.shape, w.shape, g.dtype, w.dtype)
+            if w.dtype.kind == "f":
+                np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
+            else:
+                np.testing.assert_array_equal(g, w)
+    return plan
+
+
+def feeds_of(rng, spec, shapes_list, positive=False):
+    """One feeds() per entry of shapes_list (a shape per input)."""
+    return [lambda s=s: {n: _draw(rng, t, sh, positive) for (n, t, _), sh in zip(spec, s)} for s in shapes_list]
+
+
+BINARY = ["Add", "Sub", "Mul", "Div", "Max", "Min", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"]
+
+
+@pytest.mark.parametrize("op", BINARY)
+@pytest.mark.parametrize("t", [F, I64], ids=["f32", "i64"])
+def test_binary_broadcasts(op, t, rng, tmp_path):
+    spec = [("a", t, 3), ("b", t, 2)]
+    m = _model([helper.make_node(op, ["a", "b"], ["y0"])], spec)
+    if op == "Div" and t == I64:  # no division by zero; negative operands truncate toward zero
+        def f(shapes):
+            return lambda: {"a": rng.integers(-20, 21, shapes[0]).astype(np.int64),
+                            "b": rng.choice([-3, -2, -1, 1, 2, 5], shapes[1]).astype(np.int64)}
+        feeds = [f(([2, 1, 4], [3, 1])), f(([1, 5, 3], [5, 3])), f(([0, 2, 3], [2, 1]))]
+    else:
+        feeds = feeds_of(rng, spec, [([2, 1, 4], [3, 1]), ([1, 5, 3], [5, 3]), ([0, 2, 3], [2, 1])])
+    check(m, feeds, tmp_path, "onnx." + op)
+
+
+@pytest.mark.parametrize("op", ["And", "Or", "Xor"])
+def test_logic(op, rng, tmp_path):
+    spec = [("a", B, 2), ("b", B, 2)]
+    m = _model([helper.make_node(op, ["a", "b"], ["y0"])], spec)
+    check(m, feeds_of(rng, spec, [([3, 4], [1, 4]), ([2, 1], [2, 5])]), tmp_path, "onnx." + op)
+
+
+UNARY = ["Abs", "Neg", "Exp", "Log", "Sqrt", "Reciprocal", "Sin", "Cos", "Tanh", "Sigmoid", "Relu", "Erf",
+         "Floor", "Ceil", "Round", "Sign", "IsNaN", "Softplus", "Softsign"]
+
+
+@pytest.mark.parametrize("op", UNARY)
+def test_unary(op, rng, tmp_path):
+    spec = [("x", F, 3)]
+    m = _model([helper.make_node(op, ["x"], ["y0"])], spec)
+    check(m, feeds_of(rng, spec, [([2, 3, 4],), ([1, 7, 1],), ([0, 3, 2],)], positive=op in ("Log", "Sqrt")),
+          tmp_path, "onnx." + op)
+
+
+@pytest.mark.parametrize("attrs", [{}, {"approximate": "tanh"}], ids=["erf", "tanh"])
+def test_gelu(attrs, rng, tmp_path):
+    spec = [("x", F, 2)]
+    m = _model([helper.make_node("Gelu", ["x"], ["y0"], **attrs)], spec, opset=20)
+    check(m, feeds_of(rng, spec, [([3, 8],), ([5, 2],)]), tmp_path, "onnx.Gelu")
+
+
+def test_where_and_pow_and_cast(rng, tmp_path):
+    spec = [("c", B, 2), ("a", F, 2), ("b", F, 1)]
+    nodes = [helper.make_node("Where", ["c", "a", "b"], ["w"]),
+             helper.make_node("Pow", ["w", "two"], ["y0"]),
+             helper.make_node("Cast", ["w"], ["y1"], to=I64)]
+    m = _model(nodes, spec, 2, [("two", np.array(2.0, np.float32))])
+    plan = check(m, feeds_of(rng, spec, [([3, 4], [3, 4], [4]), ([2, 1], [1, 5], [1])]), tmp_path, "onnx.Where")
+    assert "onnx.Cast" in plan.step_ops
+
+
+@pytest.mark.parametrize("axis", [-1, 1, 0])
+def test_softmax_and_logsoftmax(axis, rng, tmp_path):
+    spec = [("x", F, 3)]
+    m = _model([helper.make_node("Softmax", ["x"], ["y0"], axis=axis),
+                helper.make_node("LogSoftmax", ["x"], ["y1"], axis=axis)], spec, 2)
+    check(m, feeds_of(rng, spec, [([2, 3, 5],), ([4, 1, 7],), ([0, 2, 3],)]), tmp_path, "onnx.Softmax",
+          rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("axis,bias", [(-1, True), (-2, False), (1, True)])
+def test_layer_normalization(axis, bias, rng, tmp_path):
+    spec = [("x", F, 3)]
+    scale = rng.standard_normal((4, 6)[axis:] if axis < 0 else (4, 6)[axis - 1:]).astype(np.float32)
+    inits = [("s", scale)] + ([("b", rng.standard_normal(scale.shape).astype(np.float32))] if bias else [])
+    m = _model([helper.make_node("LayerNormalization", ["x", "s"] + (["b"] if bias else []), ["y0"], axis=axis,
+                                 epsilon=1e-5)], spec, 1, inits, opset=17)
+    check(m, feeds_of(rng, spec, [([2, 4, 6],), ([5, 4, 6],)]) if axis != -1 else
+          feeds_of(rng, spec, [([2, 3, 6],), ([1, 7, 6],)]), tmp_path, "onnx.LayerNormalization",
+          rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("op", ["ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceL2"])
+@pytest.mark.parametrize("keepdims", [0, 1])
+def test_reductions_with_negative_axes(op, keepdims, rng, tmp_path):
+    spec = [("x", F, 3)]
+    m = _model([helper.make_node(op, ["x", "axes"], ["y0"], keepdims=keepdims)], spec, 1,
+               [("axes", np.array([-1, 0], np.int64))])
+    check(m, feeds_of(rng, spec, [([2, 3, 4],), ([5, 1, 3],)]), tmp_path, "onnx." + op, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("last", [0, 1])
+def test_argmax_ties_and_cumsum(last, rng, tmp_path):
+    spec = [("x", I64, 2)]
+    m = _model([helper.make_node("ArgMax", ["x"], ["y0"], axis=-1, select_last_index=last, keepdims=1),
+                helper.make_node("CumSum", ["x", "ax"], ["y1"], exclusive=last, reverse=1 - last)],
+               spec, 2, [("ax", np.array(-1, np.int64))])
+    check(m, feeds_of(rng, spec, [([3, 6],), ([1, 4],)]), tmp_path, "onnx.ArgMax")
+
+
+def test_matmul_broadcasts_batches_and_gemm(rng, tmp_path):
+    spec = [("a", F, 3), ("b", F, 2), ("c", F, 2), ("d", F, 2)]
+    m = _model([helper.make_node("MatMul", ["a", "b"], ["y0"]),
+                helper.make_node("Gemm", ["c", "d", "bias"], ["y1"], transA=1, transB=1, alpha=0.5, beta=2.0)],
+               spec, 2, [("bias", rng.standard_normal(3).astype(np.float32))])
+    check(m, feeds_of(rng, spec, [([2, 3, 4], [4, 5], [6, 2], [3, 6]), ([1, 1, 7], [7, 2], [2, 4], [3, 2])]),
+          tmp_path, "onnx.MatMul", rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("case", [
+    dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+    dict(kernel_shape=[3, 3], strides=[2, 2], group=4),
+    dict(kernel_shape=[1, 1]),
+    dict(kernel_shape=[3, 2], dilations=[2, 1], auto_pad="SAME_UPPER"),
+], ids=["pad", "grouped-stride", "pointwise", "dilated-same"])
+def test_conv2d(case, rng, tmp_path):
+    group = case.get("group", 1)
+    w = rng.standard_normal((8, 8 // group) + tuple(case["kernel_shape"])).astype(np.float32)
+    spec = [("x", F, 4)]
+    m = _model([helper.make_node("Conv", ["x", "w", "b"], ["y0"], **case)], spec, 1,
+               [("w", w), ("b", rng.standard_normal(8).astype(np.float32))])
+    check(m, feeds_of(rng, spec, [([1, 8, 9, 7],), ([2, 8, 5, 6],)]), tmp_path, "onnx.Conv", rtol=1e-4, atol=1e-4)
+
+
+def test_conv1d_and_pooling(rng, tmp_path):
+    spec = [("x", F, 3), ("z", F, 4)]
+    m = _model([helper.make_node("Conv", ["x", "w"], ["y0"], kernel_shape=[5], strides=[2], pads=[2, 1]),
+                helper.make_node("MaxPool", ["z"], ["y1"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+                helper.make_node("AveragePool", ["z"], ["y2"], kernel_shape=[2, 3], count_include_pad=1,
+                                 pads=[0, 1, 0, 1]),
+                helper.make_node("GlobalAveragePool", ["z"], ["y3"])],
+               spec, 4, [("w", rng.standard_normal((6, 4, 5)).astype(np.float32))])
+    plan = check(m, feeds_of(rng, spec, [([1, 4, 16], [1, 3, 7, 8]), ([3, 4, 9], [2, 2, 5, 5])]), tmp_path,
+                 "onnx.Conv", rtol=1e-4, atol=1e-4)
+    assert "onnx.MaxPool" in plan.step_ops and "onnx.AveragePool" not in plan.fallbacks
+
+
+def test_shape_math_chain_in_int64(rng, tmp_path):
+    """The exporters' chain: Shape -> Gather -> Mul/Concat -> Reshape, Range
+    and a causal mask from LessOrEqual/Where, ConstantOfShape, Expand."""
+    spec = [("x", F, 3)]
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Gather", ["s", "i0"], ["b"]),
+             helper.make_node("Gather", ["s", "i1"], ["t"]),
+             helper.make_node("Gather", ["s", "i2"], ["h"]),
+             helper.make_node("Mul", ["t", "h"], ["th"]),
+             helper.make_node("Unsqueeze", ["b", "ax0"], ["bu"]),
+             helper.make_node("Unsqueeze", ["th", "ax0"], ["thu"]),
+             helper.make_node("Concat", ["bu", "thu"], ["shp"], axis=0),
+             helper.make_node("Reshape", ["x", "shp"], ["y0"]),
+             helper.make_node("Range", ["zero", "t", "one"], ["r"]),
+             helper.make_node("Unsqueeze", ["r", "axm1"], ["rc"]),
+             helper.make_node("LessOrEqual", ["r", "rc"], ["causal"]),
+             helper.make_node("Where", ["causal", "fzero", "fneg"], ["mask"]),
+             helper.make_node("Unsqueeze", ["t", "ax0"], ["tu"]),
+             helper.make_node("Concat", ["tu", "tu"], ["tt"], axis=0),
+             helper.make_node("ConstantOfShape", ["tt"], ["ones"],
+                              value=numpy_helper.from_array(np.array([1.5], np.float32))),
+             helper.make_node("Add", ["mask", "ones"], ["y1"]),
+             helper.make_node("Expand", ["bias", "s"], ["y2"]),
+             helper.make_node("Slice", ["x", "st", "en", "axs", "stp"], ["y3"])]
+    inits = [("i0", np.array(0)), ("i1", np.array(1)), ("i2", np.array(2)), ("ax0", np.array([0])),
+             ("axm1", np.array([-1])), ("zero", np.array(0)), ("one", np.array(1)),
+             ("fzero", np.array(0.0, np.float32)), ("fneg", np.array(-1e9, np.float32)),
+             ("bias", rng.standard_normal((1, 1)).astype(np.float32)),
+             ("st", np.array([-1, 0])), ("en", np.array([-2 ** 62, 2 ** 62])), ("axs", np.array([1, -1])),
+             ("stp", np.array([-2, 2]))]
+    m = _model(nodes, spec, 4, [(n, np.asarray(v, np.int64) if np.asarray(v).dtype.kind == "i" else v)
+                                for n, v in inits])
+    plan = check(m, feeds_of(rng, spec, [([2, 5, 3],), ([1, 7, 2],), ([3, 1, 4],)]), tmp_path, "onnx.Reshape")
+    assert plan._shape_slots, "the shape chain is kept per input shape"
+
+
+@pytest.mark.parametrize("nodes,spec,shapes", [
+    ([helper.make_node("Transpose", ["x"], ["y0"], perm=[2, 0, 1])], [("x", F, 3)], [[2, 3, 4], [1, 0, 2]]),
+    ([helper.make_node("Flatten", ["x"], ["y0"], axis=-1)], [("x", F, 3)], [[2, 3, 4], [1, 3, 2]]),
+    ([helper.make_node("Squeeze", ["x", "a1"], ["y0"])], [("x", F, 3)], [[2, 1, 4], [3, 1, 1]]),
+    ([helper.make_node("Concat", ["x", "z"], ["y0"], axis=-1)], [("x", F, 2), ("z", F, 2)],
+     [[[2, 3], [2, 0]], [[1, 1], [1, 4]]]),
+    ([helper.make_node("Split", ["x"], ["y0", "y1", "y2"], axis=-1, num_outputs=3)], [("x", F, 2)],
+     [[2, 7], [3, 9]]),
+    ([helper.make_node("Gather", ["x", "neg"], ["y0"], axis=-2)], [("x", F, 3)], [[2, 3, 4], [1, 5, 2]]),
+    ([helper.make_node("GatherElements", ["x", "ge"], ["y0"], axis=1)], [("x", F, 2)], [[2, 3], [2, 5]]),
+    ([helper.make_node("GatherND", ["x", "gnd"], ["y0"], batch_dims=1)], [("x", F, 3)], [[2, 3, 4], [2, 4, 2]]),
+    ([helper.make_node("Tile", ["x", "rep"], ["y0"])], [("x", F, 2)], [[2, 3], [1, 0]]),
+    ([helper.make_node("Pad", ["x", "pads", "pv"], ["y0"], mode="constant")], [("x", F, 2)], [[2, 3], [4, 1]]),
+    ([helper.make_node("Pad", ["x", "pads"], ["y0"], mode="reflect")], [("x", F, 2)], [[3, 3], [4, 5]]),
+    ([helper.make_node("Trilu", ["x", "k1"], ["y0"], upper=0)], [("x", F, 3)], [[2, 4, 4], [1, 3, 5]]),
+    ([helper.make_node("Einsum", ["x", "z"], ["y0"], equation="bij,bjk->bik")], [("x", F, 3), ("z", F, 3)],
+     [[[2, 3, 4], [2, 4, 5]], [[1, 2, 2], [1, 2, 3]]]),
+], ids=["transpose", "flatten-neg", "squeeze", "concat-empty", "split", "gather-neg", "gather-elements",
+        "gathernd-batch", "tile", "pad-constant", "pad-reflect", "trilu", "einsum"])
+def test_layout_ops(nodes, spec, shapes, rng, tmp_path):
+    inits = [("a1", np.array([1], np.int64)), ("neg", np.array([[-1, 0], [1, -2]], np.int64)),
+             ("ge", np.array([[1, -1, 0], [0, 1, 1]], np.int64)), ("gnd", np.array([[[1], [-1]], [[0], [1]]], np.int64)),
+             ("rep", np.array([2, 3], np.int64)), ("pads", np.array([1, 2, 2, 1], np.int64)),
+             ("pv", np.array(3.5, np.float32)), ("k1", np.array(1, np.int64))]
+    used = {i for n in nodes for i in n.input}
+    m = _model(nodes, spec, len(nodes[0].output), [i for i in inits if i[0] in used])
+    shapes_list = [s if isinstance(s[0], list) else [s] for s in shapes]
+    check(m, feeds_of(rng, spec, shapes_list), tmp_path, "onnx." + nodes[0].op_type)
+
+
+def test_reshape_that_does_not_fit_names_the_node(rng, tmp_path):
+    spec = [("x", F, 2)]
+    m = _model([helper.make_node("Reshape", ["x", "shp"], ["y0"], name="the_reshape")], spec, 1,
+               [("shp", np.array([5, 5], np.int64))])
+    plan = _plan(m, tmp_path)
+    assert plan.run([rng.standard_normal((5, 5)).astype(np.float32)])[0].shape == (5, 5)
+    with pytest.raises(GenericShapeError, match=r"node 'the_reshape' \(onnx.Reshape\) cannot reshape \[3, 4\] "
+                                                r"\(12 elements\) to \[5, 5\]"):
+        plan.run([rng.standard_normal((3, 4)).astype(np.float32)])
+
+
+def test_an_op_without_a_kernel_runs_its_reference_op(rng, tmp_path):
+    spec = [("x", F, 2)]
+    m = _model([helper.make_node("Hardmax", ["x"], ["h"], axis=-1), helper.make_node("Add", ["h", "x"], ["y0"])],
+               spec)
+    plan = check(m, feeds_of(rng, spec, [([3, 4],), ([2, 6],)]), tmp_path, "onnx.Add")
+    assert plan.fallbacks == ["onnx.Hardmax"]
+
+
+def test_outputs_never_alias_inputs_or_kept_values(rng, tmp_path):
+    spec = [("x", F, 2)]
+    m = _model([helper.make_node("Identity", ["x"], ["y0"]), helper.make_node("Shape", ["x"], ["y1"])], spec, 2)
+    plan = _plan(m, tmp_path)
+    x = rng.standard_normal((2, 3)).astype(np.float32)
+    for _ in range(2):
+        y, s = plan.run([x])
+        assert not np.shares_memory(y, x)
+        s[0] = 99  # the caller's array: the next run's Shape is unchanged
+    assert list(plan.run([x])[1]) == [2, 3]
