@@ -150,7 +150,9 @@ class GenericPlan:
             if make is not None:
                 node = Node(proto, self._opsets.get(domain, 1), len(op.results), op.name,
                             [self._base[i] if i and self._kinds[i] == CONST else None for i in ins],
-                            [bool(i) for i in ins], [bool(list(r.uses)) for r in op.results])
+                            [bool(i) for i in ins], [bool(list(r.uses)) for r in op.results],
+                            [len(v.type.shape) if getattr(v.type, "shape", None) is not None else None
+                             for v in op.operands])
                 fn = make(node)
                 if fn is not None:
                     return fn, multi, captured, name

@@ -5,6 +5,7 @@ time), numpy otherwise; Conv with no C library falls back to the reference."""
 from __future__ import annotations
 
 import ctypes
+import math
 
 import numpy as np
 
@@ -14,8 +15,8 @@ from .toolkit import ConvParams, Epilogue, PoolParams, axis_of, c_kernels, f32, 
 @kernel("MatMul")
 def _matmul(node):
     def matmul(a, b):
-        if a.ndim and b.ndim and a.shape[-1] != b.shape[-2 if b.ndim > 1 else 0]:
-            raise node.error(f"cannot multiply {list(a.shape)} by {list(b.shape)}")
+        if a.ndim > 2 and b.ndim == 2 and a.flags.c_contiguous:  # one GEMM, not one per batch: 8.1 -> 5.9 us
+            return np.matmul(a.reshape(-1, a.shape[-1]), b).reshape(a.shape[:-1] + b.shape[1:])
         return np.matmul(a, b)
     return matmul
 
@@ -47,9 +48,9 @@ def _softmax(log):
         def softmax(x):
             a = axis_of(axis, x.ndim)
             if legacy:
-                outer, n, inner = int(np.prod(x.shape[:a])), int(np.prod(x.shape[a:])), 1
+                outer, n, inner = math.prod(x.shape[:a]), math.prod(x.shape[a:]), 1
             else:
-                outer, n, inner = int(np.prod(x.shape[:a])), x.shape[a], int(np.prod(x.shape[a + 1:]))
+                outer, n, inner = math.prod(x.shape[:a]), x.shape[a], math.prod(x.shape[a + 1:])
             if lib is not None and x.dtype == np.float32 and x.size:
                 x = f32(x)
                 y = np.empty(x.shape, np.float32)
@@ -78,7 +79,7 @@ def _layernorm(node):
 
     def layernorm(x, scale, bias=None):
         a = axis_of(axis, x.ndim)
-        rows, cols = int(np.prod(x.shape[:a])), int(np.prod(x.shape[a:]))
+        rows, cols = math.prod(x.shape[:a]), math.prod(x.shape[a:])
         if lib is not None and not stats and x.dtype == np.float32 and scale.size == cols and \
                 (bias is None or bias.size == cols) and rows and cols:
             x, scale = f32(x), f32(scale)
@@ -87,9 +88,9 @@ def _layernorm(node):
             lib.tcc_cpu_layernorm(rows, cols, ptr(x), ptr(scale), None if bias is None else ptr(bias), eps, ptr(y))
             return (y, None, None)[:node.n_results] if node.n_results > 1 else y
         v = x.reshape(rows, cols).astype(np.float32 if x.dtype != np.float64 else x.dtype)
-        mean = v.mean(axis=1, keepdims=True)
+        mean = np.add.reduce(v, axis=1, keepdims=True) / v.dtype.type(cols)
         d = v - mean
-        inv = 1 / np.sqrt((d * d).mean(axis=1, keepdims=True) + eps)
+        inv = 1 / np.sqrt(np.add.reduce(d * d, axis=1, keepdims=True) / v.dtype.type(cols) + v.dtype.type(eps))
         y = (d * inv).reshape(x.shape) * scale
         if bias is not None:
             y = y + bias

@@ -5,6 +5,8 @@ Views are returned where numpy gives one (Reshape, Expand, Slice): no kernel
 writes into its operands."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from onnx import numpy_helper
 
@@ -27,14 +29,15 @@ def _reshape(node):
     allowzero = node.get("allowzero", 0)
 
     def reshape(x, shape):
-        dims = int_list(shape)
-        if not allowzero:
+        dims = shape.tolist()
+        if not allowzero and 0 in dims:  # 0 copies the input's dim
             dims = [x.shape[i] if d == 0 and i < x.ndim else d for i, d in enumerate(dims)]
-        known = int(np.prod([d for d in dims if d != -1])) if dims else 1
-        if dims.count(-1) > 1 or (-1 in dims and (known == 0 or x.size % known)) or \
-                (-1 not in dims and known != x.size) or any(d < -1 for d in dims):
-            raise node.error(f"cannot reshape {list(x.shape)} ({x.size} elements) to {int_list(shape)}")
-        return x.reshape(dims)
+        try:  # numpy's rules are ONNX's: one -1, inferred from the element count, which must match
+            if min(dims, default=0) < -1:
+                raise ValueError
+            return x.reshape(dims)
+        except ValueError:
+            raise node.error(f"cannot reshape {list(x.shape)} ({x.size} elements) to {shape.tolist()}") from None
     return reshape
 
 
@@ -44,7 +47,7 @@ def _flatten(node):
 
     def flatten(x):
         a = axis_of(axis, x.ndim)
-        return x.reshape(int(np.prod(x.shape[:a])), -1 if x.size else int(np.prod(x.shape[a:])))
+        return x.reshape(math.prod(x.shape[:a]), math.prod(x.shape[a:]))
     return flatten
 
 
@@ -103,28 +106,28 @@ def _split(node):
 
 @kernel("Slice")
 def _slice(node):
+    # Python's slice rules are ONNX's: a negative index counts from the end,
+    # then start and end clamp to [0, dim] (a negative step: [-1, dim - 1],
+    # -1 meaning before the first), whatever their size.
     if node.opset < 10:
         attrs = (node.get("starts"), node.get("ends"), node.get("axes"), None)
-        return lambda x: _do_slice(x, *attrs)
-    return lambda x, starts, ends, axes=None, steps=None: _do_slice(
-        x, int_list(starts), int_list(ends), None if axes is None else int_list(axes),
-        None if steps is None else int_list(steps))
+        return lambda x: x[_index(x.ndim, *attrs)]
+    c = node.consts + [None] * (5 - len(node.consts))
+    if node.ranks and node.ranks[0] is not None and all(
+            v is not None or not given for v, given in zip(c[1:], node.present[1:] + [False] * 4)):
+        index = _index(node.ranks[0], *[None if v is None else v.tolist() for v in c[1:]])  # constants: once
+        return lambda x, *_: x[index]
+    return lambda x, starts, ends, axes=None, steps=None: x[_index(
+        x.ndim, starts.tolist(), ends.tolist(), None if axes is None else axes.tolist(),
+        None if steps is None else steps.tolist())]
 
 
-def _do_slice(x, starts, ends, axes, steps):
-    index = [slice(None)] * x.ndim
-    axes = range(len(starts)) if axes is None else axes
-    steps = [1] * len(starts) if steps is None else steps
-    for s, e, a, st in zip(starts, ends, axes, steps):
-        a = axis_of(a, x.ndim)
-        dim = x.shape[a]
-        s, e = s + dim if s < 0 else s, e + dim if e < 0 else e
-        if st > 0:  # ONNX clamps to [0, dim]; a negative step: start to [0, dim - 1], end to [-1, dim - 1]
-            s, e = min(max(s, 0), dim), min(max(e, 0), dim)
-        else:
-            s, e = max(min(s, dim - 1), 0), max(min(e, dim - 1), -1)
-        index[a] = slice(s, e if e >= 0 else None, st)
-    return x[tuple(index)]
+def _index(ndim, starts, ends, axes, steps):
+    index = [slice(None)] * ndim
+    for k, (s, e) in enumerate(zip(starts, ends)):
+        a = k if axes is None else axes[k]
+        index[a + ndim if a < 0 else a] = slice(s, e, 1 if steps is None else steps[k])
+    return tuple(index)
 
 
 @kernel("Gather")
@@ -150,7 +153,7 @@ def _gather_nd(node):
     def gather_nd(x, idx):
         k = idx.shape[-1]
         batch = x.shape[:b]
-        nb = int(np.prod(batch))
+        nb = math.prod(batch)
         xs = x.reshape((nb,) + x.shape[b:])
         ids = idx.reshape(nb, -1, k)
         ids = np.where(ids < 0, ids + np.array(x.shape[b:b + k]), ids)

@@ -41,10 +41,11 @@ class Node:
     the opset version of its domain, how many results it has, and which of
     its operands are constants (with their values)."""
 
-    def __init__(self, proto, opset, n_results, op_name, consts=(), present=(), used=None):
+    def __init__(self, proto, opset, n_results, op_name, consts=(), present=(), used=None, ranks=()):
         # consts: per operand its value where it is a constant, else None;
         # present: per operand whether it is given (an optional one may not be)
         self.consts, self.present = list(consts), list(present)
+        self.ranks = list(ranks)  # per operand its rank from the IR type (None: unranked or absent)
         self.used = list(used) if used is not None else [True] * n_results  # per result: whether it is read
         self.name = proto.name or (proto.output[0] if proto.output else op_name)
         self.op = op_name

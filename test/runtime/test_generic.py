@@ -302,3 +302,24 @@ def test_outputs_never_alias_inputs_or_kept_values(rng, tmp_path):
         assert not np.shares_memory(y, x)
         s[0] = 99  # the caller's array: the next run's Shape is unchanged
     assert list(plan.run([x])[1]) == [2, 3]
+
+
+@pytest.mark.parametrize("mode", ["sync", "background"])
+def test_reshape_that_does_not_fit_is_an_input_error_in_the_compiled_path(mode, rng, tmp_path, monkeypatch):
+    """12 elements "reshaped" to [5, 5]: onnx's inference takes the constant
+    shape as it is, so the compiled code read past its buffer and returned a
+    [5, 5] result. Now the specialization refuses it in one line."""
+    from tcc.runtime.session import InputError
+    monkeypatch.setenv("TCC_SPECIALIZE", mode)
+    g = helper.make_graph([helper.make_node("Reshape", ["x", "s"], ["y"], name="rs")], "g",
+                          [helper.make_tensor_value_info("x", F, ["a", "b"])],
+                          [helper.make_tensor_value_info("y", F, [5, 5])],
+                          [numpy_helper.from_array(np.array([5, 5], np.int64), "s")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    sess = tcc.load(tcc.compile(m, output=str(tmp_path / "m.tcc"), cache=False))
+    x = rng.standard_normal((5, 5)).astype(np.float32)
+    np.testing.assert_array_equal(sess.run({"x": x})[0], x)
+    with pytest.raises(InputError, match=r"inputs 'x' \[3, 4\] do not fit the model: node 'rs' \(onnx.Reshape\) "
+                                         r".*12 elements cannot be viewed as \[5, 5\]") as e:
+        sess.run({"x": rng.standard_normal((3, 4)).astype(np.float32)})
+    assert "\n" not in str(e.value)

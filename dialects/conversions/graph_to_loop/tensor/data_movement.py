@@ -52,7 +52,15 @@ def lower_constant(cx, op):
 
 @lowering("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity")
 def lower_view(cx, op):
-    r = op.results[0]
+    r, x = op.results[0], op.operands[0]
+    if x.type.has_static_shape and r.type.has_static_shape and \
+            int(np.prod(x.type.shape)) != int(np.prod(r.type.shape)):
+        # onnx's Reshape inference takes a constant shape as it is: 12
+        # elements "reshaped" to [5, 5] would read past the buffer. At run-time
+        # specialization this is an input the model cannot take.
+        from ....transforms.shape_inference import ShapeMismatch
+        raise ShapeMismatch(op, f"{int(np.prod(x.type.shape))} elements cannot be viewed as "
+                                f"{list(r.type.shape)} ({int(np.prod(r.type.shape))} elements)")
     cx.alias(r, cx.L.view(cx.buf(op.operands[0]), r.type.shape))
 
 
