@@ -41,6 +41,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import sys
 import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -75,6 +76,23 @@ def _background():
         return _worker
 
 
+_queued = [0]  # background compiles queued or running in this process
+
+
+def _counted(fn, *args):
+    try:
+        return fn(*args)
+    finally:
+        with _worker_lock:
+            _queued[0] -= 1
+
+
+def _submit(fn, *args):
+    with _worker_lock:
+        _queued[0] += 1
+    return _background().submit(_counted, fn, *args)
+
+
 def wait_all():
     """Waits for every background specialization of this process (the test
     suite does after each test, so none lands in the next one's time)."""
@@ -91,6 +109,34 @@ def background_enabled():
     return mode == "background"
 
 
+_responsive_lock = threading.Lock()
+_responsive_calls = [0, None]  # generic calls running while a compile does, the interval they replaced
+RESPONSIVE_INTERVAL = 2e-4
+
+
+@contextlib.contextmanager
+def _responsive():
+    """While a generic call runs beside a background compile, Python's
+    thread switch interval is 0.2 ms instead of 5: each time the call
+    releases the GIL (numpy loops over 500+ elements, BLAS), the compile
+    thread takes it and kept it up to the interval before the caller got
+    it back. Measured on llama --maccel=cpu, a generic call during a
+    compile: median 24 ms at 5 ms, see README (the compile itself barely
+    slows: it gets the GIL whenever the caller is not running)."""
+    with _responsive_lock:
+        if _responsive_calls[0] == 0:
+            _responsive_calls[1] = sys.getswitchinterval()
+            sys.setswitchinterval(RESPONSIVE_INTERVAL)
+        _responsive_calls[0] += 1
+    try:
+        yield
+    finally:
+        with _responsive_lock:
+            _responsive_calls[0] -= 1
+            if _responsive_calls[0] == 0:
+                sys.setswitchinterval(_responsive_calls[1])
+
+
 class _Generic:
     """The shape-generic path: runtime/generic's plan over the stored IR,
     dynamic dims and all (built once per session)."""
@@ -99,8 +145,9 @@ class _Generic:
         from .generic import GenericPlan
         self.plan = GenericPlan(ir, res)
 
-    def run(self, arrays, names):
-        return self.plan.run(list(arrays))
+    def run(self, arrays, compiling=False):
+        with _responsive() if compiling else contextlib.nullcontext():
+            return self.plan.run(list(arrays))
 
 
 def is_specializing(manifest):
@@ -205,7 +252,7 @@ class SpecializingSession(SignatureMixin):
                 # inputs: those are copied, as the caller may reuse its arrays
                 snap = [np.array(v) if i in self._shape_args else np.broadcast_to(np.zeros((), v.dtype), v.shape)
                         for i, v in enumerate(arrays)]
-                fut = self._pending[key] = _background().submit(self._specialize, key, snap, cache.cache_root())
+                fut = self._pending[key] = _submit(self._specialize, key, snap, cache.cache_root())
         if not fut.done() and generic:
             outs = self._run_generic(arrays, output_names)
             if outs is not None:
@@ -228,7 +275,7 @@ class SpecializingSession(SignatureMixin):
         if not self._generic_path():
             return None
         try:
-            outs = self._generic.run(arrays, self.input_names)
+            outs = self._generic.run(arrays, _queued[0] > 0)
         except Exception:  # noqa: BLE001 - the compile reports it properly
             return None
         if len(outs) != len(self._outputs) or any(

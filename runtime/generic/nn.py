@@ -1,4 +1,5 @@
-"""MatMul and Gemm (numpy: OpenBLAS, measured at 98-101 % of tcc's own GEMM),
+"""MatMul and Gemm (float32 products with a 2-D right operand through
+tcc_cpu_gemm, see _gemm_f32; batched ones through numpy's matmul),
 Softmax, LayerNormalization, Conv and pooling: the cpu accelerator's C
 kernels for float32 where the library is built (they take their sizes at run
 time), numpy otherwise; Conv with no C library falls back to the reference."""
@@ -12,12 +13,58 @@ import numpy as np
 from .toolkit import ConvParams, Epilogue, PoolParams, axis_of, c_kernels, f32, kernel, ptr
 
 
+def _as_matrix(x):
+    """(array, transposed?, leading dim) of a 2-D float32 operand for
+    tcc_cpu_gemm: C-contiguous as it is, or the transpose of one (a
+    Transpose's view), else a contiguous copy."""
+    if x.flags.c_contiguous:
+        return x, 0, x.shape[1]
+    if x.T.flags.c_contiguous:
+        return x.T, 1, x.shape[0]
+    x = np.ascontiguousarray(x)
+    return x, 0, x.shape[1]
+
+
+def _gemm_f32(lib, a, b, alpha=1.0, c=None, beta=0.0):
+    """alpha * a @ b (+ beta * c, c broadcast to the result) for 2-D float32
+    a [M, K], b [K, N] through tcc_cpu_gemm: one thread below 2 MFLOP, the
+    library's pool above. numpy's matmul (OpenBLAS) splits a product over
+    its own threads from M*N*K > 262144 (the MLP and LM-head products of the
+    small corpus models): on this loaded 2-core machine 2 % of those calls
+    stalled ~20 ms waiting for the second thread (llama's MatMul steps
+    averaged 433 us, median 12 us; with one BLAS thread 20 us)."""
+    (M, K), N = a.shape, b.shape[1]
+    A, ta, lda = _as_matrix(a)
+    B, tb, ldb = _as_matrix(b)
+    y = np.empty((M, N), np.float32)
+    ep = None
+    if c is not None and beta != 0.0:
+        c = f32(c)
+        cs = c.shape if c.ndim == 2 else (1,) + c.shape if c.ndim == 1 else (1, 1)
+        mode = 4 if c.size == 1 else 3 if cs == (M, N) else 1 if cs == (1, N) else 2 if cs == (M, 1) else None
+        if mode is None:
+            np.matmul(a, b, out=y)
+            y *= np.float32(alpha)
+            return y + c * np.float32(beta)
+        ep = ctypes.byref(Epilogue(ptr(c), mode, float(beta), None, 0, 0.0, 0.0))
+    if M and N:
+        lib.tcc_cpu_gemm(ta, tb, M, N, K, float(alpha), ptr(A), lda, ptr(B), ldb, ptr(y), N, ep)
+    return y
+
+
 @kernel("MatMul")
 def _matmul(node):
+    lib = c_kernels()
+
     def matmul(a, b):
-        if a.ndim > 2 and b.ndim == 2 and a.flags.c_contiguous:  # one GEMM, not one per batch: 8.1 -> 5.9 us
-            return np.matmul(a.reshape(-1, a.shape[-1]), b).reshape(a.shape[:-1] + b.shape[1:])
-        return np.matmul(a, b)
+        if b.ndim == 2 and a.ndim >= 2 and a.dtype == np.float32 and b.dtype == np.float32 and a.shape[-1] == b.shape[0]:
+            if lib is not None and a.shape[-1]:  # one GEMM over every row of a
+                rows = a.reshape(-1, a.shape[-1]) if a.flags.c_contiguous or a.ndim == 2 else \
+                    np.ascontiguousarray(a).reshape(-1, a.shape[-1])
+                return _gemm_f32(lib, rows, b).reshape(a.shape[:-1] + b.shape[1:])
+            if a.flags.c_contiguous:  # one GEMM, not one per batch: 8.1 -> 5.9 us
+                return np.matmul(a.reshape(-1, a.shape[-1]), b).reshape(a.shape[:-1] + b.shape[1:])
+        return np.matmul(a, b)  # batched products: small per batch, one BLAS thread each
     return matmul
 
 
@@ -25,11 +72,13 @@ def _matmul(node):
 def _gemm(node):
     alpha, beta = node.get("alpha", 1.0), node.get("beta", 1.0)
     ta, tb = node.get("transA", 0), node.get("transB", 0)
+    lib = c_kernels()
 
     def gemm(a, b, c=None):
         a, b = (a.T if ta else a), (b.T if tb else b)
-        if a.shape[1] != b.shape[0]:
-            raise node.error(f"cannot multiply {list(a.shape)} by {list(b.shape)}")
+        if lib is not None and a.dtype == np.float32 and b.dtype == np.float32 and a.shape[1] == b.shape[0] and \
+                a.shape[1] and (c is None or c.dtype == np.float32):
+            return _gemm_f32(lib, a, b, alpha, c, beta)
         out = a @ b
         if alpha != 1.0:
             out *= out.dtype.type(alpha)

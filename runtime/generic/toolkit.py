@@ -109,6 +109,8 @@ def c_kernels():
             cdll = build.load_kernels()
             lib = ctypes.PyDLL(cdll._name, handle=cdll._handle)
             vp, lg, fl = ctypes.c_void_p, ctypes.c_long, ctypes.c_float
+            lib.tcc_cpu_gemm.argtypes = [ctypes.c_int, ctypes.c_int, lg, lg, lg, fl, vp, lg, vp, lg, vp, lg,
+                                         ctypes.POINTER(Epilogue)]
             lib.tcc_cpu_softmax.argtypes = [lg, lg, lg, vp, vp, ctypes.c_int]
             lib.tcc_cpu_layernorm.argtypes = [lg, lg, vp, vp, vp, fl, vp]
             lib.tcc_cpu_conv2d_scratch.argtypes = [ctypes.POINTER(ConvParams)]
