@@ -177,6 +177,11 @@ class SpecializingSession(SignatureMixin):
         self._pending = {}  # key -> Future of its background compile
         self._generic = None  # the shape-generic path, built on first need (False: cannot)
         self._lock = threading.Lock()  # guards the dicts above, never held during a compile
+        if compiler is not None and not any(t.container for t in self._inputs) and \
+                os.environ.get("TCC_SPECIALIZE", "background") == "background":
+            # Built at load (10-130 ms on the corpus: parsing the IR is half), so
+            # that the session's first run at a new shape is only a run.
+            self._generic_path()
 
     def _key(self, inputs):
         if self._base_key is None:  # the IR, every recorded option, code and target: once per session
@@ -279,7 +284,7 @@ class SpecializingSession(SignatureMixin):
         except Exception:  # noqa: BLE001 - the compile reports it properly
             return None
         if len(outs) != len(self._outputs) or any(
-                o.dtype != t.dtype or o.ndim != len(t.shape) or
+                not isinstance(o, np.ndarray) or o.dtype != t.dtype or o.ndim != len(t.shape) or
                 any(d >= 0 and d != n for d, n in zip(t.shape, o.shape)) for o, t in zip(outs, self._outputs)):
             return None
         if output_names is not None:
