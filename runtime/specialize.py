@@ -25,17 +25,22 @@ taking or returning sequences or optionals, or with an op that makes one
 inside, wait for their compile (their host steps pass lists between
 stages, which the plan's tensor table does not model). Where the generic
 path cannot run a call (an input the model cannot take), the call waits for
-the compile instead, which gives the one-line error. A specialization already in the compile cache on disk is
-loaded at once. `TCC_SPECIALIZE=sync` compiles on the caller's thread (as
-before; there, on the main thread, a plugin hook that hangs is also timed
-out: TCC_HOOK_TIMEOUT needs the main thread's SIGALRM).
+the compile instead, which gives the one-line error. The plan is built at
+load (10-130 ms on the corpus), so the first run at a new shape is only a
+run. A specialization already in the compile cache on disk is loaded at
+once. `TCC_SPECIALIZE=sync` compiles on the caller's thread (as before;
+there, on the main thread, a plugin hook that hangs is also timed out:
+TCC_HOOK_TIMEOUT needs the main thread's SIGALRM).
 
-Why not symbolic dims in the loop nests: every graph-to-loop lowering and
-both native code generators assume static shapes; making their bounds run-time
-values is the larger change the issue also allows, not done yet. Measured on
-the corpus (README's scoreboard, under load): a specialization compile takes
-1-30 s (graph passes and the verifier after each ~50 %, gcc ~25 %, llvmlite
-~15 %), a generic call 2-70 ms, a specialized one 0.1-1 ms."""
+Why a generic executor and not symbolic dims in the loop nests: every
+graph-to-loop lowering and both native code generators assume static
+shapes, while kernels that take their sizes at run time exist already.
+Measured on the corpus (README's scoreboard, a loaded 2-core machine): a
+specialization compile takes 1-30 s (graph passes and the verifier after
+each ~50 %, gcc ~25 %, llvmlite ~15 %), a generic call ~0.4-2 ms (one
+Python step per op: 2-5x the specialized code, not 1.2x), a specialized
+one 0.1-1 ms. A generic call beside a compile shares the GIL with it: see
+_responsive."""
 from __future__ import annotations
 
 import contextlib

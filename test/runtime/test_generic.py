@@ -323,3 +323,33 @@ def test_reshape_that_does_not_fit_is_an_input_error_in_the_compiled_path(mode, 
                                          r".*12 elements cannot be viewed as \[5, 5\]") as e:
         sess.run({"x": rng.standard_normal((3, 4)).astype(np.float32)})
     assert "\n" not in str(e.value)
+
+
+def test_generic_call_beside_a_compile_restores_the_switch_interval(rng, tmp_path):
+    """While a generic call runs beside a background compile, the thread
+    switch interval is lowered (runtime/specialize.py, _responsive); after
+    it, the process has its own again, and the answer is right."""
+    import sys
+    import threading
+
+    from tcc.api import _compile_at_run_time
+    from tcc.runtime.loader import load
+    spec = [("x", F, 2)]
+    m = _model([helper.make_node("Softmax", ["x"], ["y0"], axis=-1)], spec)
+    path = tcc.compile(m, output=str(tmp_path / "m.tcc"), cache=False)
+    release, seen = threading.Event(), []
+
+    def held(module, options, out):
+        assert release.wait(120)
+        return _compile_at_run_time(module, options, out)
+    sess = load(path, compiler=held)
+    before = sys.getswitchinterval()
+    x = rng.standard_normal((3, 5)).astype(np.float32)
+    try:
+        got = sess.run({"x": x})[0]  # the generic path: the compile is held
+        seen.append(sys.getswitchinterval())
+    finally:
+        release.set()
+    sess.wait()
+    np.testing.assert_allclose(got, ReferenceEvaluator(m).run(None, {"x": x})[0], rtol=1e-5, atol=1e-6)
+    assert seen == [before] and sys.getswitchinterval() == before
