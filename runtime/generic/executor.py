@@ -34,6 +34,8 @@ import numpy as np
 from tcc.dialects.ir.errors import TccError
 from tcc.dialects.ir.types import NONE
 
+from ..host_ops import HostOpRunner, is_host_op
+from ..staged import ALWAYS_STAGED, _op_model, _reparse, _to_rank, host_step
 from . import elementwise, nn, reduce, shape  # noqa: F401 - they register their kernels
 from .toolkit import KERNELS, GenericShapeError, Node
 
@@ -62,9 +64,6 @@ class GenericPlan:
         from tcc.dialects.init_all import new_context
         from tcc.dialects.onnx.exporter import opset_imports
         from tcc.dialects.transforms.constants import constant_value
-
-        from ..host_ops import HostOpRunner, is_host_op
-        from ..staged import ALWAYS_STAGED, _op_model, _reparse, host_step
         module = _reparse(ir, res, new_context())
         block = module.lookup_function("main_graph").regions[0].blocks[0]
         self._opsets = {o.domain: o.version for o in opset_imports(module)}
@@ -104,7 +103,7 @@ class GenericPlan:
             in_kinds = [self._kinds[i] for i in ins if i]
             host = is_host_op(op)
             special = op.name in ALWAYS_STAGED or host or bool(op.regions)
-            fn, multi, captured, name = self._kernel(op, module, ins, host, HostOpRunner, _op_model)
+            fn, multi, captured, name = self._kernel(op, module, ins, host)
             ins = ins + [slot[v] for v in captured]
             deterministic = op.name not in NONDETERMINISTIC and not host and not op.regions
             if deterministic and all(k == CONST for k in in_kinds) and not captured:
@@ -137,7 +136,7 @@ class GenericPlan:
         self._keyed = OrderedDict()  # input shapes -> the table with their shape values filled in
         self._lock = threading.Lock()
 
-    def _kernel(self, op, module, ins, host, HostOpRunner, _op_model):
+    def _kernel(self, op, module, ins, host):
         """(fn, several results?, captured outer values, node name) for one op."""
         model, values = _op_model(op, module)
         proto = model.graph.node[0]
@@ -171,7 +170,6 @@ class GenericPlan:
             with lock, warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 outs = runner.run(None, feeds)
-            from ..staged import _to_rank
             outs = [_to_rank(np.asarray(o), r) for o, r in zip(outs, ranks)]
             return outs if multi else outs[0]
         return reference, multi, captured, name

@@ -10,7 +10,7 @@ import math
 import numpy as np
 from onnx import numpy_helper
 
-from .toolkit import axis_of, int_list, kernel, shapes
+from .toolkit import axis_of, int_list, kernel
 
 
 @kernel("Shape")
@@ -227,5 +227,3 @@ def _einsum(node):
     eq = node.get("equation").replace(" ", "")
     return lambda *xs: np.einsum(eq, *xs)
 
-
-__all__ = ["shapes"]

@@ -67,17 +67,13 @@ def axis_of(axis, rank):
     return axis + rank if axis < 0 else axis
 
 
-def shapes(*arrays):
-    return ", ".join(str(list(np.shape(a))) for a in arrays)
-
-
 def int_list(x):
     return [int(v) for v in np.asarray(x).reshape(-1)]
 
 
 # ---- the cpu accelerator's C kernels -------------------------------------------------
 
-class _Pool(ctypes.Structure):
+class PoolParams(ctypes.Structure):
     _fields_ = [(n, ctypes.c_long) for n in ("n", "c", "h", "w", "oh", "ow", "kh", "kw", "sh", "sw", "dh", "dw",
                                              "pt", "pl", "pb", "pr")] + [("count_include_pad", ctypes.c_int)]
 
@@ -92,7 +88,6 @@ class Epilogue(ctypes.Structure):
                 ("residual", ctypes.c_void_p), ("act", ctypes.c_int), ("a0", ctypes.c_float), ("a1", ctypes.c_float)]
 
 
-PoolParams = _Pool
 _lib = []
 
 
