@@ -353,3 +353,17 @@ def test_generic_call_beside_a_compile_restores_the_switch_interval(rng, tmp_pat
     sess.wait()
     np.testing.assert_allclose(got, ReferenceEvaluator(m).run(None, {"x": x})[0], rtol=1e-5, atol=1e-6)
     assert seen == [before] and sys.getswitchinterval() == before
+
+
+@pytest.mark.parametrize("cshape", [[5], [1, 5], [4, 1], [4, 5], [1], []], ids=str)
+def test_gemm_bias_shapes_and_transposed_operands(cshape, rng, tmp_path):
+    """Gemm's C broadcast every way tcc_cpu_gemm's epilogue takes it (per
+    column, per row, full, scalar); MatMul of Transpose views (a transposed
+    right operand, a non-contiguous left one)."""
+    spec = [("a", F, 2), ("b", F, 2), ("c", F, len(cshape)), ("x", F, 3), ("w", F, 2)]
+    m = _model([helper.make_node("Gemm", ["a", "b", "c"], ["y0"], transB=1, alpha=1.5, beta=0.5),
+                helper.make_node("Transpose", ["x"], ["xt"], perm=[1, 0, 2]),
+                helper.make_node("Transpose", ["w"], ["wt"]),
+                helper.make_node("MatMul", ["xt", "wt"], ["y1"])], spec, 2)
+    check(m, feeds_of(rng, spec, [([4, 3], [5, 3], cshape, [2, 3, 6], [7, 6])]), tmp_path, "onnx.Gemm",
+          rtol=1e-4, atol=1e-5)
