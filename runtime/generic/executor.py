@@ -36,7 +36,7 @@ from tcc.dialects.ir.types import NONE
 
 from ..host_ops import HostOpRunner, is_host_op
 from ..staged import ALWAYS_STAGED, _op_model, _reparse, _to_rank, host_step
-from . import elementwise, nn, reduce, shape  # noqa: F401 - they register their kernels
+from . import elementwise, nn, reduce, rnn, shape  # noqa: F401 - they register their kernels
 from .toolkit import KERNELS, GenericShapeError, Node
 
 KEYS = 16  # input-shape keys whose shape values are kept
@@ -52,6 +52,28 @@ SHAPE_FOLLOWS = {"onnx." + n for n in (
     "Dropout").split()}
 SHAPE_SOURCES = {"onnx.Shape", "onnx.Size"}
 CONST, ARG, SHAPE, DATA = range(4)
+
+
+def _reference(op, model, values, host, multi):
+    """fn(*operands) running one op as the compiled path's host steps do: a
+    runtime/host_ops kernel, else onnx.reference's implementation."""
+    names = [f"i{k}" if v.type is not NONE else None for k, v in enumerate(values)]
+    if host:
+        runner = HostOpRunner(model)
+    else:
+        from onnx.reference import ReferenceEvaluator
+        runner = ReferenceEvaluator(model)
+    lock = threading.Lock()
+    ranks = [len(r.type.shape) if getattr(r.type, "shape", None) is not None else None for r in op.results]
+
+    def reference(*xs):
+        feeds = {n: x for n, x in zip(names, xs) if n is not None}
+        with lock, warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            outs = runner.run(None, feeds)
+        outs = [_to_rank(np.asarray(o), r) for o, r in zip(outs, ranks)]
+        return outs if multi else outs[0]
+    return reference
 
 
 class GenericPlan:
@@ -144,6 +166,12 @@ class GenericPlan:
         domain = proto.domain if proto.domain not in ("", "ai.onnx") else ""
         multi = len(op.results) > 1
         captured = values[len(op.operands):]
+        built = []
+
+        def reference(*xs):  # this one op's reference implementation, built on first use
+            if not built:
+                built.append(_reference(op, model, values, host, multi))
+            return built[0](*xs)
         if not host and not op.regions:
             make = KERNELS.get(op.name)
             if make is not None:
@@ -152,26 +180,12 @@ class GenericPlan:
                             [bool(i) for i in ins], [bool(list(r.uses)) for r in op.results],
                             [len(v.type.shape) if getattr(v.type, "shape", None) is not None else None
                              for v in op.operands])
+                node.reference = reference  # for inputs the kernel does not serve (LSTM's sequence_lens)
                 fn = make(node)
                 if fn is not None:
                     return fn, multi, captured, name
             self.fallbacks.append(op.name)
-        names = [f"i{k}" if v.type is not NONE else None for k, v in enumerate(values)]
-        if host:
-            runner = HostOpRunner(model)
-        else:
-            from onnx.reference import ReferenceEvaluator
-            runner = ReferenceEvaluator(model)
-        lock = threading.Lock()
-        ranks = [len(r.type.shape) if getattr(r.type, "shape", None) is not None else None for r in op.results]
-
-        def reference(*xs):
-            feeds = {n: x for n, x in zip(names, xs) if n is not None}
-            with lock, warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                outs = runner.run(None, feeds)
-            outs = [_to_rank(np.asarray(o), r) for o, r in zip(outs, ranks)]
-            return outs if multi else outs[0]
+        built.append(_reference(op, model, values, host, multi))  # now: an evaluator takes 10-200 ms to build
         return reference, multi, captured, name
 
     def _fold(self, fn, ins, multi, n):

@@ -367,3 +367,45 @@ def test_gemm_bias_shapes_and_transposed_operands(cshape, rng, tmp_path):
                 helper.make_node("MatMul", ["xt", "wt"], ["y1"])], spec, 2)
     check(m, feeds_of(rng, spec, [([4, 3], [5, 3], cshape, [2, 3, 6], [7, 6])]), tmp_path, "onnx.Gemm",
           rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("op,attrs,extra", [
+    ("LSTM", dict(direction="bidirectional"), ["B", "", "h0", "c0"]),
+    ("LSTM", dict(direction="reverse", layout=1), ["B"]),
+    ("LSTM", dict(direction="forward"), ["B", "", "h0", "c0", "P"]),
+    ("GRU", dict(direction="bidirectional", linear_before_reset=1), ["B", "", "h0"]),
+    ("GRU", dict(direction="forward", linear_before_reset=0, layout=1), ["B"]),
+    ("LSTM", dict(direction="bidirectional"), ["B", "lens"]),
+], ids=["lstm-bidi-init", "lstm-reverse-batch-first", "lstm-peepholes", "gru-bidi-lbr", "gru-batch-first",
+        "lstm-sequence-lens"])
+def test_recurrent(op, attrs, extra, rng, tmp_path):
+    """LSTM and GRU on the executor's own kernel (a sequence_lens shorter
+    than the sequence: that op's reference implementation, per call)."""
+    hidden, inp, gates = 5, 3, 4 if op == "LSTM" else 3
+    dirs = 2 if attrs["direction"] == "bidirectional" else 1
+    layout = attrs.get("layout", 0)
+    inits = [("W", rng.standard_normal((dirs, gates * hidden, inp)).astype(np.float32) * 0.5),
+             ("R", rng.standard_normal((dirs, gates * hidden, hidden)).astype(np.float32) * 0.5),
+             ("B", rng.standard_normal((dirs, 2 * gates * hidden)).astype(np.float32) * 0.5),
+             ("P", rng.standard_normal((dirs, 3 * hidden)).astype(np.float32) * 0.5)]
+    spec = [("x", F, 3)] + [(n, F, 3) for n in ("h0", "c0") if n in extra] + \
+        ([("lens", TensorProto.INT32, 1)] if "lens" in extra else [])
+    outs = ["y0", "y1", "y2"][:3 if op == "LSTM" else 2]
+    m = _model([helper.make_node(op, ["x", "W", "R"] + extra, outs, hidden_size=hidden, **attrs)], spec, len(outs),
+               [i for i in inits if i[0] in extra + ["W", "R"]], opset=14)
+
+    def feeds(seq, batch, short=False):
+        def f():
+            x = rng.standard_normal((batch, seq, inp) if layout else (seq, batch, inp)).astype(np.float32)
+            out = {"x": x}
+            for n in ("h0", "c0"):
+                if n in extra:
+                    out[n] = rng.standard_normal((batch, dirs, hidden) if layout else (dirs, batch, hidden)
+                                                 ).astype(np.float32)
+            if "lens" in extra:
+                out["lens"] = (rng.integers(1, seq + 1, batch) if short else np.full(batch, seq)).astype(np.int32)
+            return out
+        return f
+    plan = check(m, [feeds(4, 2), feeds(7, 3), feeds(5, 4, short=True)] if "lens" in extra else
+                 [feeds(4, 2), feeds(7, 3)], tmp_path, "onnx." + op, rtol=1e-4, atol=1e-5)
+    assert plan.fallbacks == []
