@@ -181,7 +181,10 @@ class GenericPlan:
                             [len(v.type.shape) if getattr(v.type, "shape", None) is not None else None
                              for v in op.operands])
                 node.reference = reference  # for inputs the kernel does not serve (LSTM's sequence_lens)
-                fn = make(node)
+                try:
+                    fn = make(node)
+                except Exception:  # noqa: BLE001 - attributes it does not know (a Cast to a new type)
+                    fn = None
                 if fn is not None:
                     return fn, multi, captured, name
             self.fallbacks.append(op.name)
