@@ -13,6 +13,12 @@ import numpy as np
 from .toolkit import ConvParams, Epilogue, PoolParams, axis_of, c_kernels, f32, kernel, ptr
 
 
+# M*N*K up to which numpy's OpenBLAS computes a product on one thread (its
+# SMP threshold): there numpy's matmul is faster (2 x 64 x 64: 2.7 us against
+# 12.0 through ctypes; 21 x 64 x 256: 13.1 against 22.8) and cannot stall.
+BLAS_ONE_THREAD = 262144
+
+
 def _as_matrix(x):
     """(array, transposed?, leading dim) of a 2-D float32 operand for
     tcc_cpu_gemm: C-contiguous as it is, or the transpose of one (a
@@ -28,11 +34,12 @@ def _as_matrix(x):
 def _gemm_f32(lib, a, b, alpha=1.0, c=None, beta=0.0):
     """alpha * a @ b (+ beta * c, c broadcast to the result) for 2-D float32
     a [M, K], b [K, N] through tcc_cpu_gemm: one thread below 2 MFLOP, the
-    library's pool above. numpy's matmul (OpenBLAS) splits a product over
-    its own threads from M*N*K > 262144 (the MLP and LM-head products of the
-    small corpus models): on this loaded 2-core machine 2 % of those calls
-    stalled ~20 ms waiting for the second thread (llama's MatMul steps
-    averaged 433 us, median 12 us; with one BLAS thread 20 us)."""
+    library's pool above; used past BLAS_ONE_THREAD. numpy's matmul
+    (OpenBLAS) splits a product over its own threads from M*N*K > 262144
+    (the MLP and LM-head products of the small corpus models): on this
+    loaded 2-core machine 2 % of those calls stalled ~20 ms waiting for the
+    second thread (llama's MatMul steps averaged 433 us, median 12 us; with
+    one BLAS thread 20 us)."""
     (M, K), N = a.shape, b.shape[1]
     A, ta, lda = _as_matrix(a)
     B, tb, ldb = _as_matrix(b)
@@ -58,7 +65,7 @@ def _matmul(node):
 
     def matmul(a, b):
         if b.ndim == 2 and a.ndim >= 2 and a.dtype == np.float32 and b.dtype == np.float32 and a.shape[-1] == b.shape[0]:
-            if lib is not None and a.shape[-1]:  # one GEMM over every row of a
+            if lib is not None and a.size * b.shape[1] > BLAS_ONE_THREAD:  # one GEMM over every row of a
                 rows = a.reshape(-1, a.shape[-1]) if a.flags.c_contiguous or a.ndim == 2 else \
                     np.ascontiguousarray(a).reshape(-1, a.shape[-1])
                 return _gemm_f32(lib, rows, b).reshape(a.shape[:-1] + b.shape[1:])
@@ -77,7 +84,7 @@ def _gemm(node):
     def gemm(a, b, c=None):
         a, b = (a.T if ta else a), (b.T if tb else b)
         if lib is not None and a.dtype == np.float32 and b.dtype == np.float32 and a.shape[1] == b.shape[0] and \
-                a.shape[1] and (c is None or c.dtype == np.float32):
+                a.size * b.shape[1] > BLAS_ONE_THREAD and (c is None or c.dtype == np.float32):
             return _gemm_f32(lib, a, b, alpha, c, beta)
         out = a @ b
         if alpha != 1.0:
