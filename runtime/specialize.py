@@ -37,8 +37,8 @@ graph-to-loop lowering and both native code generators assume static
 shapes, while kernels that take their sizes at run time exist already.
 Measured on the corpus (README's scoreboard, a loaded 2-core machine): a
 specialization compile takes 1-30 s (graph passes and the verifier after
-each ~50 %, gcc ~25 %, llvmlite ~15 %), a generic call ~0.4-2 ms (one
-Python step per op: 2-5x the specialized code, not 1.2x), a specialized
+each ~50 %, gcc ~25 %, llvmlite ~15 %), a generic call ~0.35-1.1 ms (one
+Python step per op: 1.2-7x the specialized code), a specialized
 one 0.1-1 ms. A generic call beside a compile shares the GIL with it: see
 _responsive."""
 from __future__ import annotations
