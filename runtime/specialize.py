@@ -28,7 +28,8 @@ path cannot run a call (an input the model cannot take), the call waits for
 the compile instead, which gives the one-line error. The plan is built at
 load (10-130 ms on the corpus), so the first run at a new shape is only a
 run. A specialization already in the compile cache on disk is loaded at
-once. `TCC_SPECIALIZE=sync` compiles on the caller's thread (as before;
+once. A session compiles at most TCC_MAX_SPECIALIZATIONS keys (64) in the
+background; later keys stay on the generic path. `TCC_SPECIALIZE=sync` compiles on the caller's thread (as before;
 there, on the main thread, a plugin hook that hangs is also timed out:
 TCC_HOOK_TIMEOUT needs the main thread's SIGALRM).
 
@@ -112,6 +113,26 @@ def background_enabled():
     if mode not in ("background", "sync"):
         raise TccError(f"TCC_SPECIALIZE={mode!r}: expected 'background' or 'sync'")
     return mode == "background"
+
+
+DEFAULT_MAX_SPECIALIZATIONS = 64
+
+
+def max_specializations():
+    """How many input-shape keys one session compiles in the background
+    (TCC_MAX_SPECIALIZATIONS, default 64). A server that sees a new sequence
+    length on most calls would otherwise queue a 0.2-10 s compile per length,
+    each holding a loaded native library for the life of the session; past
+    the limit, new keys stay on the shape-generic path (1.3-9x the
+    specialized code on the corpus, no compile at all)."""
+    raw = os.environ.get("TCC_MAX_SPECIALIZATIONS", str(DEFAULT_MAX_SPECIALIZATIONS))
+    try:
+        n = int(raw)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise TccError(f"TCC_MAX_SPECIALIZATIONS={raw!r}: expected a whole number >= 0")
+    return n
 
 
 _responsive_lock = threading.Lock()
@@ -255,6 +276,13 @@ class SpecializingSession(SignatureMixin):
             # two threads import at once can be seen half initialized
             # ("partially initialized module 'onnx' has no attribute 'defs'").
             self._generic_path()
+        with self._lock:
+            fut = self._pending.get(key)
+            full = fut is None and generic and len(self._cache) + len(self._pending) >= max_specializations()
+        if full and self._generic_path():
+            outs = self._run_generic(arrays, output_names)
+            if outs is not None:  # past the limit: no compile for this key
+                return outs
         with self._lock:
             fut = self._pending.get(key)
             if fut is None:

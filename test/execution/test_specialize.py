@@ -144,3 +144,28 @@ def test_bad_specialize_mode_is_one_line(tmp_path, monkeypatch, rng):
     from tcc.dialects.ir.errors import TccError
     with pytest.raises(TccError, match=r"TCC_SPECIALIZE='later': expected 'background' or 'sync'"):
         sess.run(feeds)
+
+
+def test_specializations_stop_at_the_limit_and_later_shapes_stay_generic(rng, tmp_path, monkeypatch):
+    monkeypatch.setenv("TCC_MAX_SPECIALIZATIONS", "1")
+    m = model()
+    sess = tcc.load(tcc.compile(m, output=str(tmp_path / "m.tcc"), cache=False))
+    ref = ort.InferenceSession(m.SerializeToString())
+    for n in (2, 3, 5, 3):
+        feeds = {"x": rng.standard_normal((n, 6)).astype(np.float32), "s": np.array([n, 4], np.int64),
+                 "axes": np.array([1], np.int64)}
+        for got, want in zip(sess.run(feeds), ref.run(None, feeds)):
+            assert got.shape == want.shape
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+        sess.wait()
+    assert len(sess.specializations()) == 1  # batch 2's; 3 and 5 ran on the generic path
+
+
+def test_bad_specialization_limit_is_one_line(tmp_path, monkeypatch, rng):
+    sess = tcc.load(tcc.compile(model(), output=str(tmp_path / "m.tcc"), cache=False))
+    monkeypatch.setenv("TCC_MAX_SPECIALIZATIONS", "many")
+    feeds = {"x": rng.standard_normal((2, 6)).astype(np.float32), "s": np.array([2, 4], np.int64),
+             "axes": np.array([0], np.int64)}
+    from tcc.dialects.ir.errors import TccError
+    with pytest.raises(TccError, match=r"^TCC_MAX_SPECIALIZATIONS='many': expected a whole number >= 0$"):
+        sess.run(feeds)
