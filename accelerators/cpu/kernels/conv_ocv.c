@@ -337,6 +337,11 @@ static void ov_task(void *arg, long b, long e) {
     }
 }
 
+const char *tcc_cpu_conv2d_packed_path(const tcc_conv_params *p) {
+    const cv_layout l = {.taps = p->kh * p->kw}; /* all cv_rows_eligible reads of it */
+    return cv_rows_eligible(p, &l) ? "rows" : "ocv";
+}
+
 void tcc_cpu_conv2d_packed(const tcc_conv_params *p, const float *x, const float *wp, float *y, float *scratch,
                            const tcc_epilogue *ep) {
     long off_stack[64], *off = p->kh * p->kw <= 64 ? off_stack : malloc(p->kh * p->kw * sizeof(long));
@@ -350,7 +355,7 @@ void tcc_cpu_conv2d_packed(const tcc_conv_params *p, const float *x, const float
     const long ohw = p->oh * p->ow, hw = p->h * p->w;
     float *xp = NULL;
     if (!l.direct) {
-        const size_t need = (size_t)cg * l.cs;
+        const size_t need = (size_t)cg * l.cs + (rows ? CV_ROWS_SLACK : 0);
         xp = need <= tcc_cpu_conv2d_scratch(p) ? scratch : cv_tls_buffer(0, need);
         if (rows && ((uintptr_t)xp & 63)) xp = cv_tls_buffer(0, need); /* aligned rows need an aligned buffer */
     }

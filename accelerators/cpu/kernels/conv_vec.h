@@ -203,8 +203,10 @@ void cv_depthwise_pointwise(const cv_dw *dw, const float *x, const tcc_conv_para
                             const cv_ep *eq, float *y) CV_HIDDEN;
 
 /* conv_ocv.c's packed weights with output positions in the lanes (conv_rows.c),
- * for few input channels on AVX-512: whether it takes p, and one image/group
- * (x packed as l, y and res its first output channel, m_base its bias index). */
+ * for few input channels on AVX-512 and AVX2: whether it takes p, and one
+ * image/group (x packed as l, y and res its first output channel, m_base its
+ * bias index); a packed x needs CV_ROWS_SLACK floats past its end. */
+#define CV_ROWS_SLACK VL
 int cv_rows_eligible(const tcc_conv_params *p, const cv_layout *l) CV_HIDDEN;
 void cv_conv_rows(const tcc_conv_params *p, const cv_layout *l, const float *x, const float *wp, float *y,
                   const float *res, const cv_ep *e, long m_base) CV_HIDDEN;

@@ -328,9 +328,12 @@ def test_packed_chosen_on_avx512_and_avx2(isa, monkeypatch):
 
 
 # ---- few input channels: positions in the lanes, on the same packed weights (conv_rows.c) -----
-# K = c/g*kh*kw <= 64 and rows of >= 49 columns (AVX-512): tiles of 2 channels x R rows x NV
+# AVX-512: K = c/g*kh*kw <= 64 and rows of >= 49 columns, tiles of 2 channels x R rows x NV
 # vectors of a row segment, packed rows rounded up to whole vectors (their extra columns never
-# zeroed, never read).
+# zeroed, never stored). AVX2: K <= 64 on rows of >= 9 columns or K <= 160 on >= 96, tiles of
+# 2 channels x 3 rows x 2 vectors, 2 x 3 or 1 x 3..6, the last vector of a packed row loaded
+# whole (its lanes past the row read the next row or the buffer's slack: NaN in the tests'
+# scratch) and stored masked; inputs read in place load it masked.
 ROWS = [
     (1, 3, 112, 112, 32, 3, (2, 2), (1, 1), (1, 1, 1, 1), 1),  # 56 columns: 4 vectors, the last 8 lanes
     (1, 3, 60, 224, 24, 3, (2, 2), (1, 1), (1, 1, 1, 1), 1),   # the stem's 112 columns: 7 whole vectors
@@ -340,6 +343,12 @@ ROWS = [
     (1, 6, 16, 100, 8, 3, (1, 1), (1, 1), (1, 1, 1, 1), 2),    # groups of 3 channels
     (1, 3, 30, 80, 10, 3, (1, 1), (2, 2), (2, 2, 2, 2), 1),    # dilated, 5 whole vectors
     (2, 3, 17, 130, 12, 3, (2, 2), (1, 1), (1, 1, 1, 1), 1),   # batch 2, 65 columns, rows in a last short group
+    (1, 3, 40, 224, 10, 7, (2, 2), (1, 1), (3, 3, 3, 3), 1),   # ResNet's 7x7 stem: K = 147 (AVX2: 112 columns)
+    (1, 3, 14, 12, 5, 3, (1, 1), (1, 1), (1, 1, 1, 1), 1),     # AVX2: 12 columns, 2 vectors x 3 rows, last masked
+    (1, 3, 9, 33, 6, 3, (1, 1), (1, 1), (1, 1, 1, 1), 1),      # AVX2: 33 columns, 5 vectors x 1 row
+    (1, 3, 11, 40, 6, 3, (1, 1), (1, 1), (1, 1, 1, 1), 1),     # AVX2: 5 whole vectors
+    (1, 3, 11, 24, 6, 3, (1, 1), (1, 1), (1, 1, 1, 1), 1),     # AVX2: 3 whole vectors x 2 rows
+    (1, 5, 12, 22, 7, 3, (1, 1), (1, 1), (0, 0, 0, 0), 1),     # AVX2: read in place, 20 columns, last masked
 ]
 
 
