@@ -257,7 +257,8 @@ def test_direct_gap_stores(n, c, h, w, m, k, s, d, pads, act, residual):
 
 # ---- weights packed at compile time: output channels in the lanes (conv_ocv.c) --------------
 # Tiles are runs of up to 14 pixels of one output row (two rows when a row holds at most 7),
-# times 32 output channels (AVX2: 6 pixels, two rows of at most 3, x 16 channels); input
+# times 32 output channels (AVX2: 6 pixels, two rows of at most 3, x 16 channels; rows wider
+# than 6 and no multiple of it in runs of 6 consecutive outputs across row ends); input
 # channels go in blocks when a panel's weights exceed L1.
 PACKED = [
     (1, 5, 7, 7, 32, 3, (1, 1), (1, 1), (1, 1, 1, 1), 1),      # 7x7: two-row tiles, the last one row
@@ -278,6 +279,7 @@ PACKED = [
     (1, 6, 10, 9, 9, 3, (1, 1), (1, 1), (0, 0, 0, 0), 1),      # unpadded: input read in place
     (1, 12, 9, 10, 40, 3, (1, 1), (1, 1), (1, 1, 1, 1), 2),    # groups: panels per group
     (1, 1, 1, 1, 3, 3, (1, 1), (1, 1), (1, 1, 1, 1), 1),       # one pixel
+    (1, 24, 9, 11, 20, 3, (1, 1), (1, 1), (1, 1, 1, 1), 1),    # AVX2: runs across row ends (11 columns), channel blocks
 ]
 
 
@@ -330,7 +332,7 @@ def test_packed_chosen_on_avx512_and_avx2(isa, monkeypatch):
 # ---- few input channels: positions in the lanes, on the same packed weights (conv_rows.c) -----
 # AVX-512: K = c/g*kh*kw <= 64 and rows of >= 49 columns, tiles of 2 channels x R rows x NV
 # vectors of a row segment, packed rows rounded up to whole vectors (their extra columns never
-# zeroed, never stored). AVX2: K <= 64 on rows of >= 9 columns or K <= 160 on >= 96, tiles of
+# zeroed, never stored). AVX2: K <= 64 on rows of >= 9 columns or K <= 160 on >= 96 (not 1x1), tiles of
 # 2 channels x 3 rows x 2 vectors, 2 x 3 or 1 x 3..6, the last vector of a packed row loaded
 # whole (its lanes past the row read the next row or the buffer's slack: NaN in the tests'
 # scratch) and stored masked; inputs read in place load it masked.

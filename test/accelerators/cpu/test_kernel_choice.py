@@ -173,7 +173,8 @@ def test_depthwise_path_per_isa(isa):
 # Constant-weight convolutions codegen sends to tcc_cpu_conv2d_packed run, inside the library, on
 # conv_rows.c (positions in the lanes) or conv_ocv.c (output channels in the lanes):
 # (c, h, w, m, k, stride, pad) -> {isa: path}. AVX-512: K = c*k*k <= 64 on rows of >= 49 columns;
-# AVX2: K <= 64 on rows of >= 9 columns, and K <= 160 on rows of >= 96 (ResNet's 7x7 stem).
+# AVX2: K <= 64 on rows of >= 9 columns, and K <= 160 on rows of >= 96 (ResNet's 7x7 stem),
+# more than one tap.
 PACKED_CASES = [
     ((3, 224, 224, 32, 3, 2, 1), {"avx512": "rows", "avx2": "rows", "generic": "ocv"}),   # MobileNetV2's stem
     ((3, 224, 224, 64, 7, 2, 3), {"avx512": "ocv", "avx2": "rows", "generic": "ocv"}),    # ResNet's: K = 147
@@ -182,6 +183,7 @@ PACKED_CASES = [
     ((3, 14, 12, 16, 3, 1, 1), {"avx512": "ocv", "avx2": "rows", "generic": "ocv"}),      # 12 columns
     ((3, 14, 8, 16, 3, 1, 1), {"avx512": "ocv", "avx2": "ocv", "generic": "ocv"}),        # one vector
     ((32, 112, 112, 32, 3, 2, 1), {"avx512": "ocv", "avx2": "ocv", "generic": "ocv"}),    # K = 288
+    ((16, 224, 224, 32, 1, 2, 0), {"avx512": "rows", "avx2": "ocv", "generic": "ocv"}),   # AVX2: no 1x1
 ]
 
 
