@@ -11,7 +11,7 @@ generated loop nest), with their epilogues fused:
     cpu.gemm(a, b, [c], [residual])      {trans_a, trans_b, alpha, beta, bias_mode, act, ...}
     cpu.matmul(a, b, [bias], [residual]) {bias_mode, act, ...}   (batched, broadcasting)
     cpu.maxpool / cpu.avgpool(x)         {kernel, strides, pads, dilations, count_include_pad}
-    cpu.global_avgpool(x)
+    cpu.global_avgpool(x) {[axis]}       (the mean over the axes from `axis`, default 2)
     cpu.softmax(x) {axis, log}           cpu.layernorm(x, scale, [bias]) {axis, epsilon, [softmax]}
     cpu.transpose(x) {perm}              cpu.reshape(x)   (a view: no copy unless it is an output)
     cpu.elementwise(inputs...) ({^bb0(args): onnx elementwise ops ... cpu.yield(r)})
@@ -35,7 +35,7 @@ from tcc.dialects.ir import PURE, TERMINATOR, ISOLATED, Block, Dialect, OpDef, O
 from tcc.dialects.ir import attributes as A
 from tcc.dialects.ir.types import NONE, TensorType, f32
 
-from .support import ELEMENTWISE, const_value, opset
+from .support import ELEMENTWISE, const_value, opset, reduce_mean_start
 
 ACTS = {"onnx.Relu": "relu", "onnx.Sigmoid": "sigmoid", "onnx.Tanh": "tanh", "onnx.LeakyRelu": "leaky",
         "onnx.Clip": "clip"}
@@ -457,6 +457,9 @@ class Lowering:
                 self.lower_pool(op)
             elif n == "onnx.GlobalAveragePool":
                 self._replace_simple(op, "cpu.global_avgpool", [op.operands[0]])
+            elif n == "onnx.ReduceMean":  # over trailing axes (support.py): efficientnet's squeeze-excite
+                a = reduce_mean_start(op, self.module)
+                self._replace_simple(op, "cpu.global_avgpool", [op.operands[0]], {"axis": A.IntegerAttr(a)})
             elif n in ("onnx.Softmax", "onnx.LogSoftmax"):
                 self.lower_softmax(op)
             elif n == "onnx.LayerNormalization":
