@@ -22,7 +22,7 @@ from .support import const_value
 
 ALIGN = 64
 ACT_CODES = {None: "TCC_ACT_NONE", "relu": "TCC_ACT_RELU", "clip": "TCC_ACT_CLIP", "sigmoid": "TCC_ACT_SIGMOID",
-             "tanh": "TCC_ACT_TANH", "leaky": "TCC_ACT_LEAKY"}
+             "tanh": "TCC_ACT_TANH", "leaky": "TCC_ACT_LEAKY", "silu": "TCC_ACT_SILU"}
 
 
 def _size(t):

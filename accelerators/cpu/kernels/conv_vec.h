@@ -124,12 +124,40 @@ CV_INLINE float cv_bias(const cv_ep *e, long m) {
     return e->bias_scale * (e->bias_scalar ? e->bias[0] : e->bias[m]);
 }
 
-/* Activations cheap enough to run in registers. */
+/* mathfun.h's tcc_exp_ on a vector (the same steps, so the same results). */
+CV_INLINE vf cv_exp_v(vf x) {
+    typedef int vi32 __attribute__((vector_size(VL * 4)));
+    x = v_min(v_max(x, (vf){0} - 87.3365447504f), (vf){0} + 88.3762626647949f);
+    vf n = x * 1.44269504088896341f + 0.5f;
+#if defined(__AVX512F__)
+    n = (vf)_mm512_roundscale_ps((__m512)n, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+#elif defined(__AVX2__)
+    n = (vf)_mm256_floor_ps((__m256)n);
+#else
+    for (int i = 0; i < VL; i++) n[i] = __builtin_floorf(n[i]);
+#endif
+    vf r = x - n * 0.693359375f;
+    r = r + n * 2.12194440e-4f;
+    vf p = (vf){0} + 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    const vi32 e = (__builtin_convertvector(n, vi32) + 127) << 23;
+    return p * (vf)e;
+}
+
+/* Activations cheap enough to run in registers (SiLU: an exp per output,
+ * where a pass after the store ran scalar on a tile's short rows). */
 CV_INLINE int cv_vec_act(int act) {
-    return act == TCC_ACT_NONE || act == TCC_ACT_RELU || act == TCC_ACT_CLIP || act == TCC_ACT_LEAKY;
+    return act == TCC_ACT_NONE || act == TCC_ACT_RELU || act == TCC_ACT_CLIP || act == TCC_ACT_LEAKY ||
+           act == TCC_ACT_SILU;
 }
 
 CV_INLINE vf cv_act_v(vf v, int act, float a0, float a1) {
+    if (act == TCC_ACT_SILU) return v / (1.0f + cv_exp_v(-v));
     if (act == TCC_ACT_RELU) return v_max(v, (vf){0});
     if (act == TCC_ACT_CLIP) return v_min(v_max(v, (vf){0} + a0), (vf){0} + a1);
     if (act == TCC_ACT_LEAKY) return v_max(v, (vf){0}) + v_min(v, (vf){0}) * a0;

@@ -31,7 +31,7 @@ const char *tcc_cpu_isa(void);
  * (row stride ldc). bias_mode: 0 none, 1 per column (N), 2 per row (M),
  * 3 full M x N (row stride N), 4 scalar. residual: NULL or M x N (stride ldc). */
 enum { TCC_ACT_NONE = 0, TCC_ACT_RELU = 1, TCC_ACT_CLIP = 2, TCC_ACT_SIGMOID = 3, TCC_ACT_TANH = 4,
-       TCC_ACT_LEAKY = 5 };
+       TCC_ACT_LEAKY = 5, TCC_ACT_SILU = 6 /* x * sigmoid(x); convolutions only */ };
 typedef struct {
     const float *bias;
     int bias_mode;

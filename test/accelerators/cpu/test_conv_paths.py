@@ -52,6 +52,8 @@ def conv_model(n, c, h, w, m, k, s=(1, 1), d=(1, 1), pads=(0, 0, 0, 0), g=1, bia
         inits += [("lo", np.array(-0.5, np.float32)), ("hi", np.array(0.7, np.float32))]
     elif act == "LeakyRelu":
         nodes.append(H("LeakyRelu", [cur], ["y"], alpha=alpha))
+    elif act == "SiLU":  # as exporters write it: x * Sigmoid(x), absorbed as one epilogue
+        nodes += [H("Sigmoid", [cur], ["sg"]), H("Mul", [cur, "sg"], ["y"])]
     elif act:
         nodes.append(H(act, [cur], ["y"]))
     else:
@@ -59,7 +61,7 @@ def conv_model(n, c, h, w, m, k, s=(1, 1), d=(1, 1), pads=(0, 0, 0, 0), g=1, bia
     return model(nodes, inputs, [("y", (n, m, oh, ow))], inits), feeds
 
 
-ACTS = [None, "Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh"]
+ACTS = [None, "Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh", "SiLU"]
 
 
 # ---- direct kernel ---------------------------------------------------------------------
