@@ -138,13 +138,7 @@ CV_INLINE vf cv_exp_v(vf x) {
 #endif
     vf r = x - n * 0.693359375f;
     r = r + n * 2.12194440e-4f;
-    vf p = (vf){0} + 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
+    const vf p = TCC_EXP_POLY(r);
     const vi32 e = (__builtin_convertvector(n, vi32) + 127) << 23;
     return p * (vf)e;
 }
