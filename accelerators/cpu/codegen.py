@@ -22,7 +22,7 @@ from .support import const_value
 
 ALIGN = 64
 ACT_CODES = {None: "TCC_ACT_NONE", "relu": "TCC_ACT_RELU", "clip": "TCC_ACT_CLIP", "sigmoid": "TCC_ACT_SIGMOID",
-             "tanh": "TCC_ACT_TANH", "leaky": "TCC_ACT_LEAKY"}
+             "tanh": "TCC_ACT_TANH", "leaky": "TCC_ACT_LEAKY", "silu": "TCC_ACT_SILU"}
 
 
 def _size(t):
@@ -471,8 +471,9 @@ class FunctionCodegen:
 
     def op_global_avgpool(self, op):
         x = op.operands[0]
-        shp = x.type.shape
-        self.emit(f"tcc_cpu_global_avgpool({shp[0] * shp[1]}, {int(np.prod(shp[2:]))}, {self.ptr(x)}, "
+        shp, a = x.type.shape, op.get_attr("axis")
+        a = 2 if a is None else int(a)
+        self.emit(f"tcc_cpu_global_avgpool({int(np.prod(shp[:a]))}, {int(np.prod(shp[a:]))}, {self.ptr(x)}, "
                   f"{self.ptr(op.results[0])});")
 
     def op_softmax(self, op):

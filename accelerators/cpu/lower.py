@@ -11,7 +11,7 @@ generated loop nest), with their epilogues fused:
     cpu.gemm(a, b, [c], [residual])      {trans_a, trans_b, alpha, beta, bias_mode, act, ...}
     cpu.matmul(a, b, [bias], [residual]) {bias_mode, act, ...}   (batched, broadcasting)
     cpu.maxpool / cpu.avgpool(x)         {kernel, strides, pads, dilations, count_include_pad}
-    cpu.global_avgpool(x)
+    cpu.global_avgpool(x) {[axis]}       (the mean over the axes from `axis`, default 2)
     cpu.softmax(x) {axis, log}           cpu.layernorm(x, scale, [bias]) {axis, epsilon, [softmax]}
     cpu.transpose(x) {perm}              cpu.reshape(x)   (a view: no copy unless it is an output)
     cpu.elementwise(inputs...) ({^bb0(args): onnx elementwise ops ... cpu.yield(r)})
@@ -35,7 +35,7 @@ from tcc.dialects.ir import PURE, TERMINATOR, ISOLATED, Block, Dialect, OpDef, O
 from tcc.dialects.ir import attributes as A
 from tcc.dialects.ir.types import NONE, TensorType, f32
 
-from .support import ELEMENTWISE, const_value, opset
+from .support import ELEMENTWISE, const_value, opset, reduce_mean_start
 
 ACTS = {"onnx.Relu": "relu", "onnx.Sigmoid": "sigmoid", "onnx.Tanh": "tanh", "onnx.LeakyRelu": "leaky",
         "onnx.Clip": "clip"}
@@ -122,12 +122,21 @@ class Lowering:
             op.erase()
 
     # -- epilogues -------------------------------------------------------------
-    def absorb(self, anchor, per_channel_dim, allow_bias=True):
+    def absorb(self, anchor, per_channel_dim, allow_bias=True, silu=False):
         """Follows anchor's single-use chain of Add (bias or residual) and one
-        activation. Returns (chain ops, bias value, residual value, act attrs)."""
+        activation (with `silu`, also x * Sigmoid(x): two uses of x). Returns
+        (chain ops, bias value, residual value, act attrs)."""
         out_t = anchor.results[0].type
         cur, chain, bias, residual, act = anchor.results[0], [], None, None, None
-        while len(cur.uses) == 1 and act is None:
+        while act is None:
+            pair = self._silu(cur) if silu and len(cur.uses) == 2 else None
+            if pair is not None:
+                chain += pair
+                cur = pair[1].results[0]
+                act = {"act": A.StringAttr("silu"), "act_a0": A.FloatAttr(0.0), "act_a1": A.FloatAttr(0.0)}
+                break
+            if len(cur.uses) != 1:
+                break
             user, idx = cur.uses[0]
             if user.name == "onnx.Add" and len(user.operands) == 2 and user.results[0].type == out_t:
                 other = user.operands[1 - idx]
@@ -146,6 +155,21 @@ class Lowering:
             chain.append(user)
             cur = user.results[0]
         return chain, bias, residual, act
+
+    @staticmethod
+    def _silu(v):
+        """[Sigmoid, Mul] when v's two uses are s = Sigmoid(v) and Mul(v, s)
+        (an exporter's SiLU: efficientnet's after every convolution), else None."""
+        sig = [u for u, _ in v.uses if u.name == "onnx.Sigmoid"]
+        mul = [u for u, _ in v.uses if u.name == "onnx.Mul"]
+        if len(sig) != 1 or len(mul) != 1 or len(sig[0].results[0].uses) != 1:
+            return None
+        s, m = sig[0], mul[0]
+        if s.results[0].uses[0][0] is not m or {id(o) for o in m.operands} != {id(v), id(s.results[0])}:
+            return None
+        if m.results[0].type != v.type:
+            return None
+        return [s, m]
 
     @staticmethod
     def _is_channel_bias(v, out_t, dim):
@@ -189,7 +213,7 @@ class Lowering:
     def lower_conv(self, op):
         x, w = op.operands[0], op.operands[1]
         has_bias = self._present(op, 2)
-        chain, bias, res, act = self.absorb(op, 1, allow_bias=not has_bias)
+        chain, bias, res, act = self.absorb(op, 1, allow_bias=not has_bias, silu=True)
         kh, kw = w.type.shape[2], w.type.shape[3]
         strides = list(self.attr(op, "strides", None) or [1, 1])
         dil = list(self.attr(op, "dilations", None) or [1, 1])
@@ -457,6 +481,9 @@ class Lowering:
                 self.lower_pool(op)
             elif n == "onnx.GlobalAveragePool":
                 self._replace_simple(op, "cpu.global_avgpool", [op.operands[0]])
+            elif n == "onnx.ReduceMean":  # over trailing axes (support.py): efficientnet's squeeze-excite
+                a = reduce_mean_start(op, self.module)
+                self._replace_simple(op, "cpu.global_avgpool", [op.operands[0]], {"axis": A.IntegerAttr(a)})
             elif n in ("onnx.Softmax", "onnx.LogSoftmax"):
                 self.lower_softmax(op)
             elif n == "onnx.LayerNormalization":

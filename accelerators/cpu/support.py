@@ -2,6 +2,8 @@
 not the others), and its composite patterns (TVM BYOC's pattern table)."""
 from __future__ import annotations
 
+import numpy as np
+
 from tcc.accelerators import CompositePattern, Support
 from tcc.dialects.ir.attributes import elements_value
 from tcc.dialects.ir.types import NONE, TensorType
@@ -15,10 +17,10 @@ VARIADIC = {"Max", "Min", "Sum", "Mean"}
 ELEMENTWISE = {f"onnx.{n}" for n in UNARY | BINARY | VARIADIC}
 LAYOUT = {"onnx.Reshape", "onnx.Flatten", "onnx.Squeeze", "onnx.Unsqueeze", "onnx.Transpose"}
 KERNELS = {"onnx.Conv", "onnx.Gemm", "onnx.MatMul", "onnx.BatchNormalization", "onnx.MaxPool", "onnx.AveragePool",
-           "onnx.GlobalAveragePool", "onnx.Softmax", "onnx.LogSoftmax", "onnx.LayerNormalization"}
+           "onnx.GlobalAveragePool", "onnx.ReduceMean", "onnx.Softmax", "onnx.LogSoftmax", "onnx.LayerNormalization"}
 SUPPORTED = ELEMENTWISE | LAYOUT | KERNELS
 # operand positions that are not data (int64 shapes/axes): any dtype, ignored
-NON_DATA = {"onnx.Reshape": {1}, "onnx.Squeeze": {1}, "onnx.Unsqueeze": {1}}
+NON_DATA = {"onnx.Reshape": {1}, "onnx.Squeeze": {1}, "onnx.Unsqueeze": {1}, "onnx.ReduceMean": {1}}
 
 
 def const_value(v):
@@ -34,6 +36,26 @@ def opset(module, domain=""):
         v = imp.get(domain)
         return int(getattr(v, "value", v)) if v is not None else 18
     return 18
+
+
+def reduce_mean_start(op, module):
+    """The first reduced axis of a ReduceMean whose axes are all the trailing
+    ones from there (a squeeze-excite's mean over H and W: kernels/pool.c's
+    global average, rows of the leading dims), else None."""
+    rank = op.operands[0].type.rank
+    if opset(module) >= 18:
+        axes = None
+        if len(op.operands) > 1 and op.operands[1].type is not NONE:
+            axes = const_value(op.operands[1])
+            if axes is None:
+                return None
+    else:
+        axes = op.get_attr("axes")
+    axes = [] if axes is None else [int(a) for a in np.asarray(getattr(axes, "value", axes)).ravel()]
+    if not axes:
+        return None if op.get_attr("noop_with_empty_axes", 0) else 0
+    axes = sorted(a + rank if a < 0 else a for a in axes)
+    return axes[0] if axes == list(range(axes[0], rank)) else None
 
 
 def _check_types(op):
@@ -79,6 +101,9 @@ def check(op, module):
             return Support.no("shape: only 2-D pooling (NCHW)")
         if name == "MaxPool" and op.get_attr("storage_order", 0):
             return Support.no("attribute: storage_order=1 unsupported")
+    elif name == "ReduceMean":
+        if reduce_mean_start(op, module) is None:
+            return Support.no("attribute: only a mean over trailing axes (axes constant)")
     elif name == "GlobalAveragePool":
         if op.operands[0].type.rank < 3:
             return Support.no("shape: rank >= 3 expected")

@@ -31,6 +31,9 @@ static void act_inplace(float *d, long n, const cv_ep *e) {
     case TCC_ACT_TANH:
         for (long i = 0; i < n; i++) d[i] = tcc_tanhf(d[i]);
         break;
+    case TCC_ACT_SILU:
+        for (long i = 0; i < n; i++) d[i] = d[i] * tcc_sigmoidf(d[i]);
+        break;
     default:
         break;
     }

@@ -62,6 +62,7 @@ struct ov_job {
     const cv_ep *e;
     long mg, cg, K, m_base;
     long cw, nrow, ncol, ntile; /* tiles: nrow output rows x cw columns; ncol per row block */
+    int flat;                   /* AVX2: tiles of RMAX consecutive outputs, across row ends (ov_tile's A) */
     long cb;                    /* input channels per block */
     long ntn;                   /* tile column groups: ceil(mg / TN) */
     const ov_fn (*fns)[2];      /* [width][rows - 1] */
@@ -116,6 +117,29 @@ CV_INLINE void tr8(__m256 r[8]) {
     }
 }
 
+/* Lanes [lo, hi) of a to p + lo, lo and hi constants: 16-, 8- and 4-byte
+ * stores. A masked store (vmaskmovps) of each channel's row cost Zen 2 as
+ * much: a 1x1 stride-2 layer (K = 64) ran 1.15-1.2x slower with them
+ * than with whole-vector stores (tiles at 6 of 8 lanes). */
+CV_INLINE void st_lanes(float *p, __m256 a, const int lo, const int hi) {
+    const __m128 h[2] = {_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1)};
+#pragma GCC unroll 8
+    for (int i = lo; i < hi;) {
+        const __m128 x = h[i / 4];
+        if (i % 4 == 0 && hi - i >= 4) {
+            _mm_storeu_ps(p + i, x);
+            i += 4;
+        } else if (i % 2 == 0 && hi - i >= 2) {
+            if (i % 4 == 0) _mm_storel_pi((__m64 *)(p + i), x);
+            else _mm_storeh_pi((__m64 *)(p + i), x);
+            i += 2;
+        } else {
+            p[i] = a[i];
+            i += 1;
+        }
+    }
+}
+
 CV_INLINE __m256i lanes_in(int lo, int hi) { /* lanes [lo, hi) of 8 */
     const __m256i i = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     return _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(lo), i), _mm256_cmpgt_epi32(_mm256_set1_epi32(hi), i));
@@ -141,12 +165,18 @@ CV_INLINE void ov_prefetch(const float *w) {
 
 /* Tile of NR rows x W columns of outputs from (oh0, ow0), channels
  * [pn * TN, pn * TN + TN) (TN < PN: part of a panel); pixel i
- * is (i / W, i % W). t9: 3x3, channels outer and the taps unrolled. */
+ * is (i / W, i % W). t9: 3x3, channels outer and the taps unrolled.
+ * A > 0 (with NR = 1): W consecutive outputs in NCHW order that cross a row
+ * end after A of them, pixel i >= A at (oh0 + 1, i - A) (ov_job.flat). */
 CV_INLINE void ov_tile(const ov_job *j, long pn, long oh0, long ow0, const ov_kr *kr, const int W, const int NR,
-                       const int t9) {
+                       const int t9, const int A) {
     const int R = W * NR;
     const cv_layout *l = j->l;
     const long wq = l->wq, cs = l->cs, *off = l->off, T = l->taps;
+    /* the second row pointer: the next row's column ow0, or (A > 0) its
+     * column ow0 - OW, so that pixel i of either row is s[.][i] */
+    const long rs = A ? wq - j->p->ow : wq;
+    const int NS = A ? 2 : NR;
     const float *xs = j->x + kr->c0 * cs + oh0 * wq + ow0, *w = j->wp + (pn * TN / PN * j->K + kr->c0 * T) * PN + pn * TN % PN;
     vf acc[RMAX][NV];
 #pragma GCC unroll 16
@@ -158,14 +188,14 @@ CV_INLINE void ov_tile(const ov_job *j, long pn, long oh0, long ow0, const ov_kr
 #pragma GCC unroll 9
             for (int t = 0; t < 9; t++) {
                 const float *s[2];
-                ov_rows(s, xs + off[t], wq, NR);
+                ov_rows(s, xs + off[t], rs, NS);
                 if (kr->pf) ov_prefetch(w + t * PN + kr->pf);
                 vf wv[NV];
 #pragma GCC unroll 8
                 for (int v = 0; v < NV; v++) wv[v] = v_ld(w + t * PN + v * VL);
 #pragma GCC unroll 16
                 for (int i = 0; i < R; i++) {
-                    const float xv = s[i / W][i % W];
+                    const float xv = A ? s[i >= A][i] : s[i / W][i % W];
 #pragma GCC unroll 8
                     for (int v = 0; v < NV; v++) acc[i][v] += xv * wv[v];
                 }
@@ -176,7 +206,7 @@ CV_INLINE void ov_tile(const ov_job *j, long pn, long oh0, long ow0, const ov_kr
         long t = 0;
         for (long k = kr->c0 * T; k < kr->c1 * T; k++, w += PN) {
             const float *s[2];
-            ov_rows(s, xs + off[t], wq, NR);
+            ov_rows(s, xs + off[t], rs, NS);
             if (++t == T) {
                 t = 0;
                 xs += cs;
@@ -187,7 +217,7 @@ CV_INLINE void ov_tile(const ov_job *j, long pn, long oh0, long ow0, const ov_kr
             for (int v = 0; v < NV; v++) wv[v] = v_ld(w + v * VL);
 #pragma GCC unroll 16
             for (int i = 0; i < R; i++) {
-                const float xv = s[i / W][i % W];
+                const float xv = A ? s[i >= A][i] : s[i / W][i % W];
 #pragma GCC unroll 8
                 for (int v = 0; v < NV; v++) acc[i][v] += xv * wv[v];
             }
@@ -254,8 +284,8 @@ CV_INLINE void ov_tile(const ov_job *j, long pn, long oh0, long ow0, const ov_kr
                     if (NR == 2) a = _mm256_add_ps(a, _mm256_maskload_ps(rs + o1, k2));
                 }
                 a = (__m256)cv_act_v((vf)a, e->act, e->a0, e->a1);
-                _mm256_maskstore_ps(y + o0, k1, a);
-                if (NR == 2) _mm256_maskstore_ps(y + o1, k2, a);
+                st_lanes(y + o0, a, 0, W);
+                if (NR == 2) st_lanes(y + o1, a, W, 2 * W);
             }
         }
         return;
@@ -281,11 +311,11 @@ CV_INLINE void ov_tile(const ov_job *j, long pn, long oh0, long ow0, const ov_kr
 #define OV_INST(W, NR)                                                                                    \
     __attribute__((noinline, unused)) static void ov_##W##x##NR(const ov_job *j, long pn, long oh0, long ow0,    \
                                                         const ov_kr *kr) {                                \
-        ov_tile(j, pn, oh0, ow0, kr, W, NR, 0);                                                           \
+        ov_tile(j, pn, oh0, ow0, kr, W, NR, 0, 0);                                                        \
     }                                                                                                     \
     __attribute__((noinline, unused)) static void ov_##W##x##NR##_t9(const ov_job *j, long pn, long oh0, long ow0, \
                                                              const ov_kr *kr) {                           \
-        ov_tile(j, pn, oh0, ow0, kr, W, NR, 1);                                                           \
+        ov_tile(j, pn, oh0, ow0, kr, W, NR, 1, 0);                                                        \
     }
 #define OV_PAIR(W) OV_INST(W, 1) OV_INST(W, 2)
 #define OV_ROW(W, S) [W] = {ov_##W##x1##S, ov_##W##x2##S}
@@ -307,6 +337,13 @@ OV_INST(4, 1) OV_INST(5, 1) OV_INST(6, 1)
 static const ov_fn OV_FNS[2][RMAX + 1][2] = {
     {OV_ROW(1, ), OV_ROW(2, ), OV_ROW(3, ), OV_ROW1(4, ), OV_ROW1(5, ), OV_ROW1(6, )},
     {OV_ROW(1, _t9), OV_ROW(2, _t9), [3] = {ov_3x1_t9, ov_3x2}, OV_ROW1(4, _t9), OV_ROW1(5, _t9), OV_ROW1(6, )}};
+/* six outputs crossing a row end after A of them */
+#define OV_SPLIT(A)                                                                                        \
+    __attribute__((noinline)) static void ov_6s##A(const ov_job *j, long pn, long oh0, long ow0, const ov_kr *kr) { \
+        ov_tile(j, pn, oh0, ow0, kr, 6, 1, 0, A);                                                          \
+    }
+OV_SPLIT(1) OV_SPLIT(2) OV_SPLIT(3) OV_SPLIT(4) OV_SPLIT(5)
+static const ov_fn OV_SPLIT_FNS[RMAX] = {NULL, ov_6s1, ov_6s2, ov_6s3, ov_6s4, ov_6s5};
 #else
 OV_INST(2, 1)
 static const ov_fn OV_FNS[2][RMAX + 1][2] = {{OV_ROW(1, ), OV_ROW1(2, )}, {OV_ROW(1, _t9), OV_ROW1(2, _t9)}};
@@ -328,13 +365,26 @@ static void ov_task(void *arg, long b, long e) {
             ov_kr kr = {c0, c0 + j->cb < j->cg ? c0 + j->cb : j->cg, NULL, c0 == 0, c0 + j->cb >= j->cg, 0};
             for (long t = t0; t < t1; t++) {
                 kr.pf = t == t0 ? 2 * j->cb * j->l->taps * PN : 0;
+                kr.part = part + (t - t0) * RMAX * TN;
+#if RMAX == 6
+                if (j->flat) {
+                    const long q0 = t * RMAX, oh0 = q0 / OW, ow0 = q0 % OW;
+                    const long w = OH * OW - q0 < RMAX ? OH * OW - q0 : RMAX;
+                    (OW - ow0 >= w ? j->fns[w][0] : OV_SPLIT_FNS[OW - ow0])(j, pn, oh0, ow0, &kr);
+                    continue;
+                }
+#endif
                 const long oh0 = t / j->ncol * j->nrow, ow0 = t % j->ncol * j->cw;
                 const long nr = OH - oh0 < j->nrow ? OH - oh0 : j->nrow, w = OW - ow0 < j->cw ? OW - ow0 : j->cw;
-                kr.part = part + (t - t0) * RMAX * TN;
                 j->fns[w][nr - 1](j, pn, oh0, ow0, &kr);
             }
         }
     }
+}
+
+const char *tcc_cpu_conv2d_packed_path(const tcc_conv_params *p) {
+    const cv_layout l = {.taps = p->kh * p->kw}; /* all cv_rows_eligible reads of it */
+    return cv_rows_eligible(p, &l) ? "rows" : "ocv";
 }
 
 void tcc_cpu_conv2d_packed(const tcc_conv_params *p, const float *x, const float *wp, float *y, float *scratch,
@@ -350,7 +400,7 @@ void tcc_cpu_conv2d_packed(const tcc_conv_params *p, const float *x, const float
     const long ohw = p->oh * p->ow, hw = p->h * p->w;
     float *xp = NULL;
     if (!l.direct) {
-        const size_t need = (size_t)cg * l.cs;
+        const size_t need = (size_t)cg * l.cs + (rows ? CV_ROWS_SLACK : 0);
         xp = need <= tcc_cpu_conv2d_scratch(p) ? scratch : cv_tls_buffer(0, need);
         if (rows && ((uintptr_t)xp & 63)) xp = cv_tls_buffer(0, need); /* aligned rows need an aligned buffer */
     }
@@ -359,6 +409,12 @@ void tcc_cpu_conv2d_packed(const tcc_conv_params *p, const float *x, const float
     j.cw = (p->ow + j.ncol - 1) / j.ncol;
     j.nrow = 2 * j.cw <= RMAX && p->oh > 1 ? 2 : 1;
     j.ntile = (p->oh + j.nrow - 1) / j.nrow * j.ncol;
+#if RMAX == 6
+    if (p->ow > RMAX && p->ow % RMAX) {
+        j.flat = 1;
+        j.ntile = (ohw + RMAX - 1) / RMAX;
+    }
+#endif
     j.fns = OV_FNS[l.taps == 9];
     const long nkb = (K * TN * (long)sizeof(float) + KB_BYTES - 1) / KB_BYTES;
     j.ntn = (mg + TN - 1) / TN;

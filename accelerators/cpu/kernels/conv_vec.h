@@ -50,8 +50,27 @@ CV_INLINE void v_st_n(float *p, vf v, int n) {
 #if defined(__AVX512F__)
     _mm512_mask_storeu_ps(p, (__mmask16)((1u << n) - 1), (__m512)v);
 #elif defined(__AVX2__)
-    __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    _mm256_maskstore_ps(p, m, (__m256)v);
+    /* 16-, 8- and 4-byte pieces: Zen 2 runs vmaskmovps stores as microcode
+     * (the stride-2 depthwise packing's two per row were most of the
+     * depthwise time on 14x14 planes) */
+    __m128 h = _mm256_castps256_ps128((__m256)v);
+    if (n >= VL) {
+        v_st(p, v);
+        return;
+    }
+    if (n >= 4) {
+        _mm_storeu_ps(p, h);
+        h = _mm256_extractf128_ps((__m256)v, 1);
+        p += 4;
+        n -= 4;
+    }
+    if (n >= 2) {
+        _mm_storel_pi((__m64 *)p, h);
+        h = _mm_movehl_ps(h, h);
+        p += 2;
+        n -= 2;
+    }
+    if (n) _mm_store_ss(p, h);
 #else
     for (int i = 0; i < n; i++) p[i] = v[i];
 #endif
@@ -105,12 +124,34 @@ CV_INLINE float cv_bias(const cv_ep *e, long m) {
     return e->bias_scale * (e->bias_scalar ? e->bias[0] : e->bias[m]);
 }
 
-/* Activations cheap enough to run in registers. */
+/* mathfun.h's tcc_exp_ on a vector (the same steps, so the same results). */
+CV_INLINE vf cv_exp_v(vf x) {
+    typedef int vi32 __attribute__((vector_size(VL * 4)));
+    x = v_min(v_max(x, (vf){0} - 87.3365447504f), (vf){0} + 88.3762626647949f);
+    vf n = x * 1.44269504088896341f + 0.5f;
+#if defined(__AVX512F__)
+    n = (vf)_mm512_roundscale_ps((__m512)n, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+#elif defined(__AVX2__)
+    n = (vf)_mm256_floor_ps((__m256)n);
+#else
+    for (int i = 0; i < VL; i++) n[i] = __builtin_floorf(n[i]);
+#endif
+    vf r = x - n * 0.693359375f;
+    r = r + n * 2.12194440e-4f;
+    const vf p = TCC_EXP_POLY(r);
+    const vi32 e = (__builtin_convertvector(n, vi32) + 127) << 23;
+    return p * (vf)e;
+}
+
+/* Activations cheap enough to run in registers (SiLU: an exp per output,
+ * where a pass after the store ran scalar on a tile's short rows). */
 CV_INLINE int cv_vec_act(int act) {
-    return act == TCC_ACT_NONE || act == TCC_ACT_RELU || act == TCC_ACT_CLIP || act == TCC_ACT_LEAKY;
+    return act == TCC_ACT_NONE || act == TCC_ACT_RELU || act == TCC_ACT_CLIP || act == TCC_ACT_LEAKY ||
+           act == TCC_ACT_SILU;
 }
 
 CV_INLINE vf cv_act_v(vf v, int act, float a0, float a1) {
+    if (act == TCC_ACT_SILU) return v / (1.0f + cv_exp_v(-v));
     if (act == TCC_ACT_RELU) return v_max(v, (vf){0});
     if (act == TCC_ACT_CLIP) return v_min(v_max(v, (vf){0} + a0), (vf){0} + a1);
     if (act == TCC_ACT_LEAKY) return v_max(v, (vf){0}) + v_min(v, (vf){0}) * a0;
@@ -203,8 +244,10 @@ void cv_depthwise_pointwise(const cv_dw *dw, const float *x, const tcc_conv_para
                             const cv_ep *eq, float *y) CV_HIDDEN;
 
 /* conv_ocv.c's packed weights with output positions in the lanes (conv_rows.c),
- * for few input channels on AVX-512: whether it takes p, and one image/group
- * (x packed as l, y and res its first output channel, m_base its bias index). */
+ * for few input channels on AVX-512 and AVX2: whether it takes p, and one
+ * image/group (x packed as l, y and res its first output channel, m_base its
+ * bias index); a packed x needs CV_ROWS_SLACK floats past its end. */
+#define CV_ROWS_SLACK VL
 int cv_rows_eligible(const tcc_conv_params *p, const cv_layout *l) CV_HIDDEN;
 void cv_conv_rows(const tcc_conv_params *p, const cv_layout *l, const float *x, const float *wp, float *y,
                   const float *res, const cv_ep *e, long m_base) CV_HIDDEN;

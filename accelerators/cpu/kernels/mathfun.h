@@ -7,6 +7,11 @@
 #include <stdint.h>
 #include <string.h>
 
+/* e^r for the reduced r, on a float or a GCC vector of them (conv_vec.h's cv_exp_v) */
+#define TCC_EXP_POLY(r)                                                                                   \
+    ((((((1.9875691500e-4f * (r) + 1.3981999507e-3f) * (r) + 8.3334519073e-3f) * (r) + 4.1665795894e-2f) * (r) + \
+       1.6666665459e-1f) * (r) + 5.0000001201e-1f) * (r) * (r) + (r) + 1.0f)
+
 static inline float tcc_exp_(float x) {
     /* clamp: e^88.7 overflows, e^-87.3 underflows to denormals (flushed) */
     if (x > 88.3762626647949f) x = 88.3762626647949f;
@@ -15,13 +20,7 @@ static inline float tcc_exp_(float x) {
     float n = __builtin_floorf(t + 0.5f);
     float r = x - n * 0.693359375f;
     r = r + n * 2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
+    float p = TCC_EXP_POLY(r);
     int32_t e = ((int32_t)n + 127) << 23;
     float s;
     memcpy(&s, &e, 4);

@@ -31,7 +31,7 @@ const char *tcc_cpu_isa(void);
  * (row stride ldc). bias_mode: 0 none, 1 per column (N), 2 per row (M),
  * 3 full M x N (row stride N), 4 scalar. residual: NULL or M x N (stride ldc). */
 enum { TCC_ACT_NONE = 0, TCC_ACT_RELU = 1, TCC_ACT_CLIP = 2, TCC_ACT_SIGMOID = 3, TCC_ACT_TANH = 4,
-       TCC_ACT_LEAKY = 5 };
+       TCC_ACT_LEAKY = 5, TCC_ACT_SILU = 6 /* x * sigmoid(x); convolutions only */ };
 typedef struct {
     const float *bias;
     int bias_mode;
@@ -78,6 +78,10 @@ void tcc_cpu_conv2d(const tcc_conv_params *p, const float *x, const float *w, fl
  * panels of the OIHW rows transposed, K = C/G*KH*KW, zero past M/G. */
 void tcc_cpu_conv2d_packed(const tcc_conv_params *p, const float *x, const float *wp, float *y, float *scratch,
                            const tcc_epilogue *ep);
+/* The kernel tcc_cpu_conv2d_packed runs p on in this build: "rows"
+ * (conv_rows.c, positions in the lanes: few input channels and taps) or
+ * "ocv" (conv_ocv.c, output channels in the lanes). For the tests. */
+const char *tcc_cpu_conv2d_packed_path(const tcc_conv_params *p);
 /* A pointwise convolution (1x1, stride 1, no pads, group 1) with the weights
  * packed at compile time as [ceil(m/8)][c][8] (rows past m zero). */
 void tcc_cpu_conv2d_pw(const tcc_conv_params *p, const float *x, const float *wp, float *y, const tcc_epilogue *ep);

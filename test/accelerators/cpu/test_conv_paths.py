@@ -52,6 +52,8 @@ def conv_model(n, c, h, w, m, k, s=(1, 1), d=(1, 1), pads=(0, 0, 0, 0), g=1, bia
         inits += [("lo", np.array(-0.5, np.float32)), ("hi", np.array(0.7, np.float32))]
     elif act == "LeakyRelu":
         nodes.append(H("LeakyRelu", [cur], ["y"], alpha=alpha))
+    elif act == "SiLU":  # as exporters write it: x * Sigmoid(x), absorbed as one epilogue
+        nodes += [H("Sigmoid", [cur], ["sg"]), H("Mul", [cur, "sg"], ["y"])]
     elif act:
         nodes.append(H(act, [cur], ["y"]))
     else:
@@ -59,7 +61,7 @@ def conv_model(n, c, h, w, m, k, s=(1, 1), d=(1, 1), pads=(0, 0, 0, 0), g=1, bia
     return model(nodes, inputs, [("y", (n, m, oh, ow))], inits), feeds
 
 
-ACTS = [None, "Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh"]
+ACTS = [None, "Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh", "SiLU"]
 
 
 # ---- direct kernel ---------------------------------------------------------------------
@@ -257,7 +259,8 @@ def test_direct_gap_stores(n, c, h, w, m, k, s, d, pads, act, residual):
 
 # ---- weights packed at compile time: output channels in the lanes (conv_ocv.c) --------------
 # Tiles are runs of up to 14 pixels of one output row (two rows when a row holds at most 7),
-# times 32 output channels (AVX2: 6 pixels, two rows of at most 3, x 16 channels); input
+# times 32 output channels (AVX2: 6 pixels, two rows of at most 3, x 16 channels; rows wider
+# than 6 and no multiple of it in runs of 6 consecutive outputs across row ends); input
 # channels go in blocks when a panel's weights exceed L1.
 PACKED = [
     (1, 5, 7, 7, 32, 3, (1, 1), (1, 1), (1, 1, 1, 1), 1),      # 7x7: two-row tiles, the last one row
@@ -278,6 +281,7 @@ PACKED = [
     (1, 6, 10, 9, 9, 3, (1, 1), (1, 1), (0, 0, 0, 0), 1),      # unpadded: input read in place
     (1, 12, 9, 10, 40, 3, (1, 1), (1, 1), (1, 1, 1, 1), 2),    # groups: panels per group
     (1, 1, 1, 1, 3, 3, (1, 1), (1, 1), (1, 1, 1, 1), 1),       # one pixel
+    (1, 24, 9, 11, 20, 3, (1, 1), (1, 1), (1, 1, 1, 1), 1),    # AVX2: runs across row ends (11 columns), channel blocks
 ]
 
 
@@ -328,9 +332,12 @@ def test_packed_chosen_on_avx512_and_avx2(isa, monkeypatch):
 
 
 # ---- few input channels: positions in the lanes, on the same packed weights (conv_rows.c) -----
-# K = c/g*kh*kw <= 64 and rows of >= 49 columns (AVX-512): tiles of 2 channels x R rows x NV
+# AVX-512: K = c/g*kh*kw <= 64 and rows of >= 49 columns, tiles of 2 channels x R rows x NV
 # vectors of a row segment, packed rows rounded up to whole vectors (their extra columns never
-# zeroed, never read).
+# zeroed, never stored). AVX2: K <= 64 on rows of >= 9 columns or K <= 160 on >= 96 (not 1x1), tiles of
+# 2 channels x 3 rows x 2 vectors, 2 x 3 or 1 x 3..6, the last vector of a packed row loaded
+# whole (its lanes past the row read the next row or the buffer's slack: NaN in the tests'
+# scratch) and stored masked; inputs read in place load it masked.
 ROWS = [
     (1, 3, 112, 112, 32, 3, (2, 2), (1, 1), (1, 1, 1, 1), 1),  # 56 columns: 4 vectors, the last 8 lanes
     (1, 3, 60, 224, 24, 3, (2, 2), (1, 1), (1, 1, 1, 1), 1),   # the stem's 112 columns: 7 whole vectors
@@ -340,6 +347,12 @@ ROWS = [
     (1, 6, 16, 100, 8, 3, (1, 1), (1, 1), (1, 1, 1, 1), 2),    # groups of 3 channels
     (1, 3, 30, 80, 10, 3, (1, 1), (2, 2), (2, 2, 2, 2), 1),    # dilated, 5 whole vectors
     (2, 3, 17, 130, 12, 3, (2, 2), (1, 1), (1, 1, 1, 1), 1),   # batch 2, 65 columns, rows in a last short group
+    (1, 3, 40, 224, 10, 7, (2, 2), (1, 1), (3, 3, 3, 3), 1),   # ResNet's 7x7 stem: K = 147 (AVX2: 112 columns)
+    (1, 3, 14, 12, 5, 3, (1, 1), (1, 1), (1, 1, 1, 1), 1),     # AVX2: 12 columns, 2 vectors x 3 rows, last masked
+    (1, 3, 9, 33, 6, 3, (1, 1), (1, 1), (1, 1, 1, 1), 1),      # AVX2: 33 columns, 5 vectors x 1 row
+    (1, 3, 11, 40, 6, 3, (1, 1), (1, 1), (1, 1, 1, 1), 1),     # AVX2: 5 whole vectors
+    (1, 3, 11, 24, 6, 3, (1, 1), (1, 1), (1, 1, 1, 1), 1),     # AVX2: 3 whole vectors x 2 rows
+    (1, 5, 12, 22, 7, 3, (1, 1), (1, 1), (0, 0, 0, 0), 1),     # AVX2: read in place, 20 columns, last masked
 ]
 
 

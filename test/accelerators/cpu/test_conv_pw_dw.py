@@ -19,9 +19,10 @@ from .test_conv_paths import ConvParams, Epilogue, out_size, pw_lib  # noqa: F40
 H = helper.make_node
 ACT_NODES = {"Relu": lambda i, o: [H("Relu", [i], [o])], "Sigmoid": lambda i, o: [H("Sigmoid", [i], [o])],
              "Tanh": lambda i, o: [H("Tanh", [i], [o])], "Clip": lambda i, o: [H("Clip", [i, "lo", "hi"], [o])],
+             "SiLU": lambda i, o: [H("Sigmoid", [i], [i + "_sg"]), H("Mul", [i, i + "_sg"], [o])],
              None: lambda i, o: [H("Identity", [i], [o])]}
 ACT_CODES = {None: (0, 0.0, 0.0), "Relu": (1, 0.0, 0.0), "Clip": (2, 0.0, 6.0), "Sigmoid": (3, 0.0, 0.0),
-             "Tanh": (4, 0.0, 0.0)}
+             "Tanh": (4, 0.0, 0.0), "SiLU": (6, 0.0, 0.0)}
 
 
 def block_model(n, c, h, w, hidden, k, s=(1, 1), d=(1, 1), pads=(1, 1, 1, 1), act1="Clip", act2="Clip",
@@ -60,6 +61,7 @@ CASES = [
     ((1, 6, 12, 13, 8, 3), {"s": (2, 1), "act1": None, "pw_bias": False}),        # phase planes (packed)
     ((1, 6, 12, 13, 11, 3), {"d": (2, 2), "pads": (2, 2, 2, 2)}),                 # dilated, in place
     ((1, 3, 40, 40, 16, 3), {"act1": "Sigmoid", "act2": "Tanh"}),                 # activations after the store
+    ((1, 5, 12, 14, 16, 3), {"act1": "SiLU", "act2": "SiLU", "residual": True}),  # efficientnet's x * sigmoid(x)
     ((1, 7, 3, 2, 10, 3), {"s": (2, 2), "pads": (0, 1, 1, 0)}),                   # plane under one vector
     # large planes: expanded blocks of 25 to 100 KB
     ((1, 8, 56, 56, 24, 3), {}),                                                  # MobileNetV2's 56x56
@@ -128,6 +130,15 @@ def test_pw_dw_fused_end_to_end(case, tmp_path):
     sess = check(mdl, feeds, atol=1e-4, tmp_path=tmp_path)
     src = _source(sess, tmp_path)
     assert src.count("tcc_cpu_conv2d_pw_dw(") == 1 and "tcc_cpu_conv2d(" not in src
+
+
+def test_silu_is_a_convolution_epilogue(tmp_path):
+    # x * Sigmoid(x) after both convolutions (and after the residual Add) is absorbed as TCC_ACT_SILU:
+    # the fused pair alone, no elementwise pass
+    mdl, feeds = block_model(1, 5, 12, 14, 16, 3, act1="SiLU", act2="SiLU", residual=True)
+    sess = check(mdl, feeds, atol=1e-4, tmp_path=tmp_path)
+    src = _source(sess, tmp_path)
+    assert src.count("tcc_cpu_conv2d_pw_dw(") == 1 and src.count("TCC_ACT_SILU") == 2 and "ew_" not in src, src
 
 
 def test_pw_dw_not_fused_when_expansion_is_read_twice(tmp_path):

@@ -119,27 +119,36 @@ DW_CASES = [
     ((8, 20, 20, 3, 1, 1, 0), {"avx512": "in-place", "avx2": "in-place", "generic": "in-place"}),
 ]
 
-_DW_PATHS = """
+_LIB = """
 import ctypes, json, sys
 from tcc.accelerators.cpu import build
 lib = build.load_kernels()
 L = ctypes.c_long
 class P(ctypes.Structure):
     _fields_ = [(n, L) for n in "n c h w m kh kw oh ow sh sw dh dw pt pl pb pr group".split()]
-lib.tcc_cpu_conv2d_dw_path.restype = ctypes.c_char_p
 out = []
+"""
+_DW_PATHS = _LIB + """
+lib.tcc_cpu_conv2d_dw_path.restype = ctypes.c_char_p
 for c, h, w, k, s, d, pad in json.loads(sys.argv[1]):
     oh, ow = [(n + 2 * pad - d * (k - 1) - 1) // s + 1 for n in (h, w)]
     p = P(1, c, h, w, c, k, k, oh, ow, s, s, d, d, pad, pad, pad, pad, c)
     out.append(lib.tcc_cpu_conv2d_dw_path(ctypes.byref(p)).decode())
 print(json.dumps([lib.tcc_cpu_isa().decode(), out]))
 """
+_PACKED_PATHS = _LIB + """
+lib.tcc_cpu_conv2d_packed_path.restype = ctypes.c_char_p
+for c, h, w, m, k, s, pad in json.loads(sys.argv[1]):
+    oh, ow = [(n + 2 * pad - k) // s + 1 for n in (h, w)]
+    p = P(1, c, h, w, m, k, k, oh, ow, s, s, 1, 1, pad, pad, pad, pad, 1)
+    out.append(lib.tcc_cpu_conv2d_packed_path(ctypes.byref(p)).decode())
+print(json.dumps([lib.tcc_cpu_isa().decode(), out]))
+"""
 
 
-@pytest.mark.parametrize("isa", build.ISA_ORDER)
-def test_depthwise_path_per_isa(isa):
-    """The library built for `isa` (loaded in a fresh process: TCC_CPU_ISA is
-    read once) takes the depthwise path documented for that build."""
+def _paths_in_build(isa, script, cases):
+    """`script`'s answers for `cases` from the library built for `isa`, loaded
+    in a fresh process (TCC_CPU_ISA is read once)."""
     import json
     import os
     import subprocess
@@ -147,8 +156,39 @@ def test_depthwise_path_per_isa(isa):
     if not build.ISA_NEEDS[isa] <= build.cpu_flags():
         pytest.skip(f"this CPU cannot run the {isa} kernel library")
     env = dict(os.environ, TCC_CPU_ISA=isa)
-    r = subprocess.run([sys.executable, "-c", _DW_PATHS, json.dumps([c for c, _ in DW_CASES])], env=env,
-                       capture_output=True, text=True, check=True)
+    r = subprocess.run([sys.executable, "-c", script, json.dumps(cases)], env=env, capture_output=True, text=True,
+                       check=True)
     got_isa, paths = json.loads(r.stdout)
     assert got_isa == isa
+    return paths
+
+
+@pytest.mark.parametrize("isa", build.ISA_ORDER)
+def test_depthwise_path_per_isa(isa):
+    """The library built for `isa` takes the depthwise path documented for that build."""
+    paths = _paths_in_build(isa, _DW_PATHS, [c for c, _ in DW_CASES])
     assert paths == [want[isa] for _, want in DW_CASES], list(zip(DW_CASES, paths))
+
+
+# Constant-weight convolutions codegen sends to tcc_cpu_conv2d_packed run, inside the library, on
+# conv_rows.c (positions in the lanes) or conv_ocv.c (output channels in the lanes):
+# (c, h, w, m, k, stride, pad) -> {isa: path}. AVX-512: K = c*k*k <= 64 on rows of >= 49 columns;
+# AVX2: K <= 64 on rows of >= 9 columns, and K <= 160 on rows of >= 96 (ResNet's 7x7 stem),
+# more than one tap.
+PACKED_CASES = [
+    ((3, 224, 224, 32, 3, 2, 1), {"avx512": "rows", "avx2": "rows", "generic": "ocv"}),   # MobileNetV2's stem
+    ((3, 224, 224, 64, 7, 2, 3), {"avx512": "ocv", "avx2": "rows", "generic": "ocv"}),    # ResNet's: K = 147
+    ((3, 224, 224, 96, 4, 4, 0), {"avx512": "rows", "avx2": "rows", "generic": "ocv"}),   # patchify: K = 48
+    ((16, 56, 56, 32, 3, 1, 1), {"avx512": "ocv", "avx2": "ocv", "generic": "ocv"}),      # K = 144, 56 columns
+    ((3, 14, 12, 16, 3, 1, 1), {"avx512": "ocv", "avx2": "rows", "generic": "ocv"}),      # 12 columns
+    ((3, 14, 8, 16, 3, 1, 1), {"avx512": "ocv", "avx2": "ocv", "generic": "ocv"}),        # one vector
+    ((32, 112, 112, 32, 3, 2, 1), {"avx512": "ocv", "avx2": "ocv", "generic": "ocv"}),    # K = 288
+    ((16, 224, 224, 32, 1, 2, 0), {"avx512": "rows", "avx2": "ocv", "generic": "ocv"}),   # AVX2: no 1x1
+]
+
+
+@pytest.mark.parametrize("isa", build.ISA_ORDER)
+def test_packed_conv_path_per_isa(isa):
+    """The library built for `isa` runs packed convolutions on the kernel documented for that build."""
+    paths = _paths_in_build(isa, _PACKED_PATHS, [c for c, _ in PACKED_CASES])
+    assert paths == [want[isa] for _, want in PACKED_CASES], list(zip(PACKED_CASES, paths))

@@ -106,6 +106,41 @@ def test_global_avgpool(shape):
     check(model([H("GlobalAveragePool", ["x"], ["y"])], [("x", x.shape)], [("y", shape[:2] + (1, 1))]), {"x": x})
 
 
+# ReduceMean over trailing axes (a squeeze-excite's mean over H, W) runs as the global average of
+# the leading dims' rows: axes as an input (opset 18) or an attribute (13), negative, keepdims 0/1,
+# every axis (no axes given); other axes stay on the host.
+@pytest.mark.parametrize("shape,axes,keepdims,opset", [
+    ((2, 24, 8, 8), [2, 3], 1, 18),
+    ((2, 24, 8, 8), [-1, -2], 0, 18),
+    ((3, 5, 7), [-1], 1, 13),
+    ((2, 6, 5, 3), [1, 2, 3], 0, 13),
+    ((4, 9), None, 1, 18),
+])
+def test_reduce_mean_trailing_axes(shape, axes, keepdims, opset):
+    x = rand(*shape) + 3.0
+    rank = len(shape)
+    red = set(range(rank)) if axes is None else {a % rank for a in axes}
+    out = tuple(1 if i in red else d for i, d in enumerate(shape) if keepdims or i not in red)
+    inputs, inits, attrs = ["x"], [], {"keepdims": keepdims}
+    if axes is not None and opset >= 18:
+        inputs.append("axes")
+        inits.append(("axes", np.array(axes, np.int64)))
+    elif axes is not None:
+        attrs["axes"] = axes
+    m = model([H("ReduceMean", inputs, ["y"], **attrs)], [("x", shape)], [("y", out)], inits, opset=opset)
+    check(m, {"x": x}, kernel="tcc_cpu_global_avgpool")
+
+
+def test_reduce_mean_other_axes_stay_on_the_host():
+    import tcc
+    m = model([H("ReduceMean", ["x", "axes"], ["y"], keepdims=1)], [("x", (2, 3, 4))], [("y", (2, 1, 4))],
+              [("axes", np.array([1], np.int64))])
+    sess = tcc.load(tcc.compile(m, maccel=["cpu"]))
+    assert not [s for s in sess.manifest["plan"] if s.get("accelerator") == "cpu"], sess.manifest["plan"]
+    x = rand(2, 3, 4)
+    np.testing.assert_allclose(sess.run({"x": x})[0], x.mean(axis=1, keepdims=True), rtol=1e-5, atol=1e-6)
+
+
 # ---- the other ISA builds, called directly -----------------------------------------------------
 class PoolParams(ctypes.Structure):
     _fields_ = [(f, ctypes.c_long) for f in ("n", "c", "h", "w", "oh", "ow", "kh", "kw", "sh", "sw", "dh", "dw",
