@@ -54,6 +54,10 @@ void tcc_cpu_gemm_packed(long M, long N, long K, float alpha, const float *A, lo
  * with row stride ldbt >= K (codegen.pack_bt); A's rows contiguous (row stride lda). */
 void tcc_cpu_gemm_narrow(long M, long N, long K, float alpha, const float *A, long lda, const float *Bt, long ldbt,
                          float *C, long ldc, const tcc_epilogue *ep);
+/* C = A @ B, A M x K (row stride lda), B row-major K x N: a few rows, no
+ * threads, no epilogue (register blocks streaming B; what rnn.c's steps use). */
+void tcc_cpu_gemm_rows(long M, long N, long K, const float *A, long lda, const float *B, long ldb, float *C,
+                       long ldc);
 /* `batch` GEMMs with per-batch element offsets (broadcast MatMul). */
 void tcc_cpu_gemm_batch(long batch, const long *offA, const long *offB, const long *offC, int transA,
                         int transB, long M, long N, long K, float alpha, const float *A, long lda,
