@@ -77,28 +77,39 @@ def test_suppression_happens(rng):
 
 @pytest.mark.parametrize("center", [0, 1])
 def test_between_compiled_stages(rng, tmp_path, center):
-    """Boxes and scores computed by a compiled stage, the selection gathered by
-    the next one (the shape of the detection corpus model), at two input shapes."""
+    """Boxes and scores computed by a compiled stage, the selection and the
+    kept boxes gathered by the next one (the shape of the detection corpus
+    model), at two input shapes."""
     nodes = [helper.make_node("Mul", ["x", "scale"], ["boxes"]),
              helper.make_node("Sigmoid", ["logits"], ["scores"]),
              helper.make_node("NonMaxSuppression", ["boxes", "scores", "max_out", "iou", "thr"], ["sel"],
                               center_point_box=center),
              helper.make_node("Cast", ["sel"], ["self"], to=F),
-             helper.make_node("Add", ["self", "self"], ["y"])]
+             helper.make_node("Add", ["self", "self"], ["y"]),
+             helper.make_node("Gather", ["sel", "cols"], ["bi"], axis=1),
+             helper.make_node("GatherND", ["boxes", "bi"], ["kept"])]
     inits = [numpy_helper.from_array(np.array(1.5, np.float32), "scale"),
              numpy_helper.from_array(np.array([4], np.int64), "max_out"),
              numpy_helper.from_array(np.array([0.45], np.float32), "iou"),
-             numpy_helper.from_array(np.array([0.25], np.float32), "thr")]
+             numpy_helper.from_array(np.array([0.25], np.float32), "thr"),
+             numpy_helper.from_array(np.array([0, 2], np.int64), "cols")]
     g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, ["b", "n", 4]),
                                        helper.make_tensor_value_info("logits", F, ["b", "c", "n"])],
-                          [helper.make_tensor_value_info("y", F, ["k", 3])], inits)
+                          [helper.make_tensor_value_info("y", F, ["k", 3]),
+                           helper.make_tensor_value_info("kept", F, ["k", 4])], inits)
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     sess = tcc.load(tcc.compile(model, output=str(tmp_path / "nms.tcc")))
     for nb, nc, n in [(1, 3, 40), (2, 2, 25), (1, 3, 40)]:
         x = _boxes(rng, nb, n, center) / np.float32(1.5)
         feeds = {"x": x, "logits": rng.standard_normal((nb, nc, n)).astype(np.float32)}
-        np.testing.assert_array_equal(sess.run(feeds)[0], ref.run(None, feeds)[0])
+        for got, want in zip(sess.run(feeds), ref.run(None, feeds)):
+            np.testing.assert_array_equal(got, want)
+    # the suffix takes the boxes the prefix computed rather than computing them again
+    staged = sess.specializations()[0]
+    suffix = staged.suffix.specializations()[0]
+    names = suffix.input_names
+    assert any(n.startswith("stage_operand_") for n in names) and "x" not in names, names
 
 
 def test_bad_shapes_are_one_line_errors(rng):
