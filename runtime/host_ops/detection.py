@@ -26,12 +26,19 @@ def _nms():
     return _fn
 
 
+def _ptr(a):
+    """The address of an array's data: ctypes.c_char.from_buffer is ~3x
+    cheaper than a.ctypes.data (3 of them were a third of this kernel's
+    time), but refuses read-only arrays."""
+    try:
+        return ctypes.addressof(ctypes.c_char.from_buffer(a))
+    except (TypeError, ValueError):
+        return a.ctypes.data
+
+
 def _scalar(node, x, what, dtype):
     """An optional scalar input (shape [] or [1]) as a Python number, or None when absent or empty."""
-    if x is None:
-        return None
-    x = np.asarray(x)
-    if x.size == 0:
+    if x is None or x.size == 0:
         return None
     if x.size != 1:
         raise node.error(f"{what} has shape {list(x.shape)}, expected a scalar")
@@ -58,8 +65,8 @@ def non_max_suppression(node, inputs):
     boxes = np.ascontiguousarray(boxes, np.float32)
     scores = np.ascontiguousarray(scores, np.float32)
     out = np.empty((nb * nc * max(0, min(max_out, n)), 3), np.int64)
-    count = _nms()(boxes.ctypes.data, scores.ctypes.data, nb, nc, n, max_out, 0.0 if iou is None else iou,
-                   score_thr is not None, 0.0 if score_thr is None else score_thr, center, out.ctypes.data)
+    count = _nms()(_ptr(boxes), _ptr(scores), nb, nc, n, max_out, 0.0 if iou is None else iou,
+                   score_thr is not None, 0.0 if score_thr is None else score_thr, center, _ptr(out))
     if count < 0:
         raise MemoryError(f"node '{node.name}' (NonMaxSuppression): out of memory")
     return [out[:count]]

@@ -20,11 +20,24 @@ typedef struct {
 static inline float pmax(float a, float b) { return b > a ? b : a; }
 static inline float pmin(float a, float b) { return b < a ? b : a; }
 
-static int by_score(const void *pa, const void *pb) {
-    const cand *a = pa, *b = pb;
-    if (a->score > b->score) return -1;
-    if (a->score < b->score) return 1;
-    return a->idx < b->idx ? -1 : (a->idx > b->idx);
+/* a is taken before b: higher score, then lower index */
+static inline int before(const cand *a, const cand *b) {
+    return a->score > b->score || (a->score == b->score && a->idx < b->idx);
+}
+
+/* A binary heap (first taken at the root), as onnxruntime's priority queue:
+ * heapify is linear and a class usually stops after a few picks
+ * (max_output_boxes_per_class), where sorting every candidate (qsort) took
+ * most of the call. */
+static void sift_down(cand *h, int64_t m, int64_t i) {
+    for (;;) {
+        int64_t l = 2 * i + 1, best = i;
+        if (l < m && before(&h[l], &h[best])) best = l;
+        if (l + 1 < m && before(&h[l + 1], &h[best])) best = l + 1;
+        if (best == i) return;
+        const cand t = h[i];
+        h[i] = h[best], h[best] = t, i = best;
+    }
 }
 
 /* a box's extent on both axes: [xmin, xmax, ymin, ymax] */
@@ -76,15 +89,18 @@ int64_t tcc_nms_f32(const float *boxes, const float *scores, int64_t nb, int64_t
             int64_t m = 0;
             for (int64_t i = 0; i < n; i++)
                 if (!has_score_threshold || sc[i] > score_threshold) cs[m].score = sc[i], cs[m++].idx = i;
-            qsort(cs, (size_t)m, sizeof(cand), by_score);
+            for (int64_t i = m / 2 - 1; i >= 0; i--) sift_down(cs, m, i);
             int64_t ns = 0;
-            for (int64_t k = 0; k < m && ns < max_out; k++) {
-                const float *e = ext + cs[k].idx * 4;
+            while (m > 0 && ns < max_out) {
+                const int64_t idx = cs[0].idx;
+                cs[0] = cs[--m];
+                sift_down(cs, m, 0);
+                const float *e = ext + idx * 4;
                 int keep = 1;
                 for (int64_t s = 0; s < ns && keep; s++) keep = !suppresses(e, ext + sel[s] * 4, iou_threshold);
                 if (!keep) continue;
-                sel[ns++] = cs[k].idx;
-                out[count * 3] = b, out[count * 3 + 1] = c, out[count * 3 + 2] = cs[k].idx;
+                sel[ns++] = idx;
+                out[count * 3] = b, out[count * 3 + 1] = c, out[count * 3 + 2] = idx;
                 count++;
             }
         }
