@@ -123,6 +123,7 @@ CASES = [  # kind, T, batch, input, hidden, attributes
     ("LSTM", 4, 2, 3, 5, dict(input_forget=1)),
     ("LSTM", 5, 3, 8, 12, dict(layout=1, direction="bidirectional", h0=True, c0=True)),
     ("LSTM", 20, 16, 32, 64, dict(direction="bidirectional")),
+    ("LSTM", 6, 3, 16, 96, dict(h0=True)),  # a step past the direct loop, few rows: tcc_cpu_gemm
     ("GRU", 5, 3, 7, 10, dict(h0=True)),
     ("GRU", 6, 2, 5, 11, dict(linear_before_reset=1, direction="bidirectional")),
     ("GRU", 1, 1, 3, 4, dict(direction="reverse", linear_before_reset=1)),
