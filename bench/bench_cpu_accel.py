@@ -96,13 +96,22 @@ def bench_gemm(sizes, min_time):
         assert np.allclose(c, c2, rtol=1e-3, atol=1e-3)
         # alternating bursts, as for the models: timed one after the other, the
         # two sides saw different machine loads (this ratio swung 88-113 %).
-        # Pauses of 0.15 s: numpy's OpenBLAS threads spin ~0.1 s after a call
-        # and took our second core for the next burst (50 % at n = 256)
+        # Pauses of 0.5 s: numpy's OpenBLAS threads keep spinning after a call
+        # and took our second core for the next burst: at n = 256 on 2 threads,
+        # ours timed alone 127 GFLOP/s, interleaved with 0.15 s pauses 66-84
+        # (numpy unaffected), with 0.5 s pauses 81-85 (same run, EPYC Zen 2 VM)
         t0 = time.perf_counter()
         fa()
         fb()
-        reps = int(min(200, max(40, 2 * min_time / max(time.perf_counter() - t0, 1e-6))))
-        ours, ref = _interleaved_ms(fa, fb, reps, pause=0.15)
+        t_pair = max(time.perf_counter() - t0, 1e-6)
+        reps = int(min(200, max(40, 2 * min_time / t_pair)))
+        # After each pause both sides start slow: on the 2-core EPYC VM the
+        # first calls after 0.15 s idle took 2-3x their steady time for ~5 ms
+        # (n = 256, 2 threads: ours 600 -> 274 us, numpy's 4.3 ms -> 250 us),
+        # so 2 warm-up calls of a 0.3 ms product left the timed ones on that
+        # ramp (58-83 % at n = 256, 77 % at 1024). Warm up for >= 20 ms.
+        warm = max(2, int(0.02 / (t_pair / 2)))
+        ours, ref = _interleaved_ms(fa, fb, reps, warmup=warm, pause=0.5)
         flops = 2.0 * n ** 3
         rows.append((n, flops / ours / 1e6, flops / ref / 1e6))
     return rows

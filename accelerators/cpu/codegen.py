@@ -486,6 +486,24 @@ class FunctionCodegen:
         self.emit(f"{fn}({op.get_attr('rows')}, {op.get_attr('cols')}, {self.ptr(op.operands[0])}, "
                   f"{self.ptr(op.operands[1])}, {bias}, {flit(op.get_attr('epsilon'))}, {self.ptr(op.results[0])});")
 
+    def op_rnn(self, op):
+        g = op.get_attr
+        rest = list(op.operands[4:])
+
+        def opt(flag, cast="const float *"):
+            return f"({cast}){self.ptr(rest.pop(0))}" if g(flag) else "NULL"
+        rbh, p = opt("has_rbh"), opt("has_p")
+        lens, h0, c0 = opt("has_lens", "const int32_t *"), opt("has_h0"), opt("has_c0")
+        fields = ["kind", "nd", "reverse", "layout", "linear_before_reset", "input_forget", "has_clip"]
+        vals = [str(g(f)) for f in fields] + [flit(g("clip"))] + [str(g(f)) for f in ("T", "NB", "In", "H")]
+        gates = 4 if g("kind") == 0 else 3
+        t, nb, hid = g("T"), g("NB"), g("H")
+        self.scratch = max(self.scratch, g("nd") * (t * nb * gates * hid + nb * gates * hid + 4 * nb * hid))
+        x, wt, rt, bias = (self.ptr(v) for v in op.operands[:4])
+        self.emit(f"{{ static const tcc_rnn_params p = {{{', '.join(vals)}}};")
+        self.emit(f"  tcc_cpu_rnn(&p, {x}, {wt}, {rt}, {bias}, {rbh}, {p}, {lens}, {h0}, {c0}, "
+                  f"{self.ptr(op.results[0])}, scratch); }}")
+
     def op_transpose(self, op):
         x = op.operands[0]
         shp, perm = list(x.type.shape), list(op.get_attr("perm"))

@@ -14,6 +14,8 @@ generated loop nest), with their epilogues fused:
     cpu.global_avgpool(x) {[axis]}       (the mean over the axes from `axis`, default 2)
     cpu.softmax(x) {axis, log}           cpu.layernorm(x, scale, [bias]) {axis, epsilon, [softmax]}
     cpu.transpose(x) {perm}              cpu.reshape(x)   (a view: no copy unless it is an output)
+    cpu.rnn(x, W^T, R^T, bias, [rb_h], [P], [sequence_lens], [initial_h], [initial_c])
+                                         {kind, nd, reverse, layout, linear_before_reset, ..., has_*}  (LSTM, GRU)
     cpu.elementwise(inputs...) ({^bb0(args): onnx elementwise ops ... cpu.yield(r)})
 
 Rewrites done here: BatchNormalization after a constant-weight Conv is
@@ -46,7 +48,7 @@ def dialect():
         return OpDef(name, [OperandDef("inputs", "variadic")], [OperandDef("result")], traits=traits,
                      num_regions=regions)
     ops = [op(f"cpu.{n}") for n in ("conv", "conv_pw_dw", "conv_dw_pw", "gemm", "matmul", "maxpool", "avgpool",
-                                     "global_avgpool", "softmax", "layernorm", "transpose", "reshape")]
+                                     "global_avgpool", "softmax", "layernorm", "transpose", "reshape", "rnn")]
     ops.append(op("cpu.elementwise", 1, frozenset({PURE, ISOLATED})))
     ops.append(OpDef("cpu.yield", [OperandDef("values", "variadic")], traits=frozenset({TERMINATOR, PURE})))
     return Dialect("cpu", ops, "the cpu accelerator's kernel calls")
@@ -405,6 +407,56 @@ class Lowering:
         if "softmax" in attrs:
             src.erase()
 
+    # -- LSTM / GRU ------------------------------------------------------------------
+    def lower_rnn(self, op):
+        """cpu.rnn(x, W^T, R^T, bias, [rb_h], [P], [sequence_lens], [initial_h], [initial_c]):
+        the weights transposed and the biases folded here (kernels/rnn.c)."""
+        lstm = op.name == "onnx.LSTM"
+        ops = list(op.operands) + [None] * (8 - len(op.operands))
+
+        def present(i):
+            return ops[i] is not None and ops[i].type is not NONE
+        x = ops[0]
+        w, r = (np.asarray(const_value(v), np.float32) for v in ops[1:3])
+        nd, gh, hid = r.shape
+        direction = self.attr(op, "direction", "forward")
+        direction = direction.decode() if isinstance(direction, bytes) else direction
+        lbr = not lstm and bool(self.attr(op, "linear_before_reset", 0))
+        bias = np.zeros((nd, gh), np.float64)
+        rbh = None
+        if present(3):
+            bb = np.asarray(const_value(ops[3]), np.float64)
+            rb = bb[:, gh:].copy()
+            if lbr:  # Rb_h sits inside r * (H R_h^T + Rb_h): not foldable
+                rbh = rb[:, 2 * hid:].astype(np.float32)
+                rb[:, 2 * hid:] = 0.0
+            bias = bb[:, :gh] + rb
+        elif lbr:
+            rbh = None
+        operands = [x, self.new_const(op, w.transpose(0, 2, 1), "cpu_rnn_w"),
+                    self.new_const(op, r.transpose(0, 2, 1), "cpu_rnn_r"), self.new_const(op, bias, "cpu_rnn_b")]
+        if rbh is not None:
+            operands.append(self.new_const(op, rbh, "cpu_rnn_b"))
+        has_p = lstm and present(7)
+        if has_p:
+            operands.append(self.new_const(op, const_value(ops[7]), "cpu_rnn_p"))
+        for i in (4, 5) + ((6,) if lstm else ()):
+            if present(i):
+                operands.append(ops[i])
+        layout = int(self.attr(op, "layout", 0) or 0)
+        t, nb, i_ = x.type.shape if layout == 0 else (x.type.shape[1], x.type.shape[0], x.type.shape[2])
+        clip = self.attr(op, "clip", None)
+        attrs = {"kind": A.IntegerAttr(0 if lstm else 1), "nd": A.IntegerAttr(nd),
+                 "reverse": A.IntegerAttr(int(direction == "reverse")), "layout": A.IntegerAttr(layout),
+                 "linear_before_reset": A.IntegerAttr(int(lbr)),
+                 "input_forget": A.IntegerAttr(int(lstm and bool(self.attr(op, "input_forget", 0)))),
+                 "has_clip": A.IntegerAttr(int(clip is not None)), "clip": A.FloatAttr(float(clip or 0.0)),
+                 "T": A.IntegerAttr(t), "NB": A.IntegerAttr(nb), "In": A.IntegerAttr(i_), "H": A.IntegerAttr(hid),
+                 "has_rbh": A.IntegerAttr(int(rbh is not None)), "has_p": A.IntegerAttr(int(has_p)),
+                 "has_lens": A.IntegerAttr(int(present(4))), "has_h0": A.IntegerAttr(int(present(5))),
+                 "has_c0": A.IntegerAttr(int(lstm and present(6)))}
+        self._replace_simple(op, "cpu.rnn", operands, attrs)
+
     # -- elementwise fusion ---------------------------------------------------------
     def fuse_elementwise(self):
         group = {}  # op -> list of ops (its fusion tree, the op last)
@@ -488,6 +540,8 @@ class Lowering:
                 self.lower_softmax(op)
             elif n == "onnx.LayerNormalization":
                 self.lower_layernorm(op)
+            elif n in ("onnx.LSTM", "onnx.GRU"):
+                self.lower_rnn(op)
             elif n == "onnx.Transpose":
                 perm = self.attr(op, "perm", None) or list(range(op.operands[0].type.rank))[::-1]
                 self._replace_simple(op, "cpu.transpose", [op.operands[0]], {"perm": A.DenseArrayAttr(list(perm))})

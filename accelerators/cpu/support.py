@@ -18,7 +18,8 @@ ELEMENTWISE = {f"onnx.{n}" for n in UNARY | BINARY | VARIADIC}
 LAYOUT = {"onnx.Reshape", "onnx.Flatten", "onnx.Squeeze", "onnx.Unsqueeze", "onnx.Transpose"}
 KERNELS = {"onnx.Conv", "onnx.Gemm", "onnx.MatMul", "onnx.BatchNormalization", "onnx.MaxPool", "onnx.AveragePool",
            "onnx.GlobalAveragePool", "onnx.ReduceMean", "onnx.Softmax", "onnx.LogSoftmax", "onnx.LayerNormalization"}
-SUPPORTED = ELEMENTWISE | LAYOUT | KERNELS
+RECURRENT = {"onnx.LSTM", "onnx.GRU"}  # kernels/rnn.c
+SUPPORTED = ELEMENTWISE | LAYOUT | KERNELS | RECURRENT
 # operand positions that are not data (int64 shapes/axes): any dtype, ignored
 NON_DATA = {"onnx.Reshape": {1}, "onnx.Squeeze": {1}, "onnx.Unsqueeze": {1}, "onnx.ReduceMean": {1}}
 
@@ -83,9 +84,61 @@ def _used_results(op):
     return [r for r in op.results if r.type is not NONE and r.uses]
 
 
+def _f32_static(t):
+    return isinstance(t, TensorType) and str(t.element) == "f32" and t.shape is not None and t.has_static_shape
+
+
+def _text(v):
+    return v.decode() if isinstance(v, bytes) else v
+
+
+RNN_DEFAULT_ACTS = {"onnx.LSTM": ["sigmoid", "tanh", "tanh"], "onnx.GRU": ["sigmoid", "tanh"]}
+
+
+def check_recurrent(op):
+    """LSTM/GRU on kernels/rnn.c: f32, static shapes, constant weights (they
+    are transposed at compile time), the default activations; Y the only
+    result used (the final states go to the host path)."""
+    ops = [v if v is not None and v.type is not NONE else None
+           for v in list(op.operands) + [None] * (8 - len(op.operands))]
+    x, w, r, b, lens, h0 = ops[:6]
+    extra = ops[6:8] if op.name == "onnx.LSTM" else []
+    if not _f32_static(x.type) or x.type.rank != 3:
+        return Support.no("shape: X must be a static 3-D f32 tensor")
+    for v, what in [(w, "W"), (r, "R"), (b, "B")] + ([(extra[1], "P")] if extra else []):
+        if v is None and what in ("B", "P"):
+            continue
+        if v is None or not _f32_static(v.type) or const_value(v) is None:
+            return Support.no(f"attribute: {what} must be a constant f32 tensor")
+    for v in [h0] + extra[:1]:
+        if v is not None and not _f32_static(v.type):
+            return Support.no("dtype/shape: initial_h/initial_c must be static f32")
+    if lens is not None and (not isinstance(lens.type, TensorType) or str(lens.type.element) != "i32"
+                                  or not lens.type.has_static_shape):
+        return Support.no("dtype: sequence_lens must be a static int32 tensor")
+    y = op.results[0]
+    if y.type is NONE or not y.uses or not _f32_static(y.type):
+        return Support.no("attribute: only the Y output is supported (Y_h/Y_c run on the host)")
+    if any(res.type is not NONE and res.uses for res in op.results[1:]):
+        return Support.no("attribute: only the Y output is supported (Y_h/Y_c run on the host)")
+    acts = op.get_attr("activations")
+    if acts is not None:
+        names = [_text(a).lower() for a in acts]
+        per = RNN_DEFAULT_ACTS[op.name]
+        if names not in (per, per * 2):
+            return Support.no(f"attribute: activations {names} (only the defaults {per})")
+    if op.get_attr("activation_alpha") is not None or op.get_attr("activation_beta") is not None:
+        return Support.no("attribute: activation_alpha/beta")
+    if _text(op.get_attr("direction") or "forward") not in ("forward", "reverse", "bidirectional"):
+        return Support.no("attribute: direction")
+    return Support.yes()
+
+
 def check(op, module):
     if op.name not in SUPPORTED:
         return Support.no("op unsupported")
+    if op.name in RECURRENT:
+        return check_recurrent(op)
     why = _check_types(op)
     if why:
         return Support.no(why)

@@ -9,7 +9,8 @@ compiled stages (runtime/staged.py cuts the graph before each one):
 - the ai.onnx.ml operators scikit-learn models convert to (ml.py): tree
   ensembles, linear and SVM models, scalers and encoders, vectorized in
   numpy over all rows (and all trees) at once;
-- ImageDecoder (Pillow, the `tcc[image]` extra) and TfIdfVectorizer.
+- ImageDecoder (Pillow, the `tcc[image]` extra) and TfIdfVectorizer;
+- NonMaxSuppression (detection.py: the selection in C, runtime/native/nms.c).
 
 A kernel is `fn(node, inputs) -> outputs`: `node` is a `Node` (its name,
 op type and attributes, decoded), `inputs` the operand arrays in schema
@@ -108,8 +109,9 @@ def refine_result_types(op):
 
 
 def _kernels():
-    if not KERNELS:  # the kernel modules register themselves into KERNELS
-        from . import image, ml, strings, text  # noqa: F401
+    # the kernel modules register themselves into KERNELS when imported (an
+    # import of one of them alone, a test's, must not stand for all)
+    from . import detection, image, ml, strings, text  # noqa: F401
     return KERNELS
 
 

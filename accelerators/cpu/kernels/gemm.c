@@ -182,6 +182,13 @@ static void sm_nb(long M, long N, long K, float alpha, const float *a, long as, 
     }
 }
 
+/* C = A . B for a few rows of A (row-major B, no epilogue): the per-step
+ * products of rnn.c, too small for a BLAS call (sm_nb's register blocks). */
+void tcc_cpu_gemm_rows(long M, long N, long K, const float *A, long lda, const float *B, long ldb, float *C,
+                       long ldc) {
+    sm_nb(M, N, K, 1.f, A, lda, B, ldb, C, ldc);
+}
+
 /* M <= SM_MAX rows; a transposed A is copied into a contiguous M x K block
  * first (per-thread buffer 1: buffer 0 may hold an im2col matrix that is
  * this product's B, see conv.c). */

@@ -54,10 +54,34 @@ void tcc_cpu_gemm_packed(long M, long N, long K, float alpha, const float *A, lo
  * with row stride ldbt >= K (codegen.pack_bt); A's rows contiguous (row stride lda). */
 void tcc_cpu_gemm_narrow(long M, long N, long K, float alpha, const float *A, long lda, const float *Bt, long ldbt,
                          float *C, long ldc, const tcc_epilogue *ep);
+/* C = A @ B, A M x K (row stride lda), B row-major K x N: a few rows, no
+ * threads, no epilogue (register blocks streaming B; what rnn.c's steps use). */
+void tcc_cpu_gemm_rows(long M, long N, long K, const float *A, long lda, const float *B, long ldb, float *C,
+                       long ldc);
 /* `batch` GEMMs with per-batch element offsets (broadcast MatMul). */
 void tcc_cpu_gemm_batch(long batch, const long *offA, const long *offB, const long *offC, int transA,
                         int transB, long M, long N, long K, float alpha, const float *A, long lda,
                         const float *B, long ldb, float *C, long ldc, const tcc_epilogue *ep);
+
+/* ---- LSTM / GRU (rnn.c) ------------------------------------------------------
+ * X [T][NB][I] (layout 0) or [NB][T][I] (layout 1); per direction d the
+ * weights transposed, WT [nd][I][G*H] and RT [nd][H][G*H] (onnx's gate
+ * order: LSTM i, o, f, c; GRU z, r, h), bias [nd][G*H] (Wb + Rb folded,
+ * except GRU linear_before_reset's Rb_h: rbh [nd][H], else NULL), LSTM
+ * peepholes P [nd][3H] or NULL, lens (sequence_lens, int32 [NB]) or NULL,
+ * h0/c0 (initial_h/c) or NULL. Y [T][nd][NB][H] (layout 0) or
+ * [NB][T][nd][H]. Default activations only (sigmoid, tanh). `scratch` must
+ * hold tcc_cpu_rnn_scratch(p) floats. */
+enum { TCC_RNN_LSTM = 0, TCC_RNN_GRU = 1 };
+typedef struct {
+    int kind, nd, reverse, layout, linear_before_reset, input_forget, has_clip;
+    float clip;
+    long T, NB, In, H; /* steps, batch, input size, hidden size */
+} tcc_rnn_params;
+long tcc_cpu_rnn_scratch(const tcc_rnn_params *p);
+void tcc_cpu_rnn(const tcc_rnn_params *p, const float *X, const float *WT, const float *RT, const float *bias,
+                 const float *rbh, const float *P, const int32_t *lens, const float *h0, const float *c0, float *Y,
+                 float *scratch);
 
 /* ---- convolution (NCHW, weights OIHW) --------------------------------------
  * Epilogue bias is per output channel (bias_mode 2); residual is N x M x OH x OW.
