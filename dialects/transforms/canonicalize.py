@@ -8,6 +8,7 @@ from ..ir.passes import Pass
 from ..ir.rewriter import RewritePattern, apply_patterns_greedily
 from ..ir.types import TensorType
 from .constants import make_constant
+from .qdq import QuantizeDequantizePair
 
 
 class TransposeOfTranspose(RewritePattern):
@@ -110,7 +111,7 @@ class IfOfConstant(RewritePattern):
         return True
 
 
-PATTERNS = [TransposeOfTranspose(), ReshapeOfReshape(), CastOfCast(), IfOfConstant()]
+PATTERNS = [TransposeOfTranspose(), ReshapeOfReshape(), CastOfCast(), IfOfConstant(), QuantizeDequantizePair()]
 
 
 def materialize(module):

@@ -1,0 +1,125 @@
+"""QuantizeLinear -> DequantizeLinear pairs on activations (the QDQ format of
+onnxruntime.quantization) become float32 elementwise ops at compile time
+(dialects/transforms/qdq.py), so the cpu accelerator runs them in its fused
+loops: bit-exact against onnx.reference on fresh random data with values
+exactly at the .5 rounding ties and beyond the integer range, int8 and
+uint8, on the cpu accelerator and on the host path."""
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+import tcc
+
+from .helpers import cpu_steps, host_steps
+
+RNG = np.random.default_rng()
+QTYPES = {"uint8": (TensorProto.UINT8, np.uint8), "int8": (TensorProto.INT8, np.int8)}
+
+
+def _qdq_model(shape, qtype, s1, z1, s2=None, z2=None, relu=False, q_output=False, axis_scale=None):
+    """x -> Q(s1, z1) -> DQ(s2, z2) [-> Relu -> Q -> DQ] -> y; `axis_scale`: a
+    per-channel scale instead (not rewritten: the host path)."""
+    tp, npt = QTYPES[qtype]
+    s2 = s1 if s2 is None else s2
+    z2 = z1 if z2 is None else z2
+    if axis_scale is not None:
+        s1 = s2 = axis_scale
+        z1 = z2 = np.zeros(axis_scale.shape, npt)
+    inits = [numpy_helper.from_array(np.asarray(v, t), n)
+             for v, t, n in [(s1, np.float32, "s1"), (z1, npt, "z1"), (s2, np.float32, "s2"), (z2, npt, "z2")]]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s1", "z1"], ["q"]),
+             helper.make_node("DequantizeLinear", ["q", "s2", "z2"], ["d"])]
+    last = "d"
+    if relu:
+        nodes += [helper.make_node("Relu", ["d"], ["r"]),
+                  helper.make_node("QuantizeLinear", ["r", "s1", "z1"], ["q2"]),
+                  helper.make_node("DequantizeLinear", ["q2", "s2", "z2"], ["d2"])]
+        last = "d2"
+    nodes.append(helper.make_node("Identity", [last], ["y"]))
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)]
+    if q_output:
+        outputs.append(helper.make_tensor_value_info("q", tp, shape))
+    g = helper.make_graph(nodes, "qdq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)], outputs, inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
+    m.ir_version = 10
+    onnx.checker.check_model(m)
+    return m
+
+
+def _inputs(shape, s, z, qtype):
+    """Normal values over about the integer range, a quarter of them exactly
+    at ties (k + 0.5) * s (exact in f32 for the power-of-two scales), and a
+    tenth beyond the range on both sides (saturation)."""
+    lo, hi = np.iinfo(QTYPES[qtype][1]).min, np.iinfo(QTYPES[qtype][1]).max
+    n = int(np.prod(shape))
+    q = RNG.standard_normal(n) * (hi - lo) / 4 - z
+    ties = RNG.random(n) < 0.25
+    q[ties] = np.floor(q[ties]) + 0.5
+    far = RNG.random(n) < 0.1
+    q[far] = RNG.choice([-1, 1], far.sum()) * RNG.uniform(hi - lo, 4 * (hi - lo), far.sum())
+    return (q * np.float32(s)).astype(np.float32).reshape(shape)
+
+
+def _bits(a):
+    return np.ascontiguousarray(a).view(np.uint32)
+
+
+def _check(m, feeds, maccel, all_cpu):
+    ref = ReferenceEvaluator(m).run(None, feeds)
+    sess = tcc.load(tcc.compile(m, maccel=maccel))
+    ours = sess.run(feeds)
+    if all_cpu:
+        assert cpu_steps(sess) and not host_steps(sess), sess.manifest["plan"]
+    for a, b in zip(ours, ref):
+        assert a.dtype == b.dtype and a.shape == b.shape, (a.dtype, b.dtype, a.shape, b.shape)
+        if a.dtype == np.float32:
+            # bit for bit, the sign of zero included
+            mismatch = np.flatnonzero(_bits(a) != _bits(b))
+            assert mismatch.size == 0, (mismatch[:5], a.ravel()[mismatch[:5]], b.ravel()[mismatch[:5]],
+                                        feeds["x"].ravel()[mismatch[:5]])
+        else:
+            np.testing.assert_array_equal(a, b)
+    return sess
+
+
+@pytest.mark.parametrize("maccel", [["cpu"], []], ids=["cpu", "host"])
+@pytest.mark.parametrize("qtype", ["uint8", "int8"])
+@pytest.mark.parametrize("scale", ["pow2", "random"])
+def test_qdq_pair_is_bit_exact(maccel, qtype, scale):
+    s = np.float32(2.0 ** -RNG.integers(2, 8)) if scale == "pow2" else np.float32(RNG.uniform(0.001, 0.1))
+    z = int(RNG.integers(0, 256)) if qtype == "uint8" else int(RNG.integers(-128, 128))
+    shape = [2, 3, 17, 19]
+    m = _qdq_model(shape, qtype, s, z, relu=True)
+    _check(m, {"x": _inputs(shape, s, z, qtype)}, maccel, all_cpu=bool(maccel))
+
+
+@pytest.mark.parametrize("qtype", ["uint8", "int8"])
+def test_qdq_pair_with_other_dequantize_parameters(qtype):
+    """DequantizeLinear's scale and zero point need not be QuantizeLinear's."""
+    s1, s2 = np.float32(RNG.uniform(0.01, 0.1)), np.float32(RNG.uniform(0.01, 0.1))
+    z1, z2 = (5, 200) if qtype == "uint8" else (-7, 30)
+    shape = [64, 33]
+    m = _qdq_model(shape, qtype, s1, z1, s2, z2)
+    _check(m, {"x": _inputs(shape, s1, z1, qtype)}, ["cpu"], all_cpu=True)
+
+
+def test_quantized_tensor_used_elsewhere_stays():
+    """A QuantizeLinear whose integers are a graph output stays (on the host);
+    its DequantizeLinear still becomes float32 ops."""
+    shape = [4, 50]
+    s, z = np.float32(RNG.uniform(0.01, 0.1)), 100
+    m = _qdq_model(shape, "uint8", s, z, q_output=True)
+    _check(m, {"x": _inputs(shape, s, z, "uint8")}, ["cpu"], all_cpu=False)
+
+
+def test_per_channel_pair_is_left_to_the_host():
+    """Per-channel scales are not rewritten (the pattern takes per-tensor
+    ones); the host lowering still computes them exactly."""
+    shape = [2, 4, 8]
+    scales = RNG.uniform(0.01, 0.1, 4).astype(np.float32)
+    m = _qdq_model(shape, "int8", None, None, axis_scale=scales)
+    feeds = {"x": (RNG.standard_normal(shape) * 3).astype(np.float32)}
+    sess = _check(m, feeds, ["cpu"], all_cpu=False)
+    assert not cpu_steps(sess), sess.manifest["plan"]
