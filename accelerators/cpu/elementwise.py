@@ -140,11 +140,16 @@ def _expr(op, a, attr):
     if n in LOWER:
         return LOWER[n](x, a, attr)
     if n == "Clip":
+        # compare-selects, not fmaxf/fminf: gcc leaves those libm calls scalar
+        # (no -ffinite-math-only), which kept every loop with a Clip scalar
+        # (qdq_cnn's QuantizeLinear clamps: 1.9x onnxruntime, AVX2 EPYC); the
+        # same value as fmaxf/fminf for a non-NaN bound, NaN x included (-> the
+        # bound), and gcc turns each into one vmaxps/vminps
         e = x
         if len(a) > 1 and a[1] is not None:
-            e = _s("arith.maxnumf", e, a[1])
+            e = _select(_gt(e, a[1]), e, a[1])
         if len(a) > 2 and a[2] is not None:
-            e = _s("arith.minnumf", e, a[2])
+            e = _select(_s("arith.cmpf", e, a[2], predicate="olt"), e, a[2])
         return e
     if n in ("Max", "Min"):
         e = a[0]
