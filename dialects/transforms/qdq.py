@@ -8,7 +8,7 @@ op) -> the same values in float32 elementwise ops:
 Every accelerator that takes float32 elementwise ops then runs the pair in
 the neighbouring op's fused loop instead of cutting the model into
 partitions with host steps for the integer ops between them (qdq_cnn on the
-cpu accelerator: 9 partitions -> 1).
+cpu accelerator: 5 cpu partitions and 6 host steps -> 1 partition).
 
 Bit-exact with onnx.reference's QuantizeLinear/DequantizeLinear for every
 finite x: the division is x / s1 in f32 as the reference divides (not a
@@ -16,10 +16,10 @@ product by 1 / s1); Round is round half to even; Round(v) is an integer, so
 + z1 (|z1| < 2^16) is exact below 2^24 and saturates the same above; the
 clamped value minus z2 is an exact small integer, and its product by s2 is
 the reference's one rounding. z1 is added even when it is 0, so that
-Round(-0.3) = -0 becomes +0 as the integer 0 does. +-inf saturate to
-qmax/qmin as the reference's clip does; NaN becomes qmin (fmaxf), as the host
-lowering's conversion gives (the reference's cast of NaN to an integer is
-undefined)."""
+Round(-0.3) = -0 becomes +0 as the integer 0 does. Where the reference's
+rint(x / s1).astype(int32) is undefined (|x / s1| >= 2^31, inf, NaN), large
+values and inf saturate to qmax/qmin as the host lowering's int32 clamp does
+for finite ones, and NaN becomes qmin."""
 from __future__ import annotations
 
 import numpy as np
