@@ -136,13 +136,17 @@ def test_a_new_shape_runs_the_generic_path_while_its_compile_waits(rng, tmp_path
     assert len(sess.specializations()) == 1 and started == [1]
 
 
-def test_bad_specialize_mode_is_one_line(tmp_path, monkeypatch, rng):
+@pytest.mark.parametrize("var, value, message", [
+    ("TCC_SPECIALIZE", "later", r"TCC_SPECIALIZE='later': expected 'background' or 'sync'"),
+    ("TCC_MAX_SPECIALIZATIONS", "many", r"TCC_MAX_SPECIALIZATIONS='many': expected a whole number >= 0"),
+])
+def test_bad_specialize_setting_is_one_line(tmp_path, monkeypatch, rng, var, value, message):
     sess = tcc.load(tcc.compile(model(), output=str(tmp_path / "m.tcc"), cache=False))
-    monkeypatch.setenv("TCC_SPECIALIZE", "later")
+    monkeypatch.setenv(var, value)
     feeds = {"x": rng.standard_normal((2, 6)).astype(np.float32), "s": np.array([2, 4], np.int64),
              "axes": np.array([0], np.int64)}
     from tcc.dialects.ir.errors import TccError
-    with pytest.raises(TccError, match=r"TCC_SPECIALIZE='later': expected 'background' or 'sync'"):
+    with pytest.raises(TccError, match=f"^{message}$"):
         sess.run(feeds)
 
 
@@ -159,13 +163,3 @@ def test_specializations_stop_at_the_limit_and_later_shapes_stay_generic(rng, tm
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
         sess.wait()
     assert len(sess.specializations()) == 1  # batch 2's; 3 and 5 ran on the generic path
-
-
-def test_bad_specialization_limit_is_one_line(tmp_path, monkeypatch, rng):
-    sess = tcc.load(tcc.compile(model(), output=str(tmp_path / "m.tcc"), cache=False))
-    monkeypatch.setenv("TCC_MAX_SPECIALIZATIONS", "many")
-    feeds = {"x": rng.standard_normal((2, 6)).astype(np.float32), "s": np.array([2, 4], np.int64),
-             "axes": np.array([0], np.int64)}
-    from tcc.dialects.ir.errors import TccError
-    with pytest.raises(TccError, match=r"^TCC_MAX_SPECIALIZATIONS='many': expected a whole number >= 0$"):
-        sess.run(feeds)
