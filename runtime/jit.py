@@ -17,13 +17,14 @@ def jit_entry(obj: bytes):
     """Host object code -> (MCJIT engine, its tcc_main_graph entry as a ctypes function)."""
     import llvmlite.binding as llvm
 
-    from tcc.dialects.conversions.loop_to_native.target import check_symbols
-    check_symbols(obj, "the artifact's host code")  # loads the runtime and helper libraries
-    tm = llvm.Target.from_default_triple().create_target_machine(jit=True)
-    engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)
-    engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
-    engine.finalize_object()
-    addr = engine.get_function_address("tcc_main_graph")
+    from tcc.dialects.conversions.loop_to_native.target import LLVM_LOCK, check_symbols
+    with LLVM_LOCK:  # one thread in LLVM at a time (see LLVM_LOCK)
+        check_symbols(obj, "the artifact's host code")  # loads the runtime and helper libraries
+        tm = llvm.Target.from_default_triple().create_target_machine(jit=True)
+        engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)
+        engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+        engine.finalize_object()
+        addr = engine.get_function_address("tcc_main_graph")
     if not addr:
         raise TccError("the artifact's object code has no tcc_main_graph entry")
     return engine, _ENTRY_T(addr)

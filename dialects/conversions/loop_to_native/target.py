@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import re
+import threading
 
 import llvmlite.binding as llvm
 
@@ -12,6 +13,22 @@ from tcc.dialects.ir.errors import TccError
 
 class NativeCodegenError(TccError):
     pass
+
+
+# llvmlite parses into LLVM's one global context and shares the target
+# machines below; its calls release the GIL, so a background specialization
+# (runtime/specialize.py) and the caller's thread could be inside LLVM at
+# once. The fresh-clone runs lost a test worker to an abort in MCJIT's
+# finalize_object on the specialization thread: every LLVM use takes this lock.
+LLVM_LOCK = threading.RLock()
+
+
+def _locked(fn):
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        with LLVM_LOCK:
+            return fn(*args, **kwargs)
+    return call
 
 
 @functools.lru_cache(maxsize=None)
@@ -43,6 +60,7 @@ def target_machine(opt_level: int = 3):
                                         opt=min(max(opt_level, 0), 3), reloc="pic", codemodel="default")
 
 
+@_locked
 def optimize(llvm_ir: str, opt_level: int = 3):
     """Parses and verifies LLVM IR text, runs the standard pipeline at
     `opt_level` (O3 vectorizes loops and SLPs straight-line code) tuned for
@@ -72,6 +90,7 @@ def optimize(llvm_ir: str, opt_level: int = 3):
     return mod
 
 
+@_locked
 def emit_object(mod, opt_level: int = 3) -> bytes:
     return target_machine(opt_level).emit_object(mod)
 
