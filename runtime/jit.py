@@ -13,8 +13,25 @@ from tcc.dialects.ir.errors import TccError
 _ENTRY_T = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
 
 
+class JitCode:
+    """Owns an MCJIT engine (the loaded code) and frees it under LLVM_LOCK
+    when dropped: freeing it unlocked, on whatever thread drops the last
+    session, edits LLVM's global context while a background specialization
+    may be compiling in it."""
+
+    def __init__(self, engine):
+        from tcc.dialects.conversions.loop_to_native.target import dispose
+        self._engine, self._dispose = engine, dispose  # bound now: no import at shutdown
+
+    def __del__(self):
+        engine, self._engine = self._engine, None
+        if engine is not None:
+            self._dispose(engine)
+
+
 def jit_entry(obj: bytes):
-    """Host object code -> (MCJIT engine, its tcc_main_graph entry as a ctypes function)."""
+    """Host object code -> (JitCode, its tcc_main_graph entry as a ctypes
+    function); keep the first alive as long as the second is called."""
     import llvmlite.binding as llvm
 
     from tcc.dialects.conversions.loop_to_native.target import LLVM_LOCK, check_symbols
@@ -25,6 +42,7 @@ def jit_entry(obj: bytes):
         engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
         engine.finalize_object()
         addr = engine.get_function_address("tcc_main_graph")
+        code = JitCode(engine)
     if not addr:
         raise TccError("the artifact's object code has no tcc_main_graph entry")
-    return engine, _ENTRY_T(addr)
+    return code, _ENTRY_T(addr)

@@ -19,7 +19,9 @@ class NativeCodegenError(TccError):
 # machines below; its calls release the GIL, so a background specialization
 # (runtime/specialize.py) and the caller's thread could be inside LLVM at
 # once. The fresh-clone runs lost a test worker to an abort in MCJIT's
-# finalize_object on the specialization thread: every LLVM use takes this lock.
+# finalize_object on the specialization thread: every LLVM use takes this lock,
+# and so does every disposal (`dispose`): a module or an MCJIT engine freed
+# by the garbage collector on one thread edits that same global context.
 LLVM_LOCK = threading.RLock()
 
 
@@ -91,8 +93,19 @@ def optimize(llvm_ir: str, opt_level: int = 3):
 
 
 @_locked
+def dispose(ref):
+    """Frees an llvmlite object (module, engine) now, under LLVM_LOCK,
+    rather than whenever and on whichever thread the collector drops it."""
+    ref.close()
+
+
+@_locked
 def emit_object(mod, opt_level: int = 3) -> bytes:
-    return target_machine(opt_level).emit_object(mod)
+    """Object code for an optimized module; consumes (frees) `mod`."""
+    try:
+        return target_machine(opt_level).emit_object(mod)
+    finally:
+        mod.close()
 
 
 def undefined_symbols(obj: bytes) -> list:
@@ -124,6 +137,7 @@ def undefined_symbols(obj: bytes) -> list:
 
 
 @functools.lru_cache(maxsize=None)
+@_locked
 def load_helper_libraries():
     """Makes every library generated code may call visible to the JIT, by
     name, whatever else the process loaded: tcc's runtime (thread pool), libm
@@ -146,6 +160,7 @@ def load_helper_libraries():
     return True
 
 
+@_locked
 def check_symbols(obj: bytes, where="the generated code"):
     """Refuses object code that calls a symbol nothing in this process
     defines: MCJIT would bind it to address 0 and the first call would kill
