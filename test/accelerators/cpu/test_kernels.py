@@ -268,6 +268,47 @@ def test_variadic(op):
                 [("y", (4, 3, 9))]), {"a": a, "b": b, "c": c})
 
 
+def _with_nans(x, rng, frac=0.1):
+    x = x.copy()
+    x[rng.random(x.shape) < frac] = np.nan
+    return x
+
+
+@pytest.mark.parametrize("case", ["Max", "Min", "Max3", "MaxConst", "MinConst", "Clip", "ClipInputs", "Relu",
+                                  "HardSigmoid", "HardSwish", "Sign"])
+def test_nan_propagates_as_in_onnxruntime(case, rng):
+    """Max, Min, Clip and the clamps are compare-selects (no fmaxf/fminf:
+    libm calls that keep the loop scalar), and a NaN in any operand gives
+    NaN, as onnxruntime's (fmaxf returned the other operand). Fresh random
+    data with NaNs in every operand, the loop fused into one kernel."""
+    a, b, c = (_with_nans(rand(4, 3, 97, scale=2.0), rng), _with_nans(rand(3, 97, scale=2.0), rng),
+               _with_nans(rand(4, 1, 1, scale=2.0), rng, 0.3))
+    ins, inits, feeds = [("a", a.shape)], [], {"a": a}
+    op = case.rstrip("3").replace("Const", "").replace("Inputs", "")
+    if case in ("Max", "Min", "Max3"):
+        ins.append(("b", b.shape))
+        feeds["b"] = b
+        if case == "Max3":
+            ins.append(("c", c.shape))
+            feeds["c"] = c
+        names = [n for n, _ in ins]
+    elif case.endswith("Const"):
+        inits, names = [("k", np.array(0.25, np.float32))], ["a", "k"]
+    elif case == "Clip":
+        inits, names = [("lo", np.array(-0.5, np.float32)), ("hi", np.array(1.0, np.float32))], ["a", "lo", "hi"]
+    elif case == "ClipInputs":
+        ins += [("lo", ()), ("hi", ())]
+        feeds.update(lo=np.array(-0.5, np.float32), hi=np.array(rng.uniform(0, 2), np.float32))
+        names = ["a", "lo", "hi"]
+    else:
+        names = ["a"]
+    nodes = [H("Mul", ["a", "two"], ["a2"]), H(op, ["a2"] + names[1:], ["m"]), H("Add", ["m", "one"], ["y"])]
+    inits = inits + [("two", np.array(2.0, np.float32)), ("one", np.array(1.0, np.float32))]
+    sess = check(model(nodes, ins, [("y", (4, 3, 97))], inits), feeds, rtol=1e-6, atol=1e-6)
+    src = c_source_of(sess.path)
+    assert "fmaxf(" not in src and "fminf(" not in src and "fmax(" not in src and "fmin(" not in src
+
+
 def test_prelu_and_clip_inputs():
     x, s = rand(2, 4, 6), rand(4, 1)
     nodes = [H("PRelu", ["x", "s"], ["p"]), H("Clip", ["p", "lo"], ["y"])]
