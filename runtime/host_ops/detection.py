@@ -63,8 +63,10 @@ def _params(node, extra):
 
 @kernel("onnx.NonMaxSuppression", warns=False)
 def non_max_suppression(node, inputs):
-    boxes, scores = (v if type(v) is np.ndarray else np.asarray(v) for v in inputs[:2])
-    extra = list(inputs[2:]) + [None] * (5 - len(inputs))
+    boxes, scores = inputs[0], inputs[1]
+    if type(boxes) is not np.ndarray or type(scores) is not np.ndarray:
+        boxes, scores = np.asarray(boxes), np.asarray(scores)
+    extra = inputs[2:5] if len(inputs) >= 5 else list(inputs[2:]) + [None] * (5 - len(inputs))
     if boxes.ndim != 3 or boxes.shape[2] != 4:
         raise node.error(f"boxes has shape {list(boxes.shape)}, expected [batches, boxes, 4]")
     if scores.ndim != 3 or scores.shape[0] != boxes.shape[0] or scores.shape[2] != boxes.shape[1]:
