@@ -18,7 +18,7 @@ import numpy as np
 
 from .artifact import read_artifact
 from .jit import jit_entry
-from .signature import InputError, SignatureMixin, aligned_empty, format_specs
+from .signature import InputError, SignatureMixin, aligned_empty, data_ptr, format_specs
 
 
 class Session(SignatureMixin):
@@ -49,7 +49,7 @@ class Session(SignatureMixin):
         with self._lock:
             args = self._args
             for i, a in enumerate(ins):
-                args[i] = a.ctypes.data
+                args[i] = data_ptr(a)
             outs = []
             for i, t in enumerate(self._outputs):
                 arr, ptr = self._output_buffer(i, t)

@@ -3,6 +3,7 @@ OMExecutionSession), matching the caller's inputs to it and checking them,
 inputs living on devices (DLPack), and aligned output buffers."""
 from __future__ import annotations
 
+import ctypes
 import sys
 
 import numpy as np
@@ -14,6 +15,19 @@ ALIGN = 64
 
 class InputError(TccError):
     pass
+
+
+_addressof, _char_at = ctypes.addressof, ctypes.c_char.from_buffer
+
+
+def data_ptr(a):
+    """The address of a numpy array's data: ctypes.c_char.from_buffer is
+    ~4x cheaper than a.ctypes.data (0.7 against 3 us; a small model's call
+    takes several), but refuses read-only and empty arrays."""
+    try:
+        return _addressof(_char_at(a))
+    except (TypeError, ValueError):
+        return a.ctypes.data
 
 
 def aligned_empty(shape, dtype, align=ALIGN):

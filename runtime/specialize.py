@@ -198,6 +198,10 @@ class SpecializingSession(SignatureMixin):
         self._maccel = list(self._options.get("maccel", []))
         self._digest = hashlib.sha256(art.members[IR_MEMBER] + (self._res or b"")).hexdigest()
         self._cache = {}
+        # (dtype, shape[, bytes of a shape-deciding input]) per input -> the
+        # session _cache holds for the call that made that tuple: see _fast_key
+        self._fast = {}
+        self._fast_ok = not any(t.container or t.dtype == object for t in self._inputs)
         self._base_key = None
         self._tmpdir = None
         self._pending = {}  # key -> Future of its background compile
@@ -221,6 +225,26 @@ class SpecializingSession(SignatureMixin):
             if i in self._shape_args:
                 h.update(np.ascontiguousarray(v).tobytes())
         return h.hexdigest()
+
+    def _fast_key(self, arrays):
+        """The in-memory key of a call whose inputs are all numpy arrays: per
+        input its dtype and shape, and a shape-deciding input's bytes; None
+        for anything else (lists, device tensors, strings, containers take
+        the checked path). A call is entered under it only after
+        _check_dynamic passed it unchanged, so a hit needs no check and no
+        hash: on detection_nms (two specializing stages per call) the check
+        and the sha256 key took ~10 us of each stage's ~11 us of Python."""
+        if not self._fast_ok:
+            return None
+        parts = []
+        for i, v in enumerate(arrays):
+            if type(v) is not np.ndarray:
+                return None
+            parts.append(v.dtype)
+            parts.append(v.shape)
+            if i in self._shape_args:
+                parts.append(v.tobytes())
+        return tuple(parts)
 
     def _compiled(self, inputs, key):
         """The session of `key`'s specialization: loaded from the compile
@@ -408,13 +432,20 @@ class SpecializingSession(SignatureMixin):
         return self.specialize(inputs)
 
     def run(self, inputs, output_names=None, output_device=None):
-        arrays = self._check_dynamic(inputs)
+        given = self._arrange(inputs)
+        fast = self._fast_key(given)
+        sess = self._fast.get(fast) if fast is not None else None
+        if sess is not None:
+            return sess.run(given, output_names, output_device)
+        arrays = self._check_dynamic(given)
         key = self._key(arrays)
         sess = self._cache.get(key)
         if sess is None:
             sess = self._new_shape(key, arrays, output_names, output_device)
             if isinstance(sess, list):  # the generic path ran it
                 return sess
+        if fast is not None and all(a is b for a, b in zip(arrays, given)):
+            self._fast[fast] = sess
         return sess.run(arrays, output_names, output_device)
 
     def __repr__(self):

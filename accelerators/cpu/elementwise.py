@@ -9,6 +9,7 @@ few rows, chunks of a row) are split across the kernel library's pool."""
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 
@@ -57,8 +58,41 @@ def _exp_m1(x):
     return _s("arith.subf", _s("math.exp", x), "1.0f")
 
 
+def _lt(a, b):
+    return _s("arith.cmpf", a, b, predicate="olt")
+
+
+# A C float literal that is not NaN (what flit writes for a finite or infinite number)
+_NUMBER = re.compile(r"^\(?-?(INFINITY|[0-9][0-9.e+-]*f)\)?$")
+
+
+def _maximum(a, b):
+    """max(a, b), NaN when either is (onnxruntime's Max and Clip, and the
+    host path's llvm.maximum), as compare-selects: fmaxf/fminf are libm
+    calls gcc leaves scalar (no -ffinite-math-only), which kept every loop
+    with a Max, Min, HardSigmoid or HardSwish scalar, and they return the
+    other operand for a NaN. Against a number (a literal) it is one select,
+    `b > a ? b : a`, which is vmaxps(b, a): x86's max returns its second
+    operand when either is NaN. Otherwise a NaN test of `a` comes first
+    (cmpunordps + maxps + blend, still one vector op each)."""
+    if _NUMBER.match(a) and not _NUMBER.match(b):
+        a, b = b, a
+    if _NUMBER.match(b):
+        return _select(_gt(b, a), b, a)
+    return _select(_s("arith.cmpf", a, a, predicate="uno"), a, _select(_gt(a, b), a, b))
+
+
+def _minimum(a, b):
+    """min(a, b), NaN when either is: see _maximum."""
+    if _NUMBER.match(a) and not _NUMBER.match(b):
+        a, b = b, a
+    if _NUMBER.match(b):
+        return _select(_lt(b, a), b, a)
+    return _select(_s("arith.cmpf", a, a, predicate="uno"), a, _select(_lt(a, b), a, b))
+
+
 def _clamp01(x):
-    return _s("arith.minnumf", "1.0f", _s("arith.maxnumf", "0.0f", x))
+    return _minimum(_maximum(x, "0.0f"), "1.0f")
 
 
 def _attr_or(attr, name, default):
@@ -85,7 +119,7 @@ LOWER = {
     "Div": lambda x, a, attr: _s("arith.divf", a[0], a[1]),
     "Pow": lambda x, a, attr: _s("math.powf", a[0], a[1]),
     "PRelu": lambda x, a, attr: _select(_s("arith.cmpf", x, "0.0f", predicate="olt"), _s("arith.mulf", x, a[1]), x),
-    "Relu": lambda x, a, attr: _select(_gt(x, "0.0f"), x, "0.0f"),
+    "Relu": lambda x, a, attr: _maximum(x, "0.0f"),  # NaN stays NaN, as onnxruntime's
     "Sigmoid": lambda x, a, attr: _s("arith.divf", "1.0f", _s("arith.addf", "1.0f", _s("math.exp", _s("arith.negf", x)))),
     "Tanh": lambda x, a, attr: _s("math.tanh", x),
     "Exp": lambda x, a, attr: _s("math.exp", x),
@@ -101,8 +135,8 @@ LOWER = {
     "Identity": lambda x, a, attr: x,
     "Sin": lambda x, a, attr: _s("math.sin", x),
     "Cos": lambda x, a, attr: _s("math.cos", x),
-    "Sign": lambda x, a, attr: _select(_gt(x, "0.0f"), "1.0f",
-                                       _select(_s("arith.cmpf", x, "0.0f", predicate="olt"), "(-1.0f)", "0.0f")),
+    # x itself where neither test holds: zero, or NaN (onnxruntime's Sign keeps NaN)
+    "Sign": lambda x, a, attr: _select(_gt(x, "0.0f"), "1.0f", _select(_lt(x, "0.0f"), "(-1.0f)", x)),
     "LeakyRelu": lambda x, a, attr: _select(_s("arith.cmpf", x, "0.0f", predicate="oge"), x,
                                             _s("arith.mulf", x, _attr_or(attr, "alpha", 0.01))),
     "ThresholdedRelu": lambda x, a, attr: _select(_gt(x, _attr_or(attr, "alpha", 1.0)), x, "0.0f"),
@@ -140,21 +174,19 @@ def _expr(op, a, attr):
     if n in LOWER:
         return LOWER[n](x, a, attr)
     if n == "Clip":
-        # compare-selects, not fmaxf/fminf: gcc leaves those libm calls scalar
-        # (no -ffinite-math-only), which kept every loop with a Clip scalar
-        # (qdq_cnn's QuantizeLinear clamps: 1.9x onnxruntime, AVX2 EPYC); the
-        # same value as fmaxf/fminf for a non-NaN bound, NaN x included (-> the
-        # bound), and gcc turns each into one vmaxps/vminps
+        # max with the lower bound, then min with the upper (the upper wins
+        # when they cross, as in onnxruntime): compare-selects, one
+        # vmaxps/vminps each against a literal bound, NaN x staying NaN
         e = x
         if len(a) > 1 and a[1] is not None:
-            e = _select(_gt(e, a[1]), e, a[1])
+            e = _maximum(e, a[1])
         if len(a) > 2 and a[2] is not None:
-            e = _select(_s("arith.cmpf", e, a[2], predicate="olt"), e, a[2])
+            e = _minimum(e, a[2])
         return e
     if n in ("Max", "Min"):
         e = a[0]
         for b in a[1:]:
-            e = _s("arith.maxnumf" if n == "Max" else "arith.minnumf", e, b)
+            e = _maximum(e, b) if n == "Max" else _minimum(e, b)
         return e
     if n in ("Sum", "Mean"):
         e = a[0]
@@ -163,6 +195,10 @@ def _expr(op, a, attr):
         return _s("arith.mulf", e, flit(1.0 / len(a))) if n == "Mean" else e
     # support.py claims only ops with an entry above: reaching here is a bug.
     raise CpuCodegenError(f"cpu accelerator: no C emitter for {op.name} ({op.loc.describe()})")
+
+
+SELECT_CHAINS = {"Max", "Min", "Clip", "HardSigmoid", "HardSwish"}
+NO_PRE = '#if defined(__GNUC__) && !defined(__clang__)\n__attribute__((optimize("no-tree-pre")))\n#endif\n'
 
 
 def collapse_broadcast(out_shape, leaf_shapes):
@@ -263,4 +299,12 @@ def generate(fname, op, ptr):
     lines.append("        }")
     ctx = ", ".join([f"(void *){ptr(v)}" for _, v in leaves] + [f"(void *){ptr(op.results[0])}"])
     call = f"{{ void *ctx[] = {{{ctx}}}; tcc_cpu_parallel_for({tasks}, {grain}, {fname}, ctx); }}"
-    return C.render_kernel(fname, params, lines, tasks), call
+    # gcc's partial redundancy elimination turns chained compare-selects
+    # (the NaN test of a value an earlier clamp selected) back into branches,
+    # and the loop no longer vectorizes (gcc 12: Max -> Clip -> HardSigmoid
+    # -> Min stayed scalar). Without PRE it is compares and blends in ymm
+    # registers; but PRE also hoists the constants' broadcasts out of the
+    # loop (the 8-op chain, Relu its only select, ran 3 % slower without),
+    # so only loops with the ops below go without it.
+    pre = "" if not any(o.name[5:] in SELECT_CHAINS for o in body.ops) else NO_PRE
+    return pre + C.render_kernel(fname, params, lines, tasks), call

@@ -67,11 +67,23 @@ static int suppresses(const float *e1, const float *e2, float iou_threshold) {
     return inter / uni > iou_threshold;
 }
 
+/* The sizes and parameters of a call, passed by address: as eleven
+ * arguments their ctypes conversion cost ~3 us a call, as much as the
+ * selection itself on a small detector (3 classes x 64 boxes); the runtime
+ * fills one per shape and parameters and reuses it. */
+typedef struct {
+    int64_t nb, nc, n, max_out;
+    float iou_threshold, score_threshold;
+    int32_t has_score_threshold, center;
+} tcc_nms_params;
+
 /* boxes [nb, n, 4], scores [nb, nc, n]; writes (batch, class, box) triples
  * to out (room for nb * nc * min(max_out, n)); returns how many, or -1 when
  * out of memory. */
-int64_t tcc_nms_f32(const float *boxes, const float *scores, int64_t nb, int64_t nc, int64_t n, int64_t max_out,
-                    float iou_threshold, int has_score_threshold, float score_threshold, int center, int64_t *out) {
+int64_t tcc_nms_f32(const float *boxes, const float *scores, const tcc_nms_params *p, int64_t *out) {
+    const int64_t nb = p->nb, nc = p->nc, n = p->n, max_out = p->max_out;
+    const float iou_threshold = p->iou_threshold, score_threshold = p->score_threshold;
+    const int has_score_threshold = p->has_score_threshold, center = p->center;
     if (max_out <= 0 || n <= 0) return 0;
     cand *cs = malloc((size_t)n * sizeof(cand));
     float *ext = malloc((size_t)n * 4 * sizeof(float));

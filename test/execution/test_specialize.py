@@ -71,6 +71,35 @@ def test_bad_inputs_name_the_input(rng, tmp_path):
         sess.run({"x": good["x"], "s": good["s"]})
 
 
+def test_warm_calls_are_keyed_by_dtype_shape_and_shape_input_values(rng, tmp_path, monkeypatch):
+    """A warm call skips the input checks and the hashed key (the in-memory
+    fast key): calls alternating shape-deciding values at one input shape
+    must still each get their own specialization, and an input of the wrong
+    dtype or rank after a warm call must still be refused."""
+    monkeypatch.setenv("TCC_SPECIALIZE", "sync")
+    m = model()
+    sess = tcc.load(tcc.compile(m, output=str(tmp_path / "m.tcc")))
+    ref = ort.InferenceSession(m.SerializeToString())
+    x = rng.standard_normal((4, 6)).astype(np.float32)
+    shapes, axes = ([2, 8], [8, 2], [16, 1]), ([0], [1])
+    for k in range(12):
+        feeds = {"x": x if k % 3 else np.asfortranarray(rng.standard_normal((4, 6)).astype(np.float32)),
+                 "s": np.array(shapes[k % 3], np.int64), "axes": np.array(axes[k % 2], np.int64)}
+        if k == 11:
+            feeds["s"] = np.array([0, 2, 0, 8], np.int64)[1::2]  # a strided view: its values, not its buffer
+        for got, want in zip(sess.run(feeds), ref.run(None, feeds)):
+            assert got.shape == want.shape
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert len(sess.specializations()) == 6
+    good = {"x": x, "s": np.array([2, 8], np.int64), "axes": np.array([0], np.int64)}
+    with pytest.raises(InputError, match="input 'x' has dtype float64"):
+        sess.run({**good, "x": x.astype(np.float64)})
+    with pytest.raises(InputError, match="input 's' has dtype int32"):
+        sess.run({**good, "s": good["s"].astype(np.int32)})
+    with pytest.raises(InputError, match="input 'x' has shape \\[4, 6, 1\\]"):
+        sess.run({**good, "x": x[..., None]})
+
+
 def test_loop_trip_count_from_float_inputs_and_if_condition_input(tmp_path):
     """Values reach shapes through float arithmetic (a Loop's trip count as
     ceil((limit - start) / delta)) and an If's condition is a graph input:

@@ -1,5 +1,7 @@
 """Every kernel of the cpu accelerator against onnxruntime, on fresh random
 data with awkward sizes (odd, prime, not multiples of the vector width)."""
+import os
+
 import numpy as np
 import pytest
 from onnx import helper
@@ -266,6 +268,77 @@ def test_variadic(op):
     a, b, c = rand(4, 1, 9), rand(3, 1), rand(4, 3, 9)
     check(model([H(op, ["a", "b", "c"], ["y"])], [("a", a.shape), ("b", b.shape), ("c", c.shape)],
                 [("y", (4, 3, 9))]), {"a": a, "b": b, "c": c})
+
+
+def _with_nans(x, rng, frac=0.1):
+    x = x.copy()
+    x[rng.random(x.shape) < frac] = np.nan
+    return x
+
+
+@pytest.mark.parametrize("case", ["Max", "Min", "Max3", "MaxConst", "MinConst", "Clip", "ClipInputs", "Relu",
+                                  "HardSigmoid", "HardSwish", "Sign"])
+def test_nan_propagates_as_in_onnxruntime(case, rng):
+    """Max, Min, Clip and the clamps are compare-selects (no fmaxf/fminf:
+    libm calls that keep the loop scalar), and a NaN in any operand gives
+    NaN, as onnxruntime's (fmaxf returned the other operand). Fresh random
+    data with NaNs in every operand, the loop fused into one kernel."""
+    a, b, c = (_with_nans(rand(4, 3, 97, scale=2.0), rng), _with_nans(rand(3, 97, scale=2.0), rng),
+               _with_nans(rand(4, 1, 1, scale=2.0), rng, 0.3))
+    ins, inits, feeds = [("a", a.shape)], [], {"a": a}
+    op = case.rstrip("3").replace("Const", "").replace("Inputs", "")
+    if case in ("Max", "Min", "Max3"):
+        ins.append(("b", b.shape))
+        feeds["b"] = b
+        if case == "Max3":
+            ins.append(("c", c.shape))
+            feeds["c"] = c
+        names = [n for n, _ in ins]
+    elif case.endswith("Const"):
+        inits, names = [("k", np.array(0.25, np.float32))], ["a", "k"]
+    elif case == "Clip":
+        inits, names = [("lo", np.array(-0.5, np.float32)), ("hi", np.array(1.0, np.float32))], ["a", "lo", "hi"]
+    elif case == "ClipInputs":
+        ins += [("lo", ()), ("hi", ())]
+        feeds.update(lo=np.array(-0.5, np.float32), hi=np.array(rng.uniform(0, 2), np.float32))
+        names = ["a", "lo", "hi"]
+    else:
+        names = ["a"]
+    nodes = [H("Mul", ["a", "two"], ["a2"]), H(op, ["a2"] + names[1:], ["m"]), H("Add", ["m", "one"], ["y"])]
+    inits = inits + [("two", np.array(2.0, np.float32)), ("one", np.array(1.0, np.float32))]
+    sess = check(model(nodes, ins, [("y", (4, 3, 97))], inits), feeds, rtol=1e-6, atol=1e-6)
+    src = c_source_of(sess.path)
+    assert "fmaxf(" not in src and "fminf(" not in src and "fmax(" not in src and "fmin(" not in src
+
+
+def test_select_chain_loop_vectorizes(monkeypatch, tmp_path):
+    """The fused loop of a Max -> Clip -> HardSigmoid -> Min chain compiles
+    to ymm instructions for the avx2 build (gcc's PRE turned these chained
+    compare-selects back into branches and the loop stayed scalar: ~18x
+    slower than vectorized). Compiled here with the build's own flags, -S."""
+    import re
+    import subprocess
+
+    from tcc.accelerators.cpu.build import KERNELS, codegen_flags
+    from tcc.runtime.native import find_cc
+
+    from .helpers import c_source_for_isa
+    cc = find_cc()
+    if cc is None or "clang" in os.path.basename(cc):
+        pytest.skip("the check reads gcc's output")
+    nodes = [H("Mul", ["a", "two"], ["a2"]), H("Max", ["a2", "b"], ["m"]), H("Clip", ["m", "lo", "hi"], ["c"]),
+             H("HardSigmoid", ["c"], ["h"]), H("Min", ["h", "a"], ["y"])]
+    inits = [("two", np.array(2.0, np.float32)), ("lo", np.array(-0.5, np.float32)),
+             ("hi", np.array(1.0, np.float32))]
+    m = model(nodes, [("a", (64, 1024)), ("b", (64, 1024))], [("y", (64, 1024))], inits)
+    src = tmp_path / "partitions.c"
+    src.write_text(c_source_for_isa(m, "avx2", monkeypatch))
+    flags = [f for f in codegen_flags("avx2") if f not in ("-shared", "-fPIC")]
+    subprocess.run([cc, *flags, f"-I{KERNELS}", "-S", "-o", str(tmp_path / "p.s"), str(src)], check=True)
+    asm = (tmp_path / "p.s").read_text()
+    body = re.search(r"^ew_\w+:\n(.*?)\.cfi_endproc", asm, re.S | re.M)
+    assert body is not None, "no elementwise kernel in the assembly"
+    assert "ymm" in body.group(1) and "call" not in body.group(1)
 
 
 def test_prelu_and_clip_inputs():
