@@ -88,6 +88,12 @@ class Epilogue(ctypes.Structure):
                 ("residual", ctypes.c_void_p), ("act", ctypes.c_int), ("a0", ctypes.c_float), ("a1", ctypes.c_float)]
 
 
+class RnnParams(ctypes.Structure):  # tcc_rnn_params
+    _fields_ = [(n, ctypes.c_int) for n in ("kind", "nd", "reverse", "layout", "linear_before_reset", "input_forget",
+                                            "has_clip")] + [("clip", ctypes.c_float)] + \
+        [(n, ctypes.c_long) for n in ("T", "NB", "In", "H")]
+
+
 _lib = []
 
 
@@ -113,6 +119,9 @@ def c_kernels():
             lib.tcc_cpu_conv2d.argtypes = [ctypes.POINTER(ConvParams), vp, vp, vp, vp, ctypes.POINTER(Epilogue)]
             lib.tcc_cpu_maxpool2d.argtypes = [ctypes.POINTER(PoolParams), vp, vp]
             lib.tcc_cpu_avgpool2d.argtypes = [ctypes.POINTER(PoolParams), vp, vp]
+            lib.tcc_cpu_rnn_scratch.argtypes = [ctypes.POINTER(RnnParams)]
+            lib.tcc_cpu_rnn_scratch.restype = lg
+            lib.tcc_cpu_rnn.argtypes = [ctypes.POINTER(RnnParams)] + [vp] * 10 + [vp]
         except (ImportError, OSError, TccError, AttributeError):
             lib = None
         _lib.append(lib)

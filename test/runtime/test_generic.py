@@ -376,11 +376,18 @@ def test_gemm_bias_shapes_and_transposed_operands(cshape, rng, tmp_path):
     ("GRU", dict(direction="bidirectional", linear_before_reset=1), ["B", "", "h0"]),
     ("GRU", dict(direction="forward", linear_before_reset=0, layout=1), ["B"]),
     ("LSTM", dict(direction="bidirectional"), ["B", "lens"]),
+    ("LSTM", dict(direction="bidirectional"), ["B", "", "h0", "c0", "P", "no Y_c"]),
+    ("LSTM", dict(direction="reverse", layout=1), ["B", "", "h0", "c0", "no Y_c"]),
+    ("LSTM", dict(direction="forward"), ["no Y_c"]),
 ], ids=["lstm-bidi-init", "lstm-reverse-batch-first", "lstm-peepholes", "gru-bidi-lbr", "gru-batch-first",
-        "lstm-sequence-lens"])
+        "lstm-sequence-lens", "lstm-c-bidi-peepholes", "lstm-c-reverse-batch-first", "lstm-c-no-bias"])
 def test_recurrent(op, attrs, extra, rng, tmp_path):
     """LSTM and GRU on the executor's own kernel (a sequence_lens shorter
-    than the sequence: that op's reference implementation, per call)."""
+    than the sequence: that op's reference implementation, per call). GRU,
+    and LSTM where Y_c is not read ("no Y_c"), run the cpu library's
+    tcc_cpu_rnn; an LSTM whose Y_c is read, numpy."""
+    no_yc = "no Y_c" in extra
+    extra = [e for e in extra if e != "no Y_c"]
     hidden, inp, gates = 5, 3, 4 if op == "LSTM" else 3
     dirs = 2 if attrs["direction"] == "bidirectional" else 1
     layout = attrs.get("layout", 0)
@@ -390,7 +397,7 @@ def test_recurrent(op, attrs, extra, rng, tmp_path):
              ("P", rng.standard_normal((dirs, 3 * hidden)).astype(np.float32) * 0.5)]
     spec = [("x", F, 3)] + [(n, F, 3) for n in ("h0", "c0") if n in extra] + \
         ([("lens", TensorProto.INT32, 1)] if "lens" in extra else [])
-    outs = ["y0", "y1", "y2"][:3 if op == "LSTM" else 2]
+    outs = ["y0", "y1", "y2"][:3 if op == "LSTM" and not no_yc else 2]
     m = _model([helper.make_node(op, ["x", "W", "R"] + extra, outs, hidden_size=hidden, **attrs)], spec, len(outs),
                [i for i in inits if i[0] in extra + ["W", "R"]], opset=14)
 
