@@ -97,14 +97,16 @@ def _leaky(node):
     return lambda x: np.where(x >= 0, x, x * x.dtype.type(alpha))
 
 
+def _sigmoid_numpy(x):  # exp of a non-positive number only: no overflow
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(x.dtype, copy=False)
+
+
+sigmoid = _special.expit if _special is not None else _sigmoid_numpy
+
+
 @kernel("Sigmoid")
 def _sigmoid(node):
-    if _special is not None:
-        return _special.expit
-
-    def sigmoid(x):  # exp of a non-positive number only: no overflow
-        e = np.exp(-np.abs(x))
-        return np.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(x.dtype, copy=False)
     return sigmoid
 
 

@@ -37,6 +37,7 @@ from tcc.dialects.ir.types import NONE
 from ..host_ops import HostOpRunner, is_host_op
 from ..staged import ALWAYS_STAGED, _op_model, _reparse, _to_rank, host_step
 from . import elementwise, nn, reduce, rnn, shape  # noqa: F401 - they register their kernels
+from .fusion import fuse
 from .toolkit import KERNELS, GenericShapeError, Node
 
 KEYS = 16  # input-shape keys whose shape values are kept
@@ -125,7 +126,7 @@ class GenericPlan:
             in_kinds = [self._kinds[i] for i in ins if i]
             host = is_host_op(op)
             special = op.name in ALWAYS_STAGED or host or bool(op.regions)
-            fn, multi, captured, name = self._kernel(op, module, ins, host)
+            fn, multi, captured, name, node = self._kernel(op, module, ins, host)
             ins = ins + [slot[v] for v in captured]
             deterministic = op.name not in NONDETERMINISTIC and not host and not op.regions
             if deterministic and all(k == CONST for k in in_kinds) and not captured:
@@ -150,8 +151,11 @@ class GenericPlan:
                                  and (op.name in SHAPE_FOLLOWS or
                                       all(self._kinds[i] in (CONST, SHAPE) for i in ins[1:] if i))):
                 known.update(outs)
-            steps.append((fn, tuple(ins), outs if multi else outs[0], multi, f"'{name}' ({op.name})", kind == SHAPE))
+            steps.append((fn, tuple(ins), outs if multi else outs[0], multi, f"'{name}' ({op.name})", kind == SHAPE,
+                          node))
         self.step_ops = [s[4].rsplit("(", 1)[1][:-1] for s in steps]  # op names of the steps run (for tests)
+        steps = fuse(steps, self._outs, self._base, self._kinds)
+        self.fused = [s[4] for s in steps if " + " in s[4]]  # the fused steps' names (for tests)
         self._all = [s[:5] for s in steps]
         self._data = [s[:5] for s in steps if not s[5]]
         self._shape_slots = [i for i, k in enumerate(self._kinds) if k == SHAPE]
@@ -186,10 +190,10 @@ class GenericPlan:
                 except Exception:  # noqa: BLE001 - attributes it does not know (a Cast to a new type)
                     fn = None
                 if fn is not None:
-                    return fn, multi, captured, name
+                    return fn, multi, captured, name, node
             self.fallbacks.append(op.name)
         built.append(_reference(op, model, values, host, multi))  # now: an evaluator takes 10-200 ms to build
-        return reference, multi, captured, name
+        return reference, multi, captured, name, None
 
     def _fold(self, fn, ins, multi, n):
         """The results of a step whose operands are all constants, or None

@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 
+from .fusion import apply_activation
 from .toolkit import ConvParams, Epilogue, PoolParams, axis_of, c_kernels, f32, kernel, ptr
 
 
@@ -59,8 +60,40 @@ def _gemm_f32(lib, a, b, alpha=1.0, c=None, beta=0.0):
     return y
 
 
+def _with_epilogue(fn, bias, act):
+    """fn followed by + bias and act in place (fn returns a fresh array)."""
+    def fused(*xs):
+        y = fn(*xs)
+        if bias is not None:
+            np.add(y, bias, out=y)
+        return apply_activation(y, act) if act is not None else y
+    return fused
+
+
+def _product_epilogue(node, fn, takes_bias):
+    """fn.epilogue for fusion.py: a constant bias (MatMul only: a scalar or
+    one float32 value per column of its constant 2-D right operand) and an
+    activation, applied in place to the product's fresh float32 result."""
+    w = node.consts[1] if len(node.consts) > 1 else None
+
+    def epilogue(bias, act):
+        if w is None or w.dtype != np.float32 or w.ndim != 2:
+            return None
+        if bias is not None:
+            n = w.shape[0] if node.get("transB", 0) else w.shape[1]
+            if not takes_bias or bias.dtype != np.float32 or bias.ndim > 1 or bias.size not in (1, n):
+                return None
+        return _with_epilogue(fn, bias, act)
+    fn.epilogue = epilogue
+    return fn
+
+
 @kernel("MatMul")
 def _matmul(node):
+    return _product_epilogue(node, _matmul_fn(node), True)
+
+
+def _matmul_fn(node):
     lib = c_kernels()
 
     def matmul(a, b):
@@ -77,6 +110,10 @@ def _matmul(node):
 
 @kernel("Gemm")
 def _gemm(node):
+    return _product_epilogue(node, _gemm_fn(node), False)
+
+
+def _gemm_fn(node):
     alpha, beta = node.get("alpha", 1.0), node.get("beta", 1.0)
     ta, tb = node.get("transA", 0), node.get("transB", 0)
     lib = c_kernels()
@@ -178,7 +215,15 @@ def _conv(node):
     lib = c_kernels()
     if lib is None:
         return None
+    conv = _conv_fn(node, lib, None)
+    # fusion.py: an activation after the convolution, in the C kernel's epilogue
+    conv.epilogue = lambda bias, act: _conv_fn(node, lib, act) if bias is None and act is not None else None
+    return conv
+
+
+def _conv_fn(node, lib, act):
     group = node.get("group", 1)
+    code, a0, a1 = act or (0, 0.0, 0.0)
 
     def conv(x, w, b=None):
         spatial = x.ndim - 2
@@ -203,7 +248,7 @@ def _conv(node):
                        pads[0], pads[1], pads[2], pads[3], group)
         y = np.empty((n, w.shape[0], oh, ow), np.float32)
         bias = None if b is None else f32(b)
-        ep = Epilogue(None if bias is None else ptr(bias), 0 if bias is None else 2, 1.0, None, 0, 0.0, 0.0)
+        ep = Epilogue(None if bias is None else ptr(bias), 0 if bias is None else 2, 1.0, None, code, a0, a1)
         scratch = np.empty(max(int(lib.tcc_cpu_conv2d_scratch(ctypes.byref(p))), 1), np.float32)
         lib.tcc_cpu_conv2d(ctypes.byref(p), ptr(x), ptr(w), ptr(y), ptr(scratch), ctypes.byref(ep))
         return y[:, :, 0, :] if spatial == 1 else y

@@ -416,3 +416,37 @@ def test_recurrent(op, attrs, extra, rng, tmp_path):
     plan = check(m, [feeds(4, 2), feeds(7, 3), feeds(5, 4, short=True)] if "lens" in extra else
                  [feeds(4, 2), feeds(7, 3)], tmp_path, "onnx." + op, rtol=1e-4, atol=1e-5)
     assert plan.fallbacks == []
+
+
+@pytest.mark.parametrize("act", ["Relu", "Sigmoid", "Tanh", "LeakyRelu", "Clip", "SiLU"])
+def test_fused_conv_and_product_activations(act, rng, tmp_path):
+    """fusion.py: Conv -> activation (SiLU: Sigmoid and Mul) in the C
+    kernel's epilogue, MatMul -> Add(constant bias) -> activation and Gemm
+    -> activation as one step each, at two shapes; a product whose result is
+    also a graph output is not fused (both values come out)."""
+    def act_nodes(x, y):
+        if act == "SiLU":
+            return [helper.make_node("Sigmoid", [x], [x + "_s"]), helper.make_node("Mul", [x + "_s", x], [y])]
+        if act == "Clip":
+            return [helper.make_node("Clip", [x, "lo", "hi"], [y])]
+        attrs = {"alpha": 0.2} if act == "LeakyRelu" else {}
+        return [helper.make_node(act, [x], [y], **attrs)]
+    spec = [("x", F, 4), ("a", F, 3), ("g", F, 2)]
+    nodes = [helper.make_node("Conv", ["x", "w", "cb"], ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])] + \
+        act_nodes("c", "y0") + \
+        [helper.make_node("MatMul", ["a", "mw"], ["m"]), helper.make_node("Add", ["mb", "m"], ["mm"])] + \
+        act_nodes("mm", "y1") + \
+        [helper.make_node("Gemm", ["g", "gw"], ["gg"], transB=1)] + act_nodes("gg", "y2") + \
+        [helper.make_node("MatMul", ["a", "mw2"], ["y3"])] + act_nodes("y3", "y4")
+    inits = [("w", rng.standard_normal((6, 4, 3, 3)).astype(np.float32)),
+             ("cb", rng.standard_normal(6).astype(np.float32)),
+             ("mw", rng.standard_normal((5, 7)).astype(np.float32)), ("mb", rng.standard_normal(7).astype(np.float32)),
+             ("mw2", rng.standard_normal((5, 2)).astype(np.float32)),
+             ("gw", rng.standard_normal((3, 5)).astype(np.float32)),
+             ("lo", np.array(-0.5, np.float32)), ("hi", np.array(0.75, np.float32))]
+    m = _model(nodes, spec, 5, inits)
+    plan = check(m, feeds_of(rng, spec, [([1, 4, 6, 5], [2, 3, 5], [4, 5]), ([2, 4, 3, 7], [1, 6, 5], [0, 5])]),
+                 tmp_path, "onnx.Conv", rtol=1e-4, atol=1e-5)
+    what = "Sigmoid+Mul" if act == "SiLU" else act
+    assert sorted(f.split("(")[-1] for f in plan.fused) == sorted(
+        [f"onnx.Conv + {what})", f"onnx.MatMul + Add+{what})", f"onnx.Gemm + {what})"]), plan.fused
