@@ -34,8 +34,10 @@ import numpy as np
 from tcc.dialects.ir.errors import TccError
 from tcc.dialects.ir.types import NONE
 
+from ..containers import is_container
+from ..containers import key as container_key
 from ..host_ops import HostOpRunner, is_host_op
-from ..staged import ALWAYS_STAGED, _op_model, _reparse, _to_rank, host_step
+from ..staged import ALWAYS_STAGED, CONTAINER_OPS, Optional, _op_model, _reparse, _to_rank
 from . import elementwise, nn, reduce, rnn, shape  # noqa: F401 - they register their kernels
 from .fusion import fuse
 from .toolkit import KERNELS, GenericShapeError, Node
@@ -63,25 +65,29 @@ def _reference(op, model, values, host, multi):
         runner = HostOpRunner(model)
     else:
         from onnx.reference import ReferenceEvaluator
-        runner = ReferenceEvaluator(model)
+        runner = ReferenceEvaluator(model, new_ops=[Optional])  # staged.py's Optional: its value or None
     lock = threading.Lock()
-    ranks = [len(r.type.shape) if getattr(r.type, "shape", None) is not None else None for r in op.results]
+    # per result its rank; "value" for a sequence or optional (a list / None, passed on as it is)
+    ranks = ["value" if is_container(r.type) else len(r.type.shape) if getattr(r.type, "shape", None) is not None
+             else None for r in op.results]
 
     def reference(*xs):
         feeds = {n: x for n, x in zip(names, xs) if n is not None}
         with lock, warnings.catch_warnings():
             warnings.simplefilter("ignore")
             outs = runner.run(None, feeds)
-        outs = [_to_rank(np.asarray(o), r) for o, r in zip(outs, ranks)]
+        outs = [o if r == "value" else _to_rank(np.asarray(o), r) for o, r in zip(outs, ranks)]
         return outs if multi else outs[0]
     return reference
 
 
 class GenericPlan:
     """Runs the stored IR at any input shape (see the module docstring).
-    Raises TccError at build where the model has an op this path cannot run
-    in tcc's terms (a sequence or optional: a host step of the compiled
-    path)."""
+    Raises TccError at build where the model has an op outside the onnx
+    dialect. Sequences and optionals are table values like tensors (a list
+    of arrays, None or a value): the ops taking or making one run their
+    onnx.reference implementation, as the compiled path's host steps do;
+    they and what reads their elements are data steps, never kept per key."""
 
     def __init__(self, ir, res):
         from tcc.dialects.init_all import new_context
@@ -101,7 +107,8 @@ class GenericPlan:
         self._args = []
         for a in block.args:
             slot[a] = new(ARG)
-            known.add(slot[a])
+            if not is_container(a.type):  # a list's element shapes are not a tensor shape
+                known.add(slot[a])
             self._args.append(slot[a])
         steps = []  # (fn, in slots, out slots, multi, node name, all results shape values)
         self.fallbacks = []  # op names run by onnx.reference (for tests and reports)
@@ -119,16 +126,17 @@ class GenericPlan:
                 slot[op.results[0]] = new(CONST, value)
                 known.add(slot[op.results[0]])
                 continue
-            if host_step(op) or not op.name.startswith("onnx."):
+            if not op.name.startswith("onnx."):
                 raise TccError(f"{op.name} has no shape-generic path")
             operands = list(op.operands)
             ins = [0 if v.type is NONE else slot[v] for v in operands]
             in_kinds = [self._kinds[i] for i in ins if i]
             host = is_host_op(op)
-            special = op.name in ALWAYS_STAGED or host or bool(op.regions)
+            container = op.name in CONTAINER_OPS or any(is_container(v.type) for v in operands + list(op.results))
+            special = op.name in ALWAYS_STAGED or host or bool(op.regions) or container
             fn, multi, captured, name, node = self._kernel(op, module, ins, host)
             ins = ins + [slot[v] for v in captured]
-            deterministic = op.name not in NONDETERMINISTIC and not host and not op.regions
+            deterministic = op.name not in NONDETERMINISTIC and not host and not op.regions and not container
             if deterministic and all(k == CONST for k in in_kinds) and not captured:
                 done = self._fold(fn, ins, multi, len(op.results))
                 if done is not None:
@@ -210,7 +218,7 @@ class GenericPlan:
         """The outputs for these input arrays (in signature order). Raises
         GenericShapeError (a TccError) where an operand shape does not fit a
         node, another exception where a kernel fails."""
-        key = tuple(a.shape for a in arrays)
+        key = tuple(container_key(a) if a is None or isinstance(a, (list, dict)) else a.shape for a in arrays)
         with self._lock:
             table = self._keyed.get(key)
             if table is not None:
@@ -244,11 +252,15 @@ class GenericPlan:
                 self._keyed[key] = keep
                 while len(self._keyed) > KEYS:
                     self._keyed.popitem(last=False)
-        outs = []
-        for i in self._outs:
-            v = t[i]
-            if isinstance(v, np.ndarray) and (self._kinds[i] != DATA or v.base is not None or not v.flags.writeable
-                                              or not v.flags.c_contiguous):
-                v = np.array(v)  # never a view of an input, a constant or a kept shape value
-            outs.append(v)
-        return outs
+        return [_owned(t[i], self._kinds[i] == DATA) for i in self._outs]
+
+
+def _owned(v, data=True):
+    """An output never a view of an input, a constant or a kept shape value
+    (a sequence's elements: copied where they are one)."""
+    if isinstance(v, list):
+        return [_owned(e, False) for e in v]
+    if isinstance(v, np.ndarray) and (not data or v.base is not None or not v.flags.writeable
+                                      or not v.flags.c_contiguous):
+        return np.array(v)
+    return v

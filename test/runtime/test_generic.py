@@ -450,3 +450,76 @@ def test_fused_conv_and_product_activations(act, rng, tmp_path):
     what = "Sigmoid+Mul" if act == "SiLU" else act
     assert sorted(f.split("(")[-1] for f in plan.fused) == sorted(
         [f"onnx.Conv + {what})", f"onnx.MatMul + Add+{what})", f"onnx.Gemm + {what})"]), plan.fused
+
+
+def _sequence_models():
+    """(name, model, feeds per shape) for the sequence and optional ops
+    (test/lowering/test_sequences.py's model and two more)."""
+    from test.lowering.test_sequences import make, opt_t, seq_t, sequence_ops_model, vi
+    from onnx import helper as h
+    split = make([helper.make_node("SplitToSequence", ["x", "sizes"], ["parts"], axis=1),
+                  helper.make_node("SequenceConstruct", ["x", "x"], ["two"]),
+                  helper.make_node("ConcatFromSequence", ["two"], ["cat"], axis=-1, new_axis=1),
+                  helper.make_node("SequenceLength", ["parts"], ["n"]),
+                  helper.make_node("Constant", [], ["k"], value=helper.make_tensor("k", I64, [], [-1])),
+                  helper.make_node("SequenceAt", ["parts", "k"], ["last"]),
+                  helper.make_node("Relu", ["last"], ["y"])],
+                 [vi("x", h.make_tensor_type_proto(F, [None, None])), vi("sizes", h.make_tensor_type_proto(I64, [2]))],
+                 [vi("parts", seq_t(F, [None, None])), vi("cat", h.make_tensor_type_proto(F, [None, None, 2])),
+                  vi("n", h.make_tensor_type_proto(I64, [])), vi("y", h.make_tensor_type_proto(F, [None, None]))])
+    opt = make([helper.make_node("Optional", ["x"], ["o"]),
+                helper.make_node("OptionalHasElement", ["o"], ["has"]),
+                helper.make_node("OptionalGetElement", ["o"], ["g"]),
+                helper.make_node("Neg", ["g"], ["y"]),
+                helper.make_node("OptionalHasElement", ["maybe"], ["given"])],
+               [vi("x", h.make_tensor_type_proto(F, [None, 3])), vi("maybe", opt_t(F, [None]))],
+               [vi("has", h.make_tensor_type_proto(B, [])), vi("y", h.make_tensor_type_proto(F, [None, 3])),
+                vi("given", h.make_tensor_type_proto(B, []))])
+
+    def seqs(rng, rows):
+        return {"xs": [rng.standard_normal((r, 3)).astype(np.float32) for r in rows],
+                "t": rng.standard_normal((2, 3)).astype(np.float32)}
+
+    def splits(rng, n, a):
+        return {"x": rng.standard_normal((n, 7)).astype(np.float32), "sizes": np.array([a, 7 - a], np.int64)}
+
+    def opts(rng, n, given):
+        return {"x": rng.standard_normal((n, 3)).astype(np.float32),
+                "maybe": rng.standard_normal(n).astype(np.float32) if given else None}
+    return [("sequence-ops", sequence_ops_model(), [lambda r: seqs(r, [2, 5]), lambda r: seqs(r, [1, 4, 2, 3])]),
+            ("split-construct-concat", split, [lambda r: splits(r, 3, 2), lambda r: splits(r, 5, 6)]),
+            ("optional", opt, [lambda r: opts(r, 2, False), lambda r: opts(r, 4, True)])]
+
+
+@pytest.mark.parametrize("case", range(3), ids=["sequence-ops", "split-construct-concat", "optional"])
+def test_sequences_and_optionals_run_on_the_generic_path(case, rng, tmp_path):
+    """Sequence and optional ops on the generic path at two or more shapes
+    (their onnx.reference op per step, lists in the table) against
+    onnxruntime: the first run at each new shape returns while its compile
+    is held back (so it did not wait for it); then the specialization."""
+    import threading
+
+    import onnxruntime as ort
+    from test.lowering.test_sequences import same
+    name, m, feeds_at = _sequence_models()[case]
+    sess = tcc.load(tcc.compile(m, output=str(tmp_path / "m.tcc"), cache=False))
+    assert sess._generic_path(), "the plan builds"
+    gate, compile_ = threading.Event(), sess._compiler
+    sess._compiler = lambda *a: (gate.wait(60), compile_(*a))[1]
+    ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    try:
+        for feeds in feeds_at:
+            x = feeds(rng)
+            want = ref.run(None, x)
+            got = sess.run(x)  # the compile is held at the gate: this is the generic path
+            for g, w in zip(got, want):
+                same(g, w)
+            assert sess._pending, "a compile is pending"
+            for g, w in zip(sess.run_generic(x), want):
+                same(g, w)
+    finally:
+        gate.set()
+        sess.wait()
+    x = feeds_at[-1](rng)
+    for g, w in zip(sess.run(x), ref.run(None, x)):  # the specialization, compiled now
+        same(g, w)
