@@ -17,12 +17,7 @@ import numpy as np
 
 from .toolkit import RnnParams, c_kernels, f32, kernel, ptr
 
-try:
-    from scipy.special import expit as _sigmoid
-except ImportError:  # pragma: no cover - depends on the environment
-    def _sigmoid(x):
-        e = np.exp(-np.abs(x))
-        return np.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(x.dtype, copy=False)
+from .elementwise import sigmoid as _sigmoid
 
 _DEFAULT = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"]}
 

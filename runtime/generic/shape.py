@@ -27,8 +27,22 @@ def _size(node):
 @kernel("Reshape")
 def _reshape(node):
     allowzero = node.get("allowzero", 0)
+    # (the read-only shape operand last seen, held so that its id is not
+    # reused; x's shape; the result's): one tuple, read and replaced whole
+    last = [(None, None, None)]
 
     def reshape(x, shape):
+        # A warm run at a key passes the same kept, read-only shape value
+        # (executor.py): its dims are resolved once per key (3.3 -> ~1.0 us)
+        seen = last[0]
+        if shape is seen[0] and x.shape == seen[1]:
+            return x.reshape(seen[2])
+        out = _reshape_to(x, shape)
+        if not shape.flags.writeable:  # a caller's array may change in place between calls
+            last[0] = (shape, x.shape, out.shape)
+        return out
+
+    def _reshape_to(x, shape):
         dims = shape.tolist()
         if not allowzero and 0 in dims:  # 0 copies the input's dim
             dims = [x.shape[i] if d == 0 and i < x.ndim else d for i, d in enumerate(dims)]

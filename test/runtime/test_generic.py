@@ -523,3 +523,61 @@ def test_sequences_and_optionals_run_on_the_generic_path(case, rng, tmp_path):
     x = feeds_at[-1](rng)
     for g, w in zip(sess.run(x), ref.run(None, x)):  # the specialization, compiled now
         same(g, w)
+
+
+def _flatten_tail_model():
+    """y0 = Reshape(x, [dim 0, product of the rest]) from Shape -> Slice ->
+    ReduceProd -> Concat (shape values kept per key), y1 = Reshape(x, s)
+    with s a graph input (data: the caller's array)."""
+    spec = [("x", F, 3), ("s", I64, 1)]  # s: two dims
+    nodes = [helper.make_node("Shape", ["x"], ["sh"]),
+             helper.make_node("Slice", ["sh", "zero", "one"], ["d0"]),
+             helper.make_node("Slice", ["sh", "one", "big"], ["rest"]),
+             helper.make_node("ReduceProd", ["rest"], ["p"], keepdims=1),
+             helper.make_node("Concat", ["d0", "p"], ["shp"], axis=0),
+             helper.make_node("Reshape", ["x", "shp"], ["y0"]),
+             helper.make_node("Reshape", ["x", "s"], ["y1"])]
+    inits = [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in (("zero", [0]), ("one", [1]),
+                                                                           ("big", [2 ** 62]))]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, ["a", "b", "c"]),
+                                       helper.make_tensor_value_info("s", I64, [2])],
+                          [helper.make_tensor_value_info("y0", F, ["a", "bc"]),
+                           helper.make_tensor_value_info("y1", F, ["p", "q"])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]), spec
+
+
+def test_kept_shape_values_follow_every_dim_of_the_key(rng, tmp_path):
+    """Shapes differing in one dim at a time (each a new key), then the first
+    again: a key that ignored a dim would serve another shape's Reshape
+    target. The caller's own shape array changed in place between two calls
+    at one key is read again (only read-only kept values are trusted)."""
+    m, _ = _flatten_tail_model()
+    plan = _plan(m, tmp_path)
+    ref = ReferenceEvaluator(m)
+    for shape in ([2, 3, 4], [5, 3, 4], [2, 6, 4], [2, 3, 1], [2, 3, 4]):
+        x = rng.standard_normal(shape).astype(np.float32)
+        s = np.array([-1, shape[-1]], np.int64)
+        for got, want in zip(plan.run([x, s]), ref.run(None, {"x": x, "s": s})):
+            assert got.shape == want.shape
+            np.testing.assert_array_equal(got, want)
+        s[:] = [shape[-1], -1]  # the same array object, new values
+        got = plan.run([x, s])[1]
+        assert got.shape == (shape[-1], x.size // shape[-1])
+
+
+def test_kept_shape_values_are_bounded(rng, tmp_path, monkeypatch):
+    """At most KEYS input-shape keys keep their shape values, the least
+    recently used dropped first; a dropped key runs again correctly."""
+    from tcc.runtime.generic import executor
+    monkeypatch.setattr(executor, "KEYS", 3)
+    m, _ = _flatten_tail_model()
+    plan = _plan(m, tmp_path)
+    ref = ReferenceEvaluator(m)
+    shapes = [[1, 2, k] for k in range(1, 6)] + [[1, 2, 1]]
+    for shape in shapes:
+        x = rng.standard_normal(shape).astype(np.float32)
+        s = np.array([1, -1], np.int64)
+        for got, want in zip(plan.run([x, s]), ref.run(None, {"x": x, "s": s})):
+            np.testing.assert_array_equal(got, want)
+        assert len(plan._keyed) <= 3
+    assert list(plan._keyed) == [((1, 2, k), (2,)) for k in (4, 5, 1)]
