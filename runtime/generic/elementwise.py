@@ -7,7 +7,7 @@ import math
 import numpy as np
 from onnx import helper
 
-from .toolkit import kernel
+from .toolkit import kernel, ptr, rt_kernels
 
 try:  # scipy's erf where installed (a test dependency): else Erf and Gelu fall back
     from scipy import special as _special
@@ -135,14 +135,40 @@ def _elu(node):
     return lambda x: np.where(x > 0, x, (np.expm1(np.minimum(x, 0)) * x.dtype.type(alpha))).astype(x.dtype)
 
 
+def _float32_native(node, fn, other, *extra):
+    """A kernel running float32 through a runtime-library kernel (unary.c:
+    one pass, 2-3x scipy's erf, which computes in float64), other dtypes
+    through `other` (numpy or scipy) or, where there is none, the op's
+    reference implementation; plain `other` where the library is not built."""
+    if fn is None:
+        return other
+
+    def run(x):
+        if x.dtype != np.float32:
+            return other(x) if other is not None else node.reference(x)
+        x = np.ascontiguousarray(x)
+        y = np.empty(x.shape, np.float32)
+        if x.size:
+            fn(ptr(x), ptr(y), x.size, *extra)
+        return y
+    return run
+
+
 @kernel("Erf")
 def _erf(node):
-    return None if _special is None else _special.erf
+    lib = rt_kernels()
+    return _float32_native(node, lib and lib.tcc_erf_f32, None if _special is None else _special.erf)
 
 
 @kernel("Gelu")
 def _gelu(node):
-    if node.get("approximate", "none") == "tanh":
+    approximate = node.get("approximate", "none") == "tanh"
+    lib = None if approximate else rt_kernels()  # the tanh form: numpy (see unary.c)
+    return _float32_native(node, lib and lib.tcc_gelu_f32, _gelu_numpy(approximate))
+
+
+def _gelu_numpy(approximate):
+    if approximate:
         c = math.sqrt(2 / math.pi)
         return lambda x: (x * 0.5 * (1 + np.tanh(x.dtype.type(c) * (x + x.dtype.type(0.044715) * x * x * x)))
                           ).astype(x.dtype, copy=False)
