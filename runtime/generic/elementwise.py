@@ -136,7 +136,7 @@ def _elu(node):
 
 
 def _float32_native(node, fn, other, *extra):
-    """A kernel running float32 through a runtime-library kernel (unary.c:
+    """A kernel running float32 through a runtime-library kernel (generic_ops.c:
     one pass, 2-3x scipy's erf, which computes in float64), other dtypes
     through `other` (numpy or scipy) or, where there is none, the op's
     reference implementation; plain `other` where the library is not built."""
@@ -163,7 +163,7 @@ def _erf(node):
 @kernel("Gelu")
 def _gelu(node):
     approximate = node.get("approximate", "none") == "tanh"
-    lib = None if approximate else rt_kernels()  # the tanh form: numpy (see unary.c)
+    lib = None if approximate else rt_kernels()  # the tanh form: numpy (see generic_ops.c)
     return _float32_native(node, lib and lib.tcc_gelu_f32, _gelu_numpy(approximate))
 
 

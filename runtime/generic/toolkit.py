@@ -152,7 +152,7 @@ _rt = []
 
 def rt_kernels():
     """The runtime library (runtime/native: libtccrt) with the generic
-    path's unary kernels (unary.c), or None where it cannot be built; a
+    path's kernels (generic_ops.c), or None where it cannot be built; a
     ctypes.PyDLL for the same reason as c_kernels."""
     if not _rt:
         lib = None
@@ -162,6 +162,7 @@ def rt_kernels():
             vp, lg = ctypes.c_void_p, ctypes.c_long
             lib.tcc_erf_f32.argtypes = [vp, vp, lg]
             lib.tcc_gelu_f32.argtypes = [vp, vp, lg]
+            lib.tcc_rmsnorm_f32.argtypes = [lg, lg, vp, vp, ctypes.c_float, vp]
         except (ImportError, OSError, TccError, AttributeError):
             lib = None
         _rt.append(lib)

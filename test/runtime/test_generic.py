@@ -581,3 +581,34 @@ def test_kept_shape_values_are_bounded(rng, tmp_path, monkeypatch):
             np.testing.assert_array_equal(got, want)
         assert len(plan._keyed) <= 3
     assert list(plan._keyed) == [((1, 2, k), (2,)) for k in (4, 5, 1)]
+
+
+@pytest.mark.parametrize("form", ["reciprocal-weight", "div-weight", "reciprocal", "stat-is-an-output"])
+def test_fused_rms_normalization(form, rng, tmp_path):
+    """fusion.py's RMS normalization: the exporters' Pow -> ReduceMean ->
+    Add(eps) -> Sqrt -> Reciprocal (or Div(1, .)) -> Mul(x) -> Mul(w) chain
+    as one step, against onnx.reference at two shapes (an empty batch too);
+    not fused where an intermediate is also a graph output."""
+    spec = [("x", F, 3)]
+    inv = [helper.make_node("Div", ["one", "s"], ["r"])] if form == "div-weight" else \
+        [helper.make_node("Reciprocal", ["s"], ["r"])]
+    tail = [helper.make_node("Mul", ["x", "r"], ["n"]), helper.make_node("Mul", ["w", "n"], ["y0"])] \
+        if "weight" in form else [helper.make_node("Mul", ["r", "x"], ["y0"])]
+    nodes = [helper.make_node("Pow", ["x", "two"], ["p"]),
+             helper.make_node("ReduceMean", ["p", "axes"], ["m"], keepdims=1),
+             helper.make_node("Add", ["m", "eps"], ["a"]),
+             helper.make_node("Sqrt", ["a"], ["s"] if form != "stat-is-an-output" else ["y1"])] + \
+        ([helper.make_node("Identity", ["y1"], ["s"])] if form == "stat-is-an-output" else []) + inv + tail
+    inits = [("two", np.array(2.0, np.float32)), ("axes", np.array([-1], np.int64)),
+             ("eps", np.array(1e-6, np.float32)), ("one", np.array(1.0, np.float32)),
+             ("w", rng.standard_normal(8).astype(np.float32))]
+    m = _model(nodes, spec, 2 if form == "stat-is-an-output" else 1, inits)
+    plan = check(m, feeds_of(rng, spec, [([2, 5, 8],), ([1, 3, 8],), ([0, 4, 8],)]), tmp_path, "onnx.ReduceMean",
+                 rtol=1e-5, atol=1e-6)
+    fused = [f for f in plan.fused if "Pow" in f]
+    if form == "stat-is-an-output":
+        assert fused == []
+    else:
+        chain = "ReduceMean+Add+Sqrt+" + ("Div" if form == "div-weight" else "Reciprocal") + "+Mul" + \
+            ("+Mul" if "weight" in form else "")
+        assert fused == [f"'p' (onnx.Pow + {chain})"], plan.fused
