@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import threading
 
 import numpy as np
 
@@ -169,16 +170,24 @@ def _layernorm(node):
     axis, eps = node.get("axis", -1), float(node.get("epsilon", 1e-5))
     lib = c_kernels()
     stats = any(node.used[1:])
+    # constant scale and bias (what exporters write): their addresses once
+    # (a.ctypes.data on a read-only array is 2 us a call here)
+    fixed = {id(c): (c, ptr(f32(c))) for c in node.consts[1:3] if c is not None and c.dtype == np.float32 and
+             c.flags.c_contiguous}
+
+    def address(v):
+        got = fixed.get(id(v))
+        return got[1] if got is not None and got[0] is v else ptr(f32(v))
 
     def layernorm(x, scale, bias=None):
         a = axis_of(axis, x.ndim)
         rows, cols = math.prod(x.shape[:a]), math.prod(x.shape[a:])
         if lib is not None and not stats and x.dtype == np.float32 and scale.size == cols and \
                 (bias is None or bias.size == cols) and rows and cols:
-            x, scale = f32(x), f32(scale)
-            bias = None if bias is None else f32(bias)
+            x = f32(x)
             y = np.empty(x.shape, np.float32)
-            lib.tcc_cpu_layernorm(rows, cols, ptr(x), ptr(scale), None if bias is None else ptr(bias), eps, ptr(y))
+            lib.tcc_cpu_layernorm(rows, cols, ptr(x), address(scale), None if bias is None else address(bias), eps,
+                                  ptr(y))
             return (y, None, None)[:node.n_results] if node.n_results > 1 else y
         v = x.reshape(rows, cols).astype(np.float32 if x.dtype != np.float64 else x.dtype)
         mean = np.add.reduce(v, axis=1, keepdims=True) / v.dtype.type(cols)
@@ -221,11 +230,29 @@ def _conv(node):
     return conv
 
 
+CONV_SHAPES = 16  # input shapes a Conv step keeps its resolved call for (as executor.KEYS)
+
+
 def _conv_fn(node, lib, act):
     group = node.get("group", 1)
     code, a0, a1 = act or (0, 0.0, 0.0)
+    # Per input shape, with the constant weights and bias (what exporters
+    # write), everything but x's and y's addresses resolved once: the
+    # parameter and epilogue structs, the scratch size, the weights'
+    # addresses. efficientnet's 16 Conv steps: 33 -> ~20 us each.
+    const_w, const_b = (node.consts + [None] * 3)[1:3]
+    resolved, lock = {}, threading.Lock()
 
     def conv(x, w, b=None):
+        got = resolved.get(x.shape)
+        if got is not None and w is const_w and b is const_b and x.dtype == np.float32:
+            p, ep, n_scratch, y_shape, w_ptr, spatial, _ = got
+            x = f32(x)
+            y = np.empty(y_shape, np.float32)
+            scratch = np.empty(n_scratch, np.float32)
+            lib.tcc_cpu_conv2d(p, ptr(x), w_ptr, ptr(y), ptr(scratch), ep)
+            return y[:, :, 0, :] if spatial == 1 else y
+        shape = x.shape
         spatial = x.ndim - 2
         if x.dtype != np.float32 or spatial not in (1, 2) or w.ndim != x.ndim:
             raise NotImplementedError("Conv beyond 1-D/2-D float32")
@@ -249,8 +276,16 @@ def _conv_fn(node, lib, act):
         y = np.empty((n, w.shape[0], oh, ow), np.float32)
         bias = None if b is None else f32(b)
         ep = Epilogue(None if bias is None else ptr(bias), 0 if bias is None else 2, 1.0, None, code, a0, a1)
-        scratch = np.empty(max(int(lib.tcc_cpu_conv2d_scratch(ctypes.byref(p))), 1), np.float32)
+        n_scratch = max(int(lib.tcc_cpu_conv2d_scratch(ctypes.byref(p))), 1)
+        scratch = np.empty(n_scratch, np.float32)
         lib.tcc_cpu_conv2d(ctypes.byref(p), ptr(x), ptr(w), ptr(y), ptr(scratch), ctypes.byref(ep))
+        if w is const_w and b is const_b and w.base is None and (bias is None or bias is b):
+            # (w and bias are the constants themselves, not copies: their addresses stay valid)
+            with lock:  # the plan may run on several threads
+                if len(resolved) >= CONV_SHAPES:
+                    resolved.pop(next(iter(resolved)))
+                resolved[shape] = (ctypes.byref(p), ctypes.byref(ep), n_scratch, y.shape, ptr(w), spatial,
+                                   (p, ep, bias))
         return y[:, :, 0, :] if spatial == 1 else y
     return conv
 

@@ -612,3 +612,19 @@ def test_fused_rms_normalization(form, rng, tmp_path):
         chain = "ReduceMean+Add+Sqrt+" + ("Div" if form == "div-weight" else "Reciprocal") + "+Mul" + \
             ("+Mul" if "weight" in form else "")
         assert fused == [f"'p' (onnx.Pow + {chain})"], plan.fused
+
+
+def test_conv_resolved_per_input_shape_and_bounded(rng, tmp_path, monkeypatch):
+    """A Conv step keeps its resolved call per input shape (nn.CONV_SHAPES,
+    oldest dropped): more input shapes than the bound, each one again after
+    it was dropped, every result against onnx.reference (a stale call would
+    write another shape's output size)."""
+    from tcc.runtime.generic import nn as generic_nn
+    monkeypatch.setattr(generic_nn, "CONV_SHAPES", 2)
+    spec = [("x", F, 4)]
+    m = _model([helper.make_node("Conv", ["x", "w", "b"], ["y0"], kernel_shape=[3, 3], pads=[1, 0, 1, 2],
+                                 strides=[2, 1])], spec, 1,
+               [("w", rng.standard_normal((5, 3, 3, 3)).astype(np.float32)),
+                ("b", rng.standard_normal(5).astype(np.float32))])
+    shapes = [[1, 3, 6, 5], [2, 3, 6, 5], [1, 3, 9, 4], [1, 3, 6, 5], [1, 3, 6, 7], [2, 3, 6, 5]]
+    check(m, feeds_of(rng, spec, [(s,) for s in shapes]), tmp_path, "onnx.Conv", rtol=1e-4, atol=1e-4)
