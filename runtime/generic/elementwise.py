@@ -55,6 +55,19 @@ def _mod(node):
 
 @kernel("Pow")
 def _pow(node):
+    e = node.consts[1] if len(node.consts) > 1 else None
+    if e is not None and e.size == 1 and float(e.reshape(-1)[0]) in (2.0, 3.0) and e.ndim <= (node.ranks or [0])[0]:
+        # a constant square or cube (GELU's tanh form: x^3) as products: np.power
+        # with a float exponent took 59 us a step in gpt2_lm; the result within 1 ulp
+        cube = float(e.reshape(-1)[0]) == 3.0
+
+        def power(x, y):
+            if x.dtype.kind != "f":
+                return np.power(x, y).astype(x.dtype, copy=False)
+            sq = np.multiply(x, x)
+            return np.multiply(sq, x, out=sq) if cube else sq
+        return power
+
     def pow_(x, y):
         if x.dtype.kind == "f":  # the result has the base's type
             return np.power(x, y.astype(x.dtype, copy=False))

@@ -106,6 +106,19 @@ def _split(node):
     axis, n = node.get("axis", 0), node.n_results
     attr_split = node.get("split")
 
+    fixed = node.consts[1] if len(node.consts) > 1 else None
+    rank = node.ranks[0] if node.ranks else None
+    if rank is not None and (fixed is not None or attr_split is not None):
+        # constant sizes and a known rank (what exporters write): no per-call decoding
+        sizes = int_list(fixed) if fixed is not None else list(attr_split)
+        a, total = axis_of(axis, rank), sum(sizes)
+
+        def split_fixed(x, _=None):
+            if x.shape[a] != total or len(sizes) != n:
+                raise node.error(f"cannot split {list(x.shape)} along axis {axis} into {sizes}")
+            return _slices(x, a, sizes)
+        return split_fixed
+
     def split(x, sizes=None):
         a = axis_of(axis, x.ndim)
         sizes = int_list(sizes) if sizes is not None else attr_split
@@ -114,8 +127,16 @@ def _split(node):
             sizes = [min(step, max(x.shape[a] - i * step, 0)) for i in range(n)]
         if sum(sizes) != x.shape[a] or len(sizes) != n:
             raise node.error(f"cannot split {list(x.shape)} along axis {axis} into {sizes}")
-        return tuple(np.split(x, np.cumsum(sizes)[:-1], axis=a))
+        return _slices(x, a, sizes)  # views, as np.split's, without its overhead (16.7 -> ~5 us in gpt2_lm)
     return split
+
+
+def _slices(x, a, sizes):
+    lead, out, end = (slice(None),) * a, [], 0
+    for size in sizes:
+        out.append(x[lead + (slice(end, end + size),)])
+        end += size
+    return tuple(out)
 
 
 @kernel("Slice")

@@ -628,3 +628,17 @@ def test_conv_resolved_per_input_shape_and_bounded(rng, tmp_path, monkeypatch):
                 ("b", rng.standard_normal(5).astype(np.float32))])
     shapes = [[1, 3, 6, 5], [2, 3, 6, 5], [1, 3, 9, 4], [1, 3, 6, 5], [1, 3, 6, 7], [2, 3, 6, 5]]
     check(m, feeds_of(rng, spec, [(s,) for s in shapes]), tmp_path, "onnx.Conv", rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("t", [F, I64], ids=["f32", "i64"])
+def test_constant_square_cube_and_split_sizes(t, rng, tmp_path):
+    """Pow by a constant 2 or 3 (products, not np.power), a Split by
+    constant sizes along a negative axis (slices), at two shapes, one with
+    an empty part."""
+    spec = [("x", t, 3)]
+    m = _model([helper.make_node("Pow", ["x", "two"], ["y0"]), helper.make_node("Pow", ["x", "three"], ["y1"]),
+                helper.make_node("Split", ["x", "sizes"], ["y2", "y3", "y4"], axis=-1)], spec, 5,
+               [("two", np.array(2, NP[t])), ("three", np.array([3.0], np.float32)),
+                ("sizes", np.array([2, 0, 3], np.int64))])
+    plan = check(m, feeds_of(rng, spec, [([2, 3, 5],), ([1, 0, 5],)]), tmp_path, "onnx.Pow")
+    assert "onnx.Split" not in plan.fallbacks
