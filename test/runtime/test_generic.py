@@ -642,3 +642,24 @@ def test_constant_square_cube_and_split_sizes(t, rng, tmp_path):
                 ("sizes", np.array([2, 0, 3], np.int64))])
     plan = check(m, feeds_of(rng, spec, [([2, 3, 5],), ([1, 0, 5],)]), tmp_path, "onnx.Pow")
     assert "onnx.Split" not in plan.fallbacks
+
+
+def test_warm_runs_take_the_straight_line_and_errors_still_name_the_node(rng, tmp_path):
+    """A warm run at a kept key calls the plan's generated function (one
+    line per data step); an error in it (here a data input that makes a
+    Reshape not fit, at a key that ran before) reruns the loop, which
+    names the node."""
+    m, _ = _flatten_tail_model()
+    plan = _plan(m, tmp_path)
+    ref = ReferenceEvaluator(m)
+    calls = []
+    warm = plan._warm
+    plan._warm = lambda t: calls.append(1) or warm(t)
+    x = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    for _ in range(2):
+        s = np.array([4, -1], np.int64)
+        for got, want in zip(plan.run([x, s]), ref.run(None, {"x": x, "s": s})):
+            np.testing.assert_array_equal(got, want)
+    assert calls == [1]
+    with pytest.raises(GenericShapeError, match=r"node 'y1' \(onnx.Reshape\) cannot reshape \[2, 3, 4\]"):
+        plan.run([x, np.array([5, -1], np.int64)])
