@@ -247,6 +247,9 @@ def test_shape_math_chain_in_int64(rng, tmp_path):
     ([helper.make_node("Transpose", ["x"], ["y0"], perm=[2, 0, 1])], [("x", F, 3)], [[2, 3, 4], [1, 0, 2]]),
     ([helper.make_node("Flatten", ["x"], ["y0"], axis=-1)], [("x", F, 3)], [[2, 3, 4], [1, 3, 2]]),
     ([helper.make_node("Squeeze", ["x", "a1"], ["y0"])], [("x", F, 3)], [[2, 1, 4], [3, 1, 1]]),
+    ([helper.make_node("Transpose", ["x"], ["xt"], perm=[1, 0]), helper.make_node("Unsqueeze", ["xt", "ua"], ["y0"])],
+     [("x", F, 2)], [[2, 3], [0, 4]]),
+    ([helper.make_node("Expand", ["x", "es"], ["y0"])], [("x", F, 3)], [[2, 1, 3], [1, 1, 1], [2, 1, 3]]),
     ([helper.make_node("Concat", ["x", "z"], ["y0"], axis=-1)], [("x", F, 2), ("z", F, 2)],
      [[[2, 3], [2, 0]], [[1, 1], [1, 4]]]),
     ([helper.make_node("Split", ["x"], ["y0", "y1", "y2"], axis=-1, num_outputs=3)], [("x", F, 2)],
@@ -260,13 +263,14 @@ def test_shape_math_chain_in_int64(rng, tmp_path):
     ([helper.make_node("Trilu", ["x", "k1"], ["y0"], upper=0)], [("x", F, 3)], [[2, 4, 4], [1, 3, 5]]),
     ([helper.make_node("Einsum", ["x", "z"], ["y0"], equation="bij,bjk->bik")], [("x", F, 3), ("z", F, 3)],
      [[[2, 3, 4], [2, 4, 5]], [[1, 2, 2], [1, 2, 3]]]),
-], ids=["transpose", "flatten-neg", "squeeze", "concat-empty", "split", "gather-neg", "gather-elements",
+], ids=["transpose", "flatten-neg", "squeeze", "unsqueeze-neg-of-a-view", "expand", "concat-empty", "split", "gather-neg", "gather-elements",
         "gathernd-batch", "tile", "pad-constant", "pad-reflect", "trilu", "einsum"])
 def test_layout_ops(nodes, spec, shapes, rng, tmp_path):
     inits = [("a1", np.array([1], np.int64)), ("neg", np.array([[-1, 0], [1, -2]], np.int64)),
              ("ge", np.array([[1, -1, 0], [0, 1, 1]], np.int64)), ("gnd", np.array([[[1], [-1]], [[0], [1]]], np.int64)),
              ("rep", np.array([2, 3], np.int64)), ("pads", np.array([1, 2, 2, 1], np.int64)),
-             ("pv", np.array(3.5, np.float32)), ("k1", np.array(1, np.int64))]
+             ("pv", np.array(3.5, np.float32)), ("k1", np.array(1, np.int64)),
+             ("ua", np.array([-1, 0, 3], np.int64)), ("es", np.array([2, 4, 1], np.int64))]
     used = {i for n in nodes for i in n.input}
     m = _model(nodes, spec, len(nodes[0].output), [i for i in inits if i[0] in used])
     shapes_list = [s if isinstance(s[0], list) else [s] for s in shapes]
