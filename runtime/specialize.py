@@ -37,9 +37,9 @@ graph-to-loop lowering and both native code generators assume static
 shapes, while kernels that take their sizes at run time exist already.
 Measured on the corpus (README's scoreboard, a loaded 2-core machine): a
 specialization compile takes 1-30 s (graph passes and the verifier after
-each ~50 %, gcc ~25 %, llvmlite ~15 %), a generic call ~0.35-1.1 ms (one
-Python step per op: 1.2-7x the specialized code), a specialized
-one 0.1-1 ms. A generic call beside a compile shares the GIL with it: see
+each ~50 %, gcc ~25 %, llvmlite ~15 %), a generic call ~0.13-0.76 ms
+(0.6-1.8x the specialized code on the host, 0.9-4.5x with --maccel=cpu),
+a specialized one 0.05-0.85 ms. A generic call beside a compile shares the GIL with it: see
 _responsive."""
 from __future__ import annotations
 
@@ -122,8 +122,8 @@ def max_specializations():
     (TCC_MAX_SPECIALIZATIONS, default 64). A server that sees a new sequence
     length on most calls would otherwise queue a 0.2-10 s compile per length,
     each holding a loaded native library for the life of the session; past
-    the limit, new keys stay on the shape-generic path (1.3-9x the
-    specialized code on the corpus, no compile at all)."""
+    the limit, new keys stay on the shape-generic path (0.6-4.5x the
+    specialized code on the corpus, README's scoreboard; no compile at all)."""
     raw = os.environ.get("TCC_MAX_SPECIALIZATIONS", str(DEFAULT_MAX_SPECIALIZATIONS))
     try:
         n = int(raw)
