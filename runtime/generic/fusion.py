@@ -8,7 +8,10 @@ the graph has two or three:
 - then (or straight after Conv, MatMul or Gemm) an activation: Relu,
   LeakyRelu, Sigmoid, Tanh, Clip with constant bounds, or SiLU (x *
   Sigmoid(x), the two steps EfficientNet-style exports write); the cpu
-  library's convolution applies it in its epilogue, the products in place.
+  library's convolution applies it in its epilogue, the products in place;
+- the exporters' RMS normalization chain (Pow, ReduceMean, Add, Sqrt,
+  Reciprocal or Div, Mul, Mul: llama, qwen2, t5) as one call into the
+  runtime library (_rmsnorm).
 
 Only data steps are fused, and only where every intermediate value is read
 by the fused steps alone (not a graph output). Measured (generic warm, best
@@ -23,6 +26,7 @@ from collections import defaultdict
 import numpy as np
 
 from .elementwise import sigmoid
+from .toolkit import ptr, rt_kernels
 
 CONST = 0  # executor.py's value kinds: a constant slot
 ACT_RELU, ACT_CLIP, ACT_SIGMOID, ACT_TANH, ACT_LEAKY, ACT_SILU = 1, 2, 3, 4, 5, 6  # tcc_cpu.h's TCC_ACT_*
@@ -31,7 +35,7 @@ ACT_RELU, ACT_CLIP, ACT_SIGMOID, ACT_TANH, ACT_LEAKY, ACT_SILU = 1, 2, 3, 4, 5, 
 def _activation(step, kinds, base):
     """(code, a0, a1) of tcc_cpu.h's epilogue for an activation step reading
     only its first operand (Clip: constant bounds), else None."""
-    fn, ins, out, multi, name, shape, node = step
+    _, ins, _, multi, name, shape, node = step
     op = name.rsplit("(", 1)[1][:-1]
     if node is None or multi or shape:
         return None
@@ -93,7 +97,6 @@ def _rmsnorm(k, steps, only_reader, kinds, base):
     each intermediate read by the next step alone; else None. One call into
     generic_ops.c's tcc_rmsnorm_f32 instead of 6-7 numpy steps: llama's
     five norms ~35 -> ~5 us each."""
-    from .toolkit import ptr, rt_kernels
     st = steps[k]
     if _op(st) != "onnx.Pow" or st[5] or len(st[1]) != 2:
         return None
