@@ -12,12 +12,13 @@ from constants and the input shapes only: the Shape/Gather/Concat/Range/
 Where chains exporters write, causal masks included) and data. Shape
 values are computed on the first run at an input-shape key and kept for
 that key (the last KEYS keys), so later runs at it call only the data
-steps, as one generated Python function (_straight_line). Before that the
-steps only one producer feeds are fused into it (fusion.py). A value's shape counts as known from the input shapes where its op
-is not data-dependent (ALWAYS_STAGED, host ops, control flow) and its
-operands' shapes are, and every operand but the first is constant or a
-shape value, or the op is one whose result shape follows its operands'
-shapes alone (SHAPE_FOLLOWS).
+steps, as one generated Python function (_straight_line); at build the
+steps only one producer feeds are fused into it (fusion.py). A value's
+shape counts as known from the input shapes where its op is not
+data-dependent (ALWAYS_STAGED, host ops, control flow) and its operands'
+shapes are, and every operand but the first is constant or a shape value,
+or the op is one whose result shape follows its operands' shapes alone
+(SHAPE_FOLLOWS).
 
 An op with no kernel here (or attributes its kernel does not serve) runs
 onnx.reference's implementation of that one op (the one-node model

@@ -263,7 +263,8 @@ def test_shape_math_chain_in_int64(rng, tmp_path):
     ([helper.make_node("Trilu", ["x", "k1"], ["y0"], upper=0)], [("x", F, 3)], [[2, 4, 4], [1, 3, 5]]),
     ([helper.make_node("Einsum", ["x", "z"], ["y0"], equation="bij,bjk->bik")], [("x", F, 3), ("z", F, 3)],
      [[[2, 3, 4], [2, 4, 5]], [[1, 2, 2], [1, 2, 3]]]),
-], ids=["transpose", "flatten-neg", "squeeze", "unsqueeze-neg-of-a-view", "expand", "concat-empty", "split", "gather-neg", "gather-elements",
+], ids=["transpose", "flatten-neg", "squeeze", "unsqueeze-neg-of-a-view", "expand", "concat-empty", "split",
+        "gather-neg", "gather-elements",
         "gathernd-batch", "tile", "pad-constant", "pad-reflect", "trilu", "einsum"])
 def test_layout_ops(nodes, spec, shapes, rng, tmp_path):
     inits = [("a1", np.array([1], np.int64)), ("neg", np.array([[-1, 0], [1, -2]], np.int64)),
