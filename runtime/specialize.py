@@ -18,12 +18,11 @@ compile starts on a background thread (one per process: compiles run one at
 a time), and until it lands, calls at that shape run the shape-generic path,
 the stored IR itself (dynamic dims) through tcc's shape-generic executor
 (runtime/generic: numpy and the cpu accelerator's C kernels, a plan built
-once per session, no compile). Host ops (strings, ai.onnx.ml) and the
-two-phase ops (NonZero, NonMaxSuppression...) run there as in the compiled
-path (the same host kernels and reference evaluator for that op). Models
-taking or returning sequences or optionals, or with an op that makes one
-inside, wait for their compile (their host steps pass lists between
-stages, which the plan's tensor table does not model). Where the generic
+once per session, no compile). Host ops (strings, ai.onnx.ml), the
+two-phase ops (NonZero, NonMaxSuppression...) and the sequence and optional
+ops run there as in the compiled path (the same host kernels and reference
+evaluator for that op; a sequence is a list in the plan's table, as it is
+between the compiled path's stages). Where the generic
 path cannot run a call (an input the model cannot take), the call waits for
 the compile instead, which gives the one-line error. The plan is built at
 load (10-130 ms on the corpus), so the first run at a new shape is only a
@@ -38,9 +37,9 @@ graph-to-loop lowering and both native code generators assume static
 shapes, while kernels that take their sizes at run time exist already.
 Measured on the corpus (README's scoreboard, a loaded 2-core machine): a
 specialization compile takes 1-30 s (graph passes and the verifier after
-each ~50 %, gcc ~25 %, llvmlite ~15 %), a generic call ~0.35-1.1 ms (one
-Python step per op: 1.2-7x the specialized code), a specialized
-one 0.1-1 ms. A generic call beside a compile shares the GIL with it: see
+each ~50 %, gcc ~25 %, llvmlite ~15 %), a generic call ~0.13-0.76 ms
+(0.6-1.8x the specialized code on the host, 0.9-4.5x with --maccel=cpu),
+a specialized one 0.05-0.85 ms. A generic call beside a compile shares the GIL with it: see
 _responsive."""
 from __future__ import annotations
 
@@ -123,8 +122,8 @@ def max_specializations():
     (TCC_MAX_SPECIALIZATIONS, default 64). A server that sees a new sequence
     length on most calls would otherwise queue a 0.2-10 s compile per length,
     each holding a loaded native library for the life of the session; past
-    the limit, new keys stay on the shape-generic path (1.3-9x the
-    specialized code on the corpus, no compile at all)."""
+    the limit, new keys stay on the shape-generic path (0.6-4.5x the
+    specialized code on the corpus, README's scoreboard; no compile at all)."""
     raw = os.environ.get("TCC_MAX_SPECIALIZATIONS", str(DEFAULT_MAX_SPECIALIZATIONS))
     try:
         n = int(raw)
@@ -176,6 +175,32 @@ class _Generic:
             return self.plan.run(list(arrays))
 
 
+def _shapes_only(v):
+    """What a background compile keeps of an input that decides no shape:
+    its shapes and dtypes (the caller may reuse its arrays), a sequence's or
+    optional's structure included."""
+    if v is None:
+        return None
+    if isinstance(v, list):
+        return [_shapes_only(e) for e in v]
+    if isinstance(v, dict):
+        return {k: _shapes_only(e) for k, e in v.items()}
+    return np.broadcast_to(np.zeros((), v.dtype), v.shape)
+
+
+def _fits(value, spec):
+    """Whether a generic-path output has the signature's type (a sequence or
+    optional: containers.check's structure, dtypes and shapes)."""
+    if spec.container:
+        try:
+            containers.check(spec.name, spec.container, spec.shape, spec.dtype, value)
+        except ValueError:
+            return False
+        return True
+    return isinstance(value, np.ndarray) and value.dtype == spec.dtype and value.ndim == len(spec.shape) and \
+        all(d < 0 or d == n for d, n in zip(spec.shape, value.shape))
+
+
 def is_specializing(manifest):
     return any(step.get("kind") == "specialize" for step in manifest.get("plan", []))
 
@@ -207,7 +232,7 @@ class SpecializingSession(SignatureMixin):
         self._pending = {}  # key -> Future of its background compile
         self._generic = None  # the shape-generic path, built on first need (False: cannot)
         self._lock = threading.Lock()  # guards the dicts above, never held during a compile
-        if compiler is not None and not any(t.container for t in self._inputs) and \
+        if compiler is not None and \
                 os.environ.get("TCC_SPECIALIZE", "background") == "background":
             # Built at load (10-130 ms on the corpus: parsing the IR is half), so
             # that the session's first run at a new shape is only a run.
@@ -290,9 +315,7 @@ class SpecializingSession(SignatureMixin):
         its compile runs in the background) the generic path's outputs."""
         on_worker = threading.current_thread().name.startswith("tcc-specialize")
         if on_worker or self._compiler is None or not background_enabled() or \
-                any(t.container for t in self._inputs) or \
                 (cache.plugins_cacheable(self._maccel) and cache.lookup(key) is not None):
-            # (a model taking sequences or optionals runs host steps: see _Generic)
             return self._specialize(key, arrays)  # a cache hit loads in ms; no compiler raises
         generic = output_device is None
         if generic:
@@ -312,8 +335,7 @@ class SpecializingSession(SignatureMixin):
             if fut is None:
                 # the compile reads shapes, and the values of shape-deciding
                 # inputs: those are copied, as the caller may reuse its arrays
-                snap = [np.array(v) if i in self._shape_args else np.broadcast_to(np.zeros((), v.dtype), v.shape)
-                        for i, v in enumerate(arrays)]
+                snap = [np.array(v) if i in self._shape_args else _shapes_only(v) for i, v in enumerate(arrays)]
                 fut = self._pending[key] = _submit(self._specialize, key, snap, cache.cache_root())
         if not fut.done() and generic:
             outs = self._run_generic(arrays, output_names)
@@ -340,9 +362,7 @@ class SpecializingSession(SignatureMixin):
             outs = self._generic.run(arrays, _queued[0] > 0)
         except Exception:  # noqa: BLE001 - the compile reports it properly
             return None
-        if len(outs) != len(self._outputs) or any(
-                not isinstance(o, np.ndarray) or o.dtype != t.dtype or o.ndim != len(t.shape) or
-                any(d >= 0 and d != n for d, n in zip(t.shape, o.shape)) for o, t in zip(outs, self._outputs)):
+        if len(outs) != len(self._outputs) or not all(_fits(o, t) for o, t in zip(outs, self._outputs)):
             return None
         if output_names is not None:
             by_name = dict(zip(self.output_names, outs))

@@ -7,9 +7,9 @@ import math
 import numpy as np
 from onnx import helper
 
-from .toolkit import kernel
+from .toolkit import kernel, ptr, rt_kernels
 
-try:  # scipy's erf / expit where installed (a test dependency): else those ops fall back
+try:  # scipy's erf where installed (a test dependency): else Erf and Gelu fall back
     from scipy import special as _special
 except ImportError:  # pragma: no cover - depends on the environment
     _special = None
@@ -55,6 +55,19 @@ def _mod(node):
 
 @kernel("Pow")
 def _pow(node):
+    e = node.consts[1] if len(node.consts) > 1 else None
+    if e is not None and e.size == 1 and float(e.reshape(-1)[0]) in (2.0, 3.0) and e.ndim <= (node.ranks or [0])[0]:
+        # a constant square or cube (GELU's tanh form: x^3) as products: np.power
+        # with a float exponent took 59 us a step in gpt2_lm; the result within 1 ulp
+        cube = float(e.reshape(-1)[0]) == 3.0
+
+        def power(x, y):
+            if x.dtype.kind != "f":
+                return np.power(x, y).astype(x.dtype, copy=False)
+            sq = np.multiply(x, x)
+            return np.multiply(sq, x, out=sq) if cube else sq
+        return power
+
     def pow_(x, y):
         if x.dtype.kind == "f":  # the result has the base's type
             return np.power(x, y.astype(x.dtype, copy=False))
@@ -97,14 +110,19 @@ def _leaky(node):
     return lambda x: np.where(x >= 0, x, x * x.dtype.type(alpha))
 
 
+def sigmoid(x):
+    """1 / (1 + exp(-x)) in four in-place passes (exp(-x) = inf gives 0,
+    as it should): 1.3-1.9x faster than scipy's expit on float32 here
+    (3x7x128: 9.9 against 12.5 us; 1x96x56x56: 0.95 against 1.57 ms), within
+    1.2e-7 of it."""
+    y = np.negative(x)
+    np.exp(y, out=y)
+    y += y.dtype.type(1)
+    return np.reciprocal(y, out=y)
+
+
 @kernel("Sigmoid")
 def _sigmoid(node):
-    if _special is not None:
-        return _special.expit
-
-    def sigmoid(x):  # exp of a non-positive number only: no overflow
-        e = np.exp(-np.abs(x))
-        return np.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(x.dtype, copy=False)
     return sigmoid
 
 
@@ -130,14 +148,40 @@ def _elu(node):
     return lambda x: np.where(x > 0, x, (np.expm1(np.minimum(x, 0)) * x.dtype.type(alpha))).astype(x.dtype)
 
 
+def _float32_native(node, fn, other, *extra):
+    """A kernel running float32 through a runtime-library kernel (generic_ops.c:
+    one pass, 2-3x scipy's erf, which computes in float64), other dtypes
+    through `other` (numpy or scipy) or, where there is none, the op's
+    reference implementation; plain `other` where the library is not built."""
+    if fn is None:
+        return other
+
+    def run(x):
+        if x.dtype != np.float32:
+            return other(x) if other is not None else node.reference(x)
+        x = np.ascontiguousarray(x)
+        y = np.empty(x.shape, np.float32)
+        if x.size:
+            fn(ptr(x), ptr(y), x.size, *extra)
+        return y
+    return run
+
+
 @kernel("Erf")
 def _erf(node):
-    return None if _special is None else _special.erf
+    lib = rt_kernels()
+    return _float32_native(node, lib and lib.tcc_erf_f32, None if _special is None else _special.erf)
 
 
 @kernel("Gelu")
 def _gelu(node):
-    if node.get("approximate", "none") == "tanh":
+    approximate = node.get("approximate", "none") == "tanh"
+    lib = None if approximate else rt_kernels()  # the tanh form: numpy (see generic_ops.c)
+    return _float32_native(node, lib and lib.tcc_gelu_f32, _gelu_numpy(approximate))
+
+
+def _gelu_numpy(approximate):
+    if approximate:
         c = math.sqrt(2 / math.pi)
         return lambda x: (x * 0.5 * (1 + np.tanh(x.dtype.type(c) * (x + x.dtype.type(0.044715) * x * x * x)))
                           ).astype(x.dtype, copy=False)

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import ctypes
 import math
+import threading
 
 import numpy as np
 
+from .fusion import apply_activation
 from .toolkit import ConvParams, Epilogue, PoolParams, axis_of, c_kernels, f32, kernel, ptr
 
 
@@ -59,8 +61,40 @@ def _gemm_f32(lib, a, b, alpha=1.0, c=None, beta=0.0):
     return y
 
 
+def _with_epilogue(fn, bias, act):
+    """fn followed by + bias and act in place (fn returns a fresh array)."""
+    def fused(*xs):
+        y = fn(*xs)
+        if bias is not None:
+            np.add(y, bias, out=y)
+        return apply_activation(y, act) if act is not None else y
+    return fused
+
+
+def _product_epilogue(node, fn, takes_bias):
+    """fn.epilogue for fusion.py: a constant bias (MatMul only: a scalar or
+    one float32 value per column of its constant 2-D right operand) and an
+    activation, applied in place to the product's fresh float32 result."""
+    w = node.consts[1] if len(node.consts) > 1 else None
+
+    def epilogue(bias, act):
+        if w is None or w.dtype != np.float32 or w.ndim != 2:
+            return None
+        if bias is not None:
+            n = w.shape[0] if node.get("transB", 0) else w.shape[1]
+            if not takes_bias or bias.dtype != np.float32 or bias.ndim > 1 or bias.size not in (1, n):
+                return None
+        return _with_epilogue(fn, bias, act)
+    fn.epilogue = epilogue
+    return fn
+
+
 @kernel("MatMul")
 def _matmul(node):
+    return _product_epilogue(node, _matmul_fn(node), True)
+
+
+def _matmul_fn(node):
     lib = c_kernels()
 
     def matmul(a, b):
@@ -77,6 +111,10 @@ def _matmul(node):
 
 @kernel("Gemm")
 def _gemm(node):
+    return _product_epilogue(node, _gemm_fn(node), False)
+
+
+def _gemm_fn(node):
     alpha, beta = node.get("alpha", 1.0), node.get("beta", 1.0)
     ta, tb = node.get("transA", 0), node.get("transB", 0)
     lib = c_kernels()
@@ -132,16 +170,24 @@ def _layernorm(node):
     axis, eps = node.get("axis", -1), float(node.get("epsilon", 1e-5))
     lib = c_kernels()
     stats = any(node.used[1:])
+    # constant scale and bias (what exporters write): their addresses once
+    # (a.ctypes.data on a read-only array is 2 us a call here)
+    fixed = {id(c): (c, ptr(f32(c))) for c in node.consts[1:3] if c is not None and c.dtype == np.float32 and
+             c.flags.c_contiguous}
+
+    def address(v):
+        got = fixed.get(id(v))
+        return got[1] if got is not None and got[0] is v else ptr(f32(v))
 
     def layernorm(x, scale, bias=None):
         a = axis_of(axis, x.ndim)
         rows, cols = math.prod(x.shape[:a]), math.prod(x.shape[a:])
         if lib is not None and not stats and x.dtype == np.float32 and scale.size == cols and \
                 (bias is None or bias.size == cols) and rows and cols:
-            x, scale = f32(x), f32(scale)
-            bias = None if bias is None else f32(bias)
+            x = f32(x)
             y = np.empty(x.shape, np.float32)
-            lib.tcc_cpu_layernorm(rows, cols, ptr(x), ptr(scale), None if bias is None else ptr(bias), eps, ptr(y))
+            lib.tcc_cpu_layernorm(rows, cols, ptr(x), address(scale), None if bias is None else address(bias), eps,
+                                  ptr(y))
             return (y, None, None)[:node.n_results] if node.n_results > 1 else y
         v = x.reshape(rows, cols).astype(np.float32 if x.dtype != np.float64 else x.dtype)
         mean = np.add.reduce(v, axis=1, keepdims=True) / v.dtype.type(cols)
@@ -178,9 +224,35 @@ def _conv(node):
     lib = c_kernels()
     if lib is None:
         return None
+    conv = _conv_fn(node, lib, None)
+    # fusion.py: an activation after the convolution, in the C kernel's epilogue
+    conv.epilogue = lambda bias, act: _conv_fn(node, lib, act) if bias is None and act is not None else None
+    return conv
+
+
+CONV_SHAPES = 16  # input shapes a Conv step keeps its resolved call for (as executor.KEYS)
+
+
+def _conv_fn(node, lib, act):
     group = node.get("group", 1)
+    code, a0, a1 = act or (0, 0.0, 0.0)
+    # Per input shape, with the constant weights and bias (what exporters
+    # write), everything but x's and y's addresses resolved once: the
+    # parameter and epilogue structs, the scratch size, the weights'
+    # addresses. efficientnet's 16 Conv steps: 33 -> ~20 us each.
+    const_w, const_b = (node.consts + [None] * 3)[1:3]
+    resolved, lock = {}, threading.Lock()
 
     def conv(x, w, b=None):
+        got = resolved.get(x.shape)
+        if got is not None and w is const_w and b is const_b and x.dtype == np.float32:
+            p, ep, n_scratch, y_shape, w_ptr, spatial, _ = got
+            x = f32(x)
+            y = np.empty(y_shape, np.float32)
+            scratch = np.empty(n_scratch, np.float32)
+            lib.tcc_cpu_conv2d(p, ptr(x), w_ptr, ptr(y), ptr(scratch), ep)
+            return y[:, :, 0, :] if spatial == 1 else y
+        shape = x.shape
         spatial = x.ndim - 2
         if x.dtype != np.float32 or spatial not in (1, 2) or w.ndim != x.ndim:
             raise NotImplementedError("Conv beyond 1-D/2-D float32")
@@ -203,9 +275,17 @@ def _conv(node):
                        pads[0], pads[1], pads[2], pads[3], group)
         y = np.empty((n, w.shape[0], oh, ow), np.float32)
         bias = None if b is None else f32(b)
-        ep = Epilogue(None if bias is None else ptr(bias), 0 if bias is None else 2, 1.0, None, 0, 0.0, 0.0)
-        scratch = np.empty(max(int(lib.tcc_cpu_conv2d_scratch(ctypes.byref(p))), 1), np.float32)
+        ep = Epilogue(None if bias is None else ptr(bias), 0 if bias is None else 2, 1.0, None, code, a0, a1)
+        n_scratch = max(int(lib.tcc_cpu_conv2d_scratch(ctypes.byref(p))), 1)
+        scratch = np.empty(n_scratch, np.float32)
         lib.tcc_cpu_conv2d(ctypes.byref(p), ptr(x), ptr(w), ptr(y), ptr(scratch), ctypes.byref(ep))
+        if w is const_w and b is const_b and w.base is None and (bias is None or bias is b):
+            # (w and bias are the constants themselves, not copies: their addresses stay valid)
+            with lock:  # the plan may run on several threads
+                if len(resolved) >= CONV_SHAPES:
+                    resolved.pop(next(iter(resolved)))
+                resolved[shape] = (ctypes.byref(p), ctypes.byref(ep), n_scratch, y.shape, ptr(w), spatial,
+                                   (p, ep, bias))
         return y[:, :, 0, :] if spatial == 1 else y
     return conv
 

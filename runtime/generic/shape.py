@@ -27,8 +27,22 @@ def _size(node):
 @kernel("Reshape")
 def _reshape(node):
     allowzero = node.get("allowzero", 0)
+    # (the read-only shape operand last seen, held so that its id is not
+    # reused; x's shape; the result's): one tuple, read and replaced whole
+    last = [(None, None, None)]
 
     def reshape(x, shape):
+        # A warm run at a key passes the same kept, read-only shape value
+        # (executor.py): its dims are resolved once per key (3.3 -> ~1.0 us)
+        seen = last[0]
+        if shape is seen[0] and x.shape == seen[1]:
+            return x.reshape(seen[2])
+        out = _reshape_to(x, shape)
+        if not shape.flags.writeable:  # a caller's array may change in place between calls
+            last[0] = (shape, x.shape, out.shape)
+        return out
+
+    def _reshape_to(x, shape):
         dims = shape.tolist()
         if not allowzero and 0 in dims:  # 0 copies the input's dim
             dims = [x.shape[i] if d == 0 and i < x.ndim else d for i, d in enumerate(dims)]
@@ -54,7 +68,10 @@ def _flatten(node):
 @kernel("Transpose")
 def _transpose(node):
     perm = node.get("perm")
-    return lambda x: np.transpose(x, perm)
+    if perm is None:
+        return lambda x: x.transpose()
+    perm = tuple(perm)
+    return lambda x: x.transpose(perm)  # the method: np.transpose's wrapper was a third of a step (2.1 us)
 
 
 def _axes_op(node, fn):
@@ -66,6 +83,11 @@ def _axes_op(node, fn):
 
 @kernel("Squeeze")
 def _squeeze(node):
+    fixed = node.attrs.get("axes") if node.opset < 13 else (node.consts[1] if len(node.consts) > 1 else None)
+    if fixed is not None and node.ranks and node.ranks[0] is not None:  # constant axes: resolved once
+        ax = tuple(axis_of(a, node.ranks[0]) for a in int_list(fixed))
+        return lambda x, axes=None: x.squeeze(ax)
+
     def squeeze(x, axes):
         if axes is None:
             return np.squeeze(x)
@@ -75,6 +97,15 @@ def _squeeze(node):
 
 @kernel("Unsqueeze")
 def _unsqueeze(node):
+    fixed = node.attrs.get("axes") if node.opset < 13 else (node.consts[1] if len(node.consts) > 1 else None)
+    if fixed is not None and node.ranks and node.ranks[0] is not None:
+        # constant axes and a known rank: one indexing with None at the new
+        # axes (a view), not np.expand_dims' wrapper (qwen2's steps 7.1 -> ~1 us)
+        rank = node.ranks[0] + len(int_list(fixed))
+        new = {axis_of(a, rank) for a in int_list(fixed)}
+        index = tuple(None if i in new else slice(None) for i in range(rank))
+        return lambda x, axes=None: x[index]
+
     def unsqueeze(x, axes):
         rank = x.ndim + len(axes)
         return np.expand_dims(x, tuple(axis_of(a, rank) for a in axes))
@@ -92,6 +123,19 @@ def _split(node):
     axis, n = node.get("axis", 0), node.n_results
     attr_split = node.get("split")
 
+    fixed = node.consts[1] if len(node.consts) > 1 else None
+    rank = node.ranks[0] if node.ranks else None
+    if rank is not None and (fixed is not None or attr_split is not None):
+        # constant sizes and a known rank (what exporters write): no per-call decoding
+        sizes = int_list(fixed) if fixed is not None else list(attr_split)
+        a, total = axis_of(axis, rank), sum(sizes)
+
+        def split_fixed(x, _=None):
+            if x.shape[a] != total or len(sizes) != n:
+                raise node.error(f"cannot split {list(x.shape)} along axis {axis} into {sizes}")
+            return _slices(x, a, sizes)
+        return split_fixed
+
     def split(x, sizes=None):
         a = axis_of(axis, x.ndim)
         sizes = int_list(sizes) if sizes is not None else attr_split
@@ -100,8 +144,16 @@ def _split(node):
             sizes = [min(step, max(x.shape[a] - i * step, 0)) for i in range(n)]
         if sum(sizes) != x.shape[a] or len(sizes) != n:
             raise node.error(f"cannot split {list(x.shape)} along axis {axis} into {sizes}")
-        return tuple(np.split(x, np.cumsum(sizes)[:-1], axis=a))
+        return _slices(x, a, sizes)  # views, as np.split's, without its overhead (16.7 -> ~5 us in gpt2_lm)
     return split
+
+
+def _slices(x, a, sizes):
+    lead, out, end = (slice(None),) * a, [], 0
+    for size in sizes:
+        out.append(x[lead + (slice(end, end + size),)])
+        end += size
+    return tuple(out)
 
 
 @kernel("Slice")
@@ -165,7 +217,18 @@ def _gather_nd(node):
 
 @kernel("Expand")
 def _expand(node):
+    last = [(None, None, None)]  # as Reshape's: the read-only shape operand last seen, x's shape, the result's
+
     def expand(x, shape):
+        seen = last[0]
+        if shape is seen[0] and x.shape == seen[1]:
+            return np.broadcast_to(x, seen[2])
+        out = _expand_to(x, shape)
+        if not shape.flags.writeable:
+            last[0] = (shape, x.shape, out.shape)
+        return out
+
+    def _expand_to(x, shape):
         try:
             out = np.broadcast_shapes(x.shape, tuple(int_list(shape)))
         except ValueError:

@@ -88,6 +88,12 @@ class Epilogue(ctypes.Structure):
                 ("residual", ctypes.c_void_p), ("act", ctypes.c_int), ("a0", ctypes.c_float), ("a1", ctypes.c_float)]
 
 
+class RnnParams(ctypes.Structure):  # tcc_rnn_params
+    _fields_ = [(n, ctypes.c_int) for n in ("kind", "nd", "reverse", "layout", "linear_before_reset", "input_forget",
+                                            "has_clip")] + [("clip", ctypes.c_float)] + \
+        [(n, ctypes.c_long) for n in ("T", "NB", "In", "H")]
+
+
 _lib = []
 
 
@@ -113,6 +119,9 @@ def c_kernels():
             lib.tcc_cpu_conv2d.argtypes = [ctypes.POINTER(ConvParams), vp, vp, vp, vp, ctypes.POINTER(Epilogue)]
             lib.tcc_cpu_maxpool2d.argtypes = [ctypes.POINTER(PoolParams), vp, vp]
             lib.tcc_cpu_avgpool2d.argtypes = [ctypes.POINTER(PoolParams), vp, vp]
+            lib.tcc_cpu_rnn_scratch.argtypes = [ctypes.POINTER(RnnParams)]
+            lib.tcc_cpu_rnn_scratch.restype = lg
+            lib.tcc_cpu_rnn.argtypes = [ctypes.POINTER(RnnParams)] + [vp] * 10 + [vp]
         except (ImportError, OSError, TccError, AttributeError):
             lib = None
         _lib.append(lib)
@@ -125,4 +134,36 @@ def f32(x):
 
 
 def ptr(a):
-    return a.ctypes.data
+    """The address of a C-contiguous array's data: through ctypes.c_char.
+    from_buffer (0.57 us here) where the array is writable and not empty,
+    else a.ctypes.data (2.0 us: most of a small kernel call's overhead; a
+    kernel takes its constants' addresses once, at make)."""
+    try:
+        return _addressof(_from_buffer(a))
+    except (TypeError, ValueError):  # read-only, or empty
+        return a.ctypes.data
+
+
+_addressof, _from_buffer = ctypes.addressof, ctypes.c_char.from_buffer
+
+
+_rt = []
+
+
+def rt_kernels():
+    """The runtime library (runtime/native: libtccrt) with the generic
+    path's kernels (generic_ops.c), or None where it cannot be built; a
+    ctypes.PyDLL for the same reason as c_kernels."""
+    if not _rt:
+        lib = None
+        try:
+            from tcc.runtime import native
+            lib = ctypes.PyDLL(native.load())
+            vp, lg = ctypes.c_void_p, ctypes.c_long
+            lib.tcc_erf_f32.argtypes = [vp, vp, lg]
+            lib.tcc_gelu_f32.argtypes = [vp, vp, lg]
+            lib.tcc_rmsnorm_f32.argtypes = [lg, lg, vp, vp, ctypes.c_float, vp]
+        except (ImportError, OSError, TccError, AttributeError):
+            lib = None
+        _rt.append(lib)
+    return _rt[0]

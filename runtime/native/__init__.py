@@ -2,7 +2,8 @@
 outlined parallel loops, the fp32 GEMM/convolution kernels that
 `loop.call`s and library-call nests reach, gemm.c, and the streaming copies
 of `loop.store_block {nontemporal}`, stream.c; NonMaxSuppression for the
-host step between two stages, nms.c). `make native` builds it beside its source; when it
+host step between two stages, nms.c; Erf, Gelu and RMS normalization for
+the shape-generic executor, generic_ops.c). `make native` builds it beside its source; when it
 is absent (a plain `pip install -e .`) it is built on first use with the
 system C compiler into `~/.cache/tcc/` (keyed by the source's hash, so an
 edited source is rebuilt). `load()` makes its symbols visible to JIT-loaded
@@ -19,10 +20,11 @@ import tempfile
 from tcc.dialects.ir.errors import TccError
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SOURCES = ["threadpool.c", "gemm.c", "stream.c", "nms.c"]
+SOURCES = ["threadpool.c", "gemm.c", "stream.c", "nms.c", "generic_ops.c"]
+HEADERS = ["../../accelerators/cpu/kernels/mathfun.h"]  # generic_ops.c's erf: an edit rebuilds the library too
 # a symbol of every source: a library built from fewer sources is stale
 REQUIRED_SYMBOLS = [b"tcc_parallel_for", b"tcc_use_pool", b"tcc_gemm_bpacked_f32", b"tcc_conv_f32",
-                    b"tcc_stream_copy", b"tcc_nms_f32"]
+                    b"tcc_stream_copy", b"tcc_nms_f32", b"tcc_rmsnorm_f32"]
 LIB_NAME = "libtccrt.so"
 CFLAGS = ["-O2", "-fPIC", "-shared", "-pthread"]
 
@@ -33,7 +35,7 @@ class NativeBuildError(TccError):
 
 def _digest():
     h = hashlib.sha256()
-    for s in SOURCES:
+    for s in SOURCES + HEADERS:
         with open(os.path.join(HERE, s), "rb") as f:
             h.update(f.read())
     h.update(" ".join(CFLAGS).encode())
@@ -88,7 +90,7 @@ def library_path() -> str:
     is at least as new as the sources."""
     local = os.path.join(HERE, LIB_NAME)
     if os.path.exists(local) and all(os.path.getmtime(local) >= os.path.getmtime(os.path.join(HERE, s))
-                                     for s in SOURCES) and _has_symbols(local):
+                                     for s in SOURCES + HEADERS) and _has_symbols(local):
         return local
     cached = os.path.join(cache_dir(), f"libtccrt-{_digest()}.so")
     if not os.path.exists(cached):
