@@ -256,13 +256,13 @@ int cv_pwdw8(const tcc_conv_params *p, const float *x, const float *wp, const cv
     const tcc_conv_params *q = pd;
     const long np = (j.P + PWN - 1) / PWN * PWN, nd = (j.OHW + DWN - 1) / DWN * DWN;
     int *tab = (int *)cv_tls_buffer(3, (size_t)(np + nd));
-    for (long i = 0; i < np; i++) {
-        const long k = i < j.P ? i : j.P - 1;
-        tab[i] = (int)(((k / j.W + q->pt) * j.Wp + k % j.W + q->pl) * PR);
+    for (long i = 0, r = 0, c = 0; i < np; i++) { /* row and column counted: no division per entry */
+        tab[i] = i < j.P ? (int)(((r + q->pt) * j.Wp + c + q->pl) * PR) : tab[i - 1];
+        if (++c == j.W) c = 0, r++;
     }
-    for (long i = 0; i < nd; i++) {
-        const long k = i < j.OHW ? i : j.OHW - 1;
-        tab[np + i] = (int)((k / q->ow * q->sh * j.Wp + k % q->ow * q->sw) * PR);
+    for (long i = 0, r = 0, c = 0; i < nd; i++) {
+        tab[np + i] = i < j.OHW ? (int)((r * q->sh * j.Wp + c * q->sw) * PR) : tab[np + i - 1];
+        if (++c == q->ow) c = 0, r++;
     }
     j.ptab = tab;
     j.dtab = tab + np;
