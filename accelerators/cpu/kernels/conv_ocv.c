@@ -97,26 +97,6 @@ CV_INLINE void tr16(__m512 r[16]) {
     }
 }
 #elif defined(__AVX2__)
-/* r[i] lane l -> r[l] lane i (8 x 8). */
-CV_INLINE void tr8(__m256 r[8]) {
-    __m256 t[8], s[8];
-    for (int i = 0; i < 4; i++) {
-        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-    /* s[4h + c]: columns c and c + 4 of rows 4h..4h+3 */
-    for (int h = 0; h < 2; h++) {
-        s[4 * h] = _mm256_shuffle_ps(t[4 * h], t[4 * h + 2], 0x44);
-        s[4 * h + 1] = _mm256_shuffle_ps(t[4 * h], t[4 * h + 2], 0xEE);
-        s[4 * h + 2] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], 0x44);
-        s[4 * h + 3] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], 0xEE);
-    }
-    for (int c = 0; c < 4; c++) {
-        r[c] = _mm256_permute2f128_ps(s[c], s[4 + c], 0x20);
-        r[4 + c] = _mm256_permute2f128_ps(s[c], s[4 + c], 0x31);
-    }
-}
-
 /* Lanes [lo, hi) of a to p + lo, lo and hi constants: 16-, 8- and 4-byte
  * stores. A masked store (vmaskmovps) of each channel's row cost Zen 2 as
  * much: a 1x1 stride-2 layer (K = 64) ran 1.15-1.2x slower with them
@@ -272,7 +252,7 @@ CV_INLINE void ov_tile(const ov_job *j, long pn, long oh0, long ow0, const ov_kr
             __m256 r[8];
 #pragma GCC unroll 8
             for (int i = 0; i < 8; i++) r[i] = (__m256)acc[i < R ? i : R - 1][v];
-            tr8(r);
+            cv_tr8(r);
             for (int c = 0; c < VL; c++) {
                 const long m = pn * TN + v * VL + c;
                 if (m >= j->mg) break;

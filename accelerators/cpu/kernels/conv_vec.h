@@ -89,6 +89,28 @@ CV_INLINE vf v_max(vf a, vf b) { return v_sel(a > b, a, b); }
 CV_INLINE vf v_min(vf a, vf b) { return v_sel(a < b, a, b); }
 #endif
 
+#if defined(__AVX2__) && !defined(__AVX512F__)
+/* r[i] lane l -> r[l] lane i (8 x 8): conv_ocv.c's tile stores, conv_pwdw8.c's. */
+CV_INLINE void cv_tr8(__m256 r[8]) {
+    __m256 t[8], s[8];
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    /* s[4h + c]: columns c and c + 4 of rows 4h..4h+3 */
+    for (int h = 0; h < 2; h++) {
+        s[4 * h] = _mm256_shuffle_ps(t[4 * h], t[4 * h + 2], 0x44);
+        s[4 * h + 1] = _mm256_shuffle_ps(t[4 * h], t[4 * h + 2], 0xEE);
+        s[4 * h + 2] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], 0x44);
+        s[4 * h + 3] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], 0xEE);
+    }
+    for (int c = 0; c < 4; c++) {
+        r[c] = _mm256_permute2f128_ps(s[c], s[4 + c], 0x20);
+        r[4 + c] = _mm256_permute2f128_ps(s[c], s[4 + c], 0x31);
+    }
+}
+#endif
+
 /* The sum of x[0, n): four vectors in flight (one chain of adds waits 3-5
  * cycles per vector), then across the lanes. Row sums of the norms and
  * GlobalAveragePool. */
@@ -238,6 +260,11 @@ void cv_pointwise_split_c(const tcc_conv_params *p, const float *x, const float 
 /* The same fused with the depthwise convolution `dw` that reads its output (tcc_cpu_conv2d_pw_dw). */
 void cv_pointwise_depthwise(const tcc_conv_params *p, const float *x, const float *wp, const cv_ep *e,
                             const cv_dw *dw, float *y) CV_HIDDEN;
+/* The AVX2 build's kernel for that pair, expanded channels in the lanes
+ * (conv_pwdw8.c): 0 when it does not take it (then the planar one runs). */
+int cv_pwdw8(const tcc_conv_params *p, const float *x, const float *wp, const cv_ep *e, const tcc_conv_params *pd,
+             const float *wd, const cv_ep *ed, float *y) CV_HIDDEN;
+int cv_pwdw8_takes(const tcc_conv_params *p, const tcc_conv_params *pd) CV_HIDDEN;
 /* A depthwise convolution dw of x fused with the pointwise convolution pq
  * (weights packed as pw's) that reads its output (tcc_cpu_conv2d_dw_pw). */
 void cv_depthwise_pointwise(const cv_dw *dw, const float *x, const tcc_conv_params *pq, const float *wq,

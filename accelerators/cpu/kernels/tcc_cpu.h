@@ -124,6 +124,11 @@ void tcc_cpu_conv2d_pw_split_c(const tcc_conv_params *p, const float *x, const f
  * weights wd) reads: y = dw(pw(x)), the pointwise output never stored. */
 void tcc_cpu_conv2d_pw_dw(const tcc_conv_params *pp, const float *x, const float *wp, const tcc_epilogue *epp,
                           const tcc_conv_params *pd, const float *wd, float *y, const tcc_epilogue *epd);
+/* The kernel tcc_cpu_conv2d_pw_dw runs (pp, pd) on in this build, with
+ * activations computed in registers (others always take "planes"):
+ * "blocked8" (AVX2: the expanded channels in the lanes, conv_pwdw8.c) or
+ * "planes" (plane by plane, conv_pw.c). For the tests. */
+const char *tcc_cpu_conv2d_pw_dw_path(const tcc_conv_params *pp, const tcc_conv_params *pd);
 /* A depthwise convolution pd (as above; no residual in epd) whose output
  * only the pointwise convolution pq (weights packed as tcc_cpu_conv2d_pw's)
  * reads: y = pw(dw(x)), the depthwise output never stored. */

@@ -1,7 +1,8 @@
 """A pointwise conv read only by a depthwise one runs as one kernel
 (kernels/conv_pw.c's cv_pointwise_depthwise: each 8-channel block of the
 expanded tensor is computed into a per-thread buffer, then convolved
-depthwise straight from it), against onnxruntime on fresh random data:
+depthwise straight from it; on AVX2 kernels/conv_pwdw8.c, two blocks with
+the channels in the lanes), against onnxruntime on fresh random data:
 called directly on every ISA build at 1 and 2 threads through each
 depthwise path (in place at stride 1, stride-2 rows, phase-plane packing),
 and end to end through the lowering, which fuses only what it may."""
@@ -63,6 +64,11 @@ CASES = [
     ((1, 3, 40, 40, 16, 3), {"act1": "Sigmoid", "act2": "Tanh"}),                 # activations after the store
     ((1, 5, 12, 14, 16, 3), {"act1": "SiLU", "act2": "SiLU", "residual": True}),  # efficientnet's x * sigmoid(x)
     ((1, 7, 3, 2, 10, 3), {"s": (2, 2), "pads": (0, 1, 1, 0)}),                   # plane under one vector
+    # AVX2's channels-in-lanes kernel (conv_pwdw8.c): an odd block count (one pair half used), 1x1
+    # planes, unpadded stride 2, each activation it specializes, a residual on a tile tail
+    ((1, 12, 1, 1, 40, 3), {"act2": "Relu"}),                                     # 1x1, 5 blocks
+    ((1, 9, 7, 7, 24, 3), {"s": (2, 2), "pads": (0, 0, 0, 0), "act2": None}),     # 7x7 -> 3x3
+    ((1, 10, 14, 15, 36, 3), {"s": (2, 2), "act2": "Relu", "residual": True}),    # 7x8 outputs
     # large planes: expanded blocks of 25 to 100 KB
     ((1, 8, 56, 56, 24, 3), {}),                                                  # MobileNetV2's 56x56
     ((1, 6, 60, 58, 16, 3), {"s": (2, 2)}),                                       # stride-2 rows

@@ -192,3 +192,33 @@ def test_packed_conv_path_per_isa(isa):
     """The library built for `isa` runs packed convolutions on the kernel documented for that build."""
     paths = _paths_in_build(isa, _PACKED_PATHS, [c for c, _ in PACKED_CASES])
     assert paths == [want[isa] for _, want in PACKED_CASES], list(zip(PACKED_CASES, paths))
+
+
+# A pointwise conv fused with the depthwise one reading it (tcc_cpu_conv2d_pw_dw) runs, per build,
+# on conv_pwdw8.c (AVX2: the expanded channels in the lanes, while its padded buffer of two 8-channel
+# blocks stays under 2 MB) or plane by plane (conv_pw.c, with conv_dw.c's paths above):
+# (c, h, w, hidden, k, stride, pad) -> {isa: path}.
+PWDW_CASES = [
+    ((16, 112, 112, 96, 3, 2, 1), {"avx512": "planes", "avx2": "blocked8", "generic": "planes"}),  # MobileNetV2
+    ((24, 56, 56, 144, 3, 1, 1), {"avx512": "planes", "avx2": "blocked8", "generic": "planes"}),
+    ((96, 14, 14, 576, 3, 1, 1), {"avx512": "planes", "avx2": "blocked8", "generic": "planes"}),
+    ((160, 7, 7, 960, 3, 1, 1), {"avx512": "planes", "avx2": "blocked8", "generic": "planes"}),
+    ((5, 9, 11, 20, 5, 2, 2), {"avx512": "planes", "avx2": "blocked8", "generic": "planes"}),
+    ((8, 200, 200, 16, 3, 1, 1), {"avx512": "planes", "avx2": "planes", "generic": "planes"}),      # 2.6 MB
+]
+_PWDW_PATHS = _LIB + """
+lib.tcc_cpu_conv2d_pw_dw_path.restype = ctypes.c_char_p
+for c, h, w, m, k, s, pad in json.loads(sys.argv[1]):
+    oh, ow = [(n + 2 * pad - k) // s + 1 for n in (h, w)]
+    pp = P(1, c, h, w, m, 1, 1, h, w, 1, 1, 1, 1, 0, 0, 0, 0, 1)
+    pd = P(1, m, h, w, m, k, k, oh, ow, s, s, 1, 1, pad, pad, pad, pad, m)
+    out.append(lib.tcc_cpu_conv2d_pw_dw_path(ctypes.byref(pp), ctypes.byref(pd)).decode())
+print(json.dumps([lib.tcc_cpu_isa().decode(), out]))
+"""
+
+
+@pytest.mark.parametrize("isa", build.ISA_ORDER)
+def test_pw_dw_path_per_isa(isa):
+    """The library built for `isa` runs fused pointwise -> depthwise pairs on the kernel documented for it."""
+    paths = _paths_in_build(isa, _PWDW_PATHS, [c for c, _ in PWDW_CASES])
+    assert paths == [want[isa] for _, want in PWDW_CASES], list(zip(PWDW_CASES, paths))

@@ -1,0 +1,295 @@
+/* Pointwise -> depthwise (an inverted residual block's expansion) with the
+ * expanded channels in the lanes: the AVX2 build's tcc_cpu_conv2d_pw_dw.
+ *
+ * The plane-by-plane kernel (conv_pw.c's pwdw_task) writes each expanded
+ * channel as a plane, packs it into a padded phase plane and sweeps its rows
+ * in 8-lane vectors: on MobileNetV2's 7x7 and 14x14 planes the rows are one
+ * or two vectors (a 7-column row wastes a lane, a stride-2 output row of 7
+ * more), the packing is a pass per plane, and every plane pays the per-row
+ * setup. Here an item is two blocks of 8 expanded channels (the packed
+ * weights' PR-row blocks, codegen.pack_pw) over a whole plane:
+ * - the pointwise part runs tiles of 6 positions x 16 channels (12
+ *   accumulators, 2 weight vectors, a broadcast of the input: the 6 x 16
+ *   shape of conv_ocv.c) and stores each position's 8 channels as one
+ *   vector into a per-thread buffer [2][Hp][Wp][8], the plane already
+ *   padded (its border zeroed once per task), so nothing is packed;
+ * - the depthwise part computes 8 consecutive output positions (across row
+ *   ends, so no lane is idle on short rows) x 8 channels: every tap one
+ *   aligned vector load and one multiply-add per position, at any stride or
+ *   dilation (the tap is a constant offset in the padded buffer), then an
+ *   8 x 8 register transpose turns the 8 channel vectors into 8 NCHW row
+ *   pieces, stored with bias, residual and activation applied.
+ * The AVX-512 build keeps its in-place planar paths (masked loads cost what
+ * plain ones do there) and the generic build the planar kernel. */
+#include "conv_vec.h"
+
+#if defined(__AVX2__) && !defined(__AVX512F__)
+#define PR 8     /* channels per packed weight block (conv_pw.c) */
+#define PWN 6    /* positions per pointwise tile */
+#define DWN 8    /* output positions per depthwise tile: one 8 x 8 transpose */
+#define TMAX 64  /* taps: the phase table's limit */
+/* A plane's buffer (2 blocks, padded) up to this many bytes: measured on
+ * MobileNetV2 (Zen 2, 1 thread) against the planar kernel, see
+ * accelerators/cpu/README.md. */
+#define PWDW8_BUF_BYTES (2048 * 1024)
+
+typedef struct {
+    const tcc_conv_params *p, *pd;
+    const float *x, *wp, *wd; /* pointwise input, packed weights; depthwise weights [M][T] */
+    const cv_ep *e, *ed;      /* the two epilogues */
+    float *y;
+    long C, M, P, H, W, Hp, Wp, OHW, nblk, npair;
+    long toff[TMAX];          /* tap (ki, kj): its offset in a padded block, in floats */
+    const int *ptab, *dtab;   /* per input / output position: its offset in a block (a pointwise store, a
+                               * depthwise tile's tap 0), the last repeated to whole tiles; built once per
+                               * call (a division per tile cost as much as a 14x14 tile's multiply-adds) */
+} p8_job;
+
+typedef __m256 v8f;
+
+/* Positions [q, q + n) (n <= PWN) of blocks (w0, w1) into buf0/buf1: the
+ * pointwise part with its epilogue. full: n == PWN, positions contiguous
+ * (constant offsets); else the last position repeated, stored once. */
+CV_INLINE void p8_pw_tile(const p8_job *j, const float *x, const float *w0, const float *w1, long q, int n,
+                          float *buf0, float *buf1, v8f b0, v8f b1, const int full) {
+    const long C = j->C, P = j->P;
+    long qi[PWN];
+    for (int i = 0; i < PWN; i++) qi[i] = full ? i : (i < n ? i : n - 1);
+    const float *xq = x + q;
+    v8f a0[PWN], a1[PWN];
+#pragma GCC unroll 6
+    for (int i = 0; i < PWN; i++) a0[i] = a1[i] = _mm256_setzero_ps();
+    for (long c = 0; c < C; c++, xq += P) {
+        const v8f u0 = _mm256_loadu_ps(w0 + c * PR), u1 = _mm256_loadu_ps(w1 + c * PR);
+#pragma GCC unroll 6
+        for (int i = 0; i < PWN; i++) {
+            const v8f xb = _mm256_broadcast_ss(xq + (full ? i : qi[i]));
+            a0[i] = _mm256_fmadd_ps(xb, u0, a0[i]);
+            a1[i] = _mm256_fmadd_ps(xb, u1, a1[i]);
+        }
+    }
+    const cv_ep *e = j->e;
+    const int act = e->act;
+    const float e0 = e->a0, e1 = e->a1;
+    const int *pt = j->ptab + q;
+#pragma GCC unroll 6
+    for (int i = 0; i < PWN; i++) {
+        if (!full && i >= n) break;
+        _mm256_storeu_ps(buf0 + pt[i], (__m256)cv_act_v((vf)(a0[i] + b0), act, e0, e1));
+        _mm256_storeu_ps(buf1 + pt[i], (__m256)cv_act_v((vf)(a1[i] + b1), act, e0, e1));
+    }
+}
+
+__attribute__((noinline)) static void p8_pw_full(const p8_job *j, const float *x, const float *w0, const float *w1, long q, float *buf0,
+                       float *buf1, v8f b0, v8f b1) {
+    p8_pw_tile(j, x, w0, w1, q, PWN, buf0, buf1, b0, b1, 1);
+}
+__attribute__((noinline)) static void p8_pw_tail(const p8_job *j, const float *x, const float *w0, const float *w1, long q, int n,
+                       float *buf0, float *buf1, v8f b0, v8f b1) {
+    p8_pw_tile(j, x, w0, w1, q, n, buf0, buf1, b0, b1, 0);
+}
+
+/* Output positions [o, o + n) (n <= DWN; full: n == DWN) of channels
+ * m0.. (block buf, its tap weights wt[T][8], biases bc[8]) to y (NCHW,
+ * this image). T: taps (9: 3x3 without column dilation); act a constant:
+ * with the epilogue's branches per channel (and the accumulators spilled
+ * around them) the 7x7 and 14x14 tiles ran at a third of the FMA rate. */
+CV_INLINE void p8_dw_tile(const p8_job *j, const float *buf, const v8f *wt, const float *bc, const long T, long o,
+                          int n, long nc, float *y, const float *res, const int full, const int act) {
+    const int *dt = j->dtab + o;
+    v8f acc[DWN];
+#pragma GCC unroll 8
+    for (int i = 0; i < DWN; i++) acc[i] = _mm256_setzero_ps();
+    if (T == 9 && j->pd->dw == 1) { /* 3x3: a pointer per position, the columns immediate offsets */
+        const float *s[DWN];
+        const long rs = j->pd->dh * j->Wp * PR;
+#pragma GCC unroll 8
+        for (int i = 0; i < DWN; i++) s[i] = buf + dt[i];
+#pragma GCC unroll 3
+        for (int ki = 0; ki < 3; ki++) {
+#pragma GCC unroll 3
+            for (int kj = 0; kj < 3; kj++) {
+                const v8f wv = wt[ki * 3 + kj];
+#pragma GCC unroll 8
+                for (int i = 0; i < DWN; i++) acc[i] = _mm256_fmadd_ps(_mm256_loadu_ps(s[i] + kj * PR), wv, acc[i]);
+            }
+#pragma GCC unroll 8
+            for (int i = 0; i < DWN; i++) s[i] += rs;
+        }
+    } else {
+        for (long t = 0; t < T; t++) {
+            const float *s = buf + j->toff[t];
+            const v8f wv = wt[t];
+#pragma GCC unroll 8
+            for (int i = 0; i < DWN; i++) acc[i] = _mm256_fmadd_ps(_mm256_loadu_ps(s + dt[i]), wv, acc[i]);
+        }
+    }
+    cv_tr8(acc); /* acc[c]: channel m0 + c at positions o.. */
+    const float e0 = j->ed->a0, e1 = j->ed->a1;
+    const long OHW = j->OHW;
+#pragma GCC unroll 8
+    for (int c = 0; c < PR; c++) {
+        if (c >= nc) break;
+        const long off = c * OHW + o;
+        vf a = (vf)acc[c] + bc[c];
+        if (res) a += full ? v_ld(res + off) : v_ld_n(res + off, n);
+        a = cv_act_v(a, act, e0, e1);
+        if (full) v_st(y + off, a);
+        else v_st_n(y + off, a, n);
+    }
+}
+
+/* Every output position of channels m0.. (y, res: channel m0's planes). */
+CV_INLINE void p8_dw_plane(const p8_job *j, const float *buf, const v8f *wt, const float *bc, const long T, long nc,
+                           float *y, const float *res, const int act) {
+    long o = 0;
+    for (; o + DWN <= j->OHW; o += DWN) p8_dw_tile(j, buf, wt, bc, T, o, DWN, nc, y, res, 1, act);
+    if (o < j->OHW) p8_dw_tile(j, buf, wt, bc, T, o, (int)(j->OHW - o), nc, y, res, 0, act);
+}
+#define P8_DW(name, T, ACT)                                                                                      \
+    __attribute__((noinline)) static void name(const p8_job *j, const float *buf, const v8f *wt, const float *bc, \
+                                               long nc, float *y, const float *res) {                          \
+        p8_dw_plane(j, buf, wt, bc, T, nc, y, res, ACT);                                                         \
+    }
+P8_DW(p8_dw_3x3_clip, 9, TCC_ACT_CLIP)
+P8_DW(p8_dw_3x3_relu, 9, TCC_ACT_RELU)
+P8_DW(p8_dw_3x3_none, 9, TCC_ACT_NONE)
+P8_DW(p8_dw_3x3_act, 9, j->ed->act)
+P8_DW(p8_dw_any, j->pd->kh * j->pd->kw, j->ed->act) /* T == 9 here: dilated columns */
+
+/* Zeroes what is not the plane's interior in a block of the padded buffer. */
+static void p8_zero_border(const p8_job *j, float *b) {
+    const tcc_conv_params *pd = j->pd;
+    const long Wp = j->Wp, pt = pd->pt, pl = pd->pl, rest = Wp - pl - j->W;
+    memset(b, 0, (size_t)(pt * Wp * PR) * sizeof(float));
+    for (long r = pt; r < pt + j->H; r++) {
+        memset(b + r * Wp * PR, 0, (size_t)(pl * PR) * sizeof(float));
+        memset(b + (r * Wp + pl + j->W) * PR, 0, (size_t)(rest * PR) * sizeof(float));
+    }
+    memset(b + (pt + j->H) * Wp * PR, 0, (size_t)((j->Hp - pt - j->H) * Wp * PR) * sizeof(float));
+}
+
+static void p8_task(void *arg, long b, long e) {
+    const p8_job *j = arg;
+    const tcc_conv_params *pd = j->pd;
+    const long T = pd->kh * pd->kw, blkf = j->Hp * j->Wp * PR, C = j->C, P = j->P, M = j->M;
+    float *buf = cv_tls_buffer(2, (size_t)(2 * blkf));
+    p8_zero_border(j, buf);
+    p8_zero_border(j, buf + blkf);
+    for (long it = b; it < e; it++) {
+        const long pair = it % j->npair, img = it / j->npair, blk0 = 2 * pair;
+        const long blk1 = blk0 + 1 < j->nblk ? blk0 + 1 : blk0; /* an odd last block: computed twice, used once */
+        const float *x = j->x + img * C * P, *w0 = j->wp + blk0 * C * PR, *w1 = j->wp + blk1 * C * PR;
+        float bb[2][PR];
+        for (int h = 0; h < 2; h++)
+            for (int i = 0; i < PR; i++) {
+                const long m = (blk0 + h) * PR + i;
+                bb[h][i] = m < M ? cv_bias(j->e, m) : 0.f;
+            }
+        const v8f b0 = _mm256_loadu_ps(bb[0]), b1 = _mm256_loadu_ps(bb[1]);
+        long q = 0;
+        for (; q + PWN <= P; q += PWN) p8_pw_full(j, x, w0, w1, q, buf, buf + blkf, b0, b1);
+        if (q < P) p8_pw_tail(j, x, w0, w1, q, (int)(P - q), buf, buf + blkf, b0, b1);
+        float *y = j->y + img * M * j->OHW;
+        const float *res = j->ed->res ? j->ed->res + img * M * j->OHW : NULL;
+        for (int h = 0; h < 2 && blk0 + h < j->nblk; h++) {
+            const long m0 = (blk0 + h) * PR;
+            v8f wt[TMAX];
+            for (long t = 0; t < T; t++) {
+                float wl[PR];
+                for (int i = 0; i < PR; i++) wl[i] = m0 + i < M ? j->wd[(m0 + i) * T + t] : 0.f;
+                wt[t] = _mm256_loadu_ps(wl);
+            }
+            float bc[PR];
+            for (int i = 0; i < PR; i++) bc[i] = m0 + i < M ? cv_bias(j->ed, m0 + i) : 0.f;
+            const long nc = M - m0 < PR ? M - m0 : PR;
+            float *yb = y + m0 * j->OHW;
+            const float *rb = res ? res + m0 * j->OHW : NULL, *bh = buf + h * blkf;
+            if (T == 9 && pd->dw == 1) {
+                const int act = j->ed->act;
+                if (act == TCC_ACT_CLIP) p8_dw_3x3_clip(j, bh, wt, bc, nc, yb, rb);
+                else if (act == TCC_ACT_RELU) p8_dw_3x3_relu(j, bh, wt, bc, nc, yb, rb);
+                else if (act == TCC_ACT_NONE) p8_dw_3x3_none(j, bh, wt, bc, nc, yb, rb);
+                else p8_dw_3x3_act(j, bh, wt, bc, nc, yb, rb);
+            } else {
+                p8_dw_any(j, bh, wt, bc, nc, yb, rb);
+            }
+        }
+    }
+}
+
+/* Geometry of the padded buffer; 0 when this kernel does not take the pair. */
+static int p8_init(p8_job *j, const tcc_conv_params *p, const tcc_conv_params *pd, const cv_ep *e,
+                   const cv_ep *ed) {
+    memset(j, 0, sizeof *j);
+    const long T = pd->kh * pd->kw;
+    if (T > TMAX || !cv_vec_act(e->act) || !cv_vec_act(ed->act) || e->res) return 0;
+    j->p = p;
+    j->pd = pd;
+    j->C = p->c;
+    j->M = p->m;
+    j->H = p->h;
+    j->W = p->w;
+    j->P = p->h * p->w;
+    j->OHW = pd->oh * pd->ow;
+    const long hr = (pd->oh - 1) * pd->sh + (pd->kh - 1) * pd->dh + 1, wr = (pd->ow - 1) * pd->sw + (pd->kw - 1) * pd->dw + 1;
+    j->Hp = pd->pt + j->H > hr ? pd->pt + j->H : hr;
+    j->Wp = pd->pl + j->W > wr ? pd->pl + j->W : wr;
+    if (2 * j->Hp * j->Wp * PR * (long)sizeof(float) > PWDW8_BUF_BYTES) return 0;
+    for (long ki = 0; ki < pd->kh; ki++)
+        for (long kj = 0; kj < pd->kw; kj++) j->toff[ki * pd->kw + kj] = (ki * pd->dh * j->Wp + kj * pd->dw) * PR;
+    j->nblk = (j->M + PR - 1) / PR;
+    j->npair = (j->nblk + 1) / 2;
+    j->e = e;
+    j->ed = ed;
+    return 1;
+}
+
+int cv_pwdw8(const tcc_conv_params *p, const float *x, const float *wp, const cv_ep *e, const tcc_conv_params *pd,
+             const float *wd, const cv_ep *ed, float *y) {
+    p8_job j;
+    if (!p8_init(&j, p, pd, e, ed)) return 0;
+    j.x = x;
+    j.wp = wp;
+    j.wd = wd;
+    j.y = y;
+    const tcc_conv_params *q = pd;
+    const long np = (j.P + PWN - 1) / PWN * PWN, nd = (j.OHW + DWN - 1) / DWN * DWN;
+    int *tab = (int *)cv_tls_buffer(3, (size_t)(np + nd));
+    for (long i = 0, r = 0, c = 0; i < np; i++) { /* row and column counted: no division per entry */
+        tab[i] = i < j.P ? (int)(((r + q->pt) * j.Wp + c + q->pl) * PR) : tab[i - 1];
+        if (++c == j.W) c = 0, r++;
+    }
+    for (long i = 0, r = 0, c = 0; i < nd; i++) {
+        tab[np + i] = i < j.OHW ? (int)((r * q->sh * j.Wp + c * q->sw) * PR) : tab[np + i - 1];
+        if (++c == q->ow) c = 0, r++;
+    }
+    j.ptab = tab;
+    j.dtab = tab + np;
+    tcc_cpu_parallel_for(p->n * j.npair, 1, p8_task, &j);
+    return 1;
+}
+
+int cv_pwdw8_takes(const tcc_conv_params *p, const tcc_conv_params *pd) {
+    static const cv_ep none = {NULL, 1.f, 0, NULL, TCC_ACT_NONE, 0.f, 0.f};
+    p8_job j;
+    return p8_init(&j, p, pd, &none, &none);
+}
+#else
+int cv_pwdw8(const tcc_conv_params *p, const float *x, const float *wp, const cv_ep *e, const tcc_conv_params *pd,
+             const float *wd, const cv_ep *ed, float *y) {
+    (void)p, (void)x, (void)wp, (void)e, (void)pd, (void)wd, (void)ed, (void)y;
+    return 0;
+}
+int cv_pwdw8_takes(const tcc_conv_params *p, const tcc_conv_params *pd) {
+    (void)p, (void)pd;
+    return 0;
+}
+#endif
+
+/* Which kernel tcc_cpu_conv2d_pw_dw runs for the pair (pp, pd): "blocked8"
+ * (this file) or "planes" (conv_pw.c's plane-by-plane kernel). The tests
+ * check each build takes the one documented for it. */
+const char *tcc_cpu_conv2d_pw_dw_path(const tcc_conv_params *pp, const tcc_conv_params *pd) {
+    return cv_pwdw8_takes(pp, pd) ? "blocked8" : "planes";
+}
