@@ -53,13 +53,23 @@ def host_features() -> set:
     return set(host_cpu()[2])
 
 
+# The large code model: generated code reaches its constants and the
+# functions it calls through 64-bit addresses, not 32-bit PC-relative
+# offsets. MCJIT's default memory manager maps an object's code and its
+# constants separately; in a long-lived process with many loaded sessions
+# (the test suite, ~1.5 GB mapped) the two landed more than 2 GB apart, past
+# a 32-bit offset's reach, and RuntimeDyldELF's `isInt<32>(RealOffset)`
+# assertion aborted the process (gdb on a test worker's core, 2026-12-02).
+CODE_MODEL = "large"
+
+
 @functools.lru_cache(maxsize=None)
 def target_machine(opt_level: int = 3):
     triple, cpu, feats = host_cpu()
     target = llvm.Target.from_triple(triple)
     # PIC so the same object links into a shared library (`--emit=lib`).
     return target.create_target_machine(cpu=cpu, features=",".join("+" + f for f in feats),
-                                        opt=min(max(opt_level, 0), 3), reloc="pic", codemodel="default")
+                                        opt=min(max(opt_level, 0), 3), reloc="pic", codemodel=CODE_MODEL)
 
 
 @_locked
@@ -160,13 +170,19 @@ def load_helper_libraries():
     return True
 
 
+# Defined by whoever links the object (RuntimeDyld's GOT in MCJIT, ld for a
+# shared library), never by a library: the large code model's PIC addresses
+# its constants relative to it.
+_LINKER_DEFINED = {"_GLOBAL_OFFSET_TABLE_"}
+
+
 @_locked
 def check_symbols(obj: bytes, where="the generated code"):
     """Refuses object code that calls a symbol nothing in this process
     defines: MCJIT would bind it to address 0 and the first call would kill
     the process (SIGSEGV) instead of failing here with its name."""
     load_helper_libraries()
-    missing = [s for s in undefined_symbols(obj) if not llvm.address_of_symbol(s)]
+    missing = [s for s in undefined_symbols(obj) if s not in _LINKER_DEFINED and not llvm.address_of_symbol(s)]
     if missing:
         raise NativeCodegenError(f"{where} calls {', '.join(repr(s) for s in missing)}, which no library "
                                  "loaded by tcc defines (unresolved symbol)")
