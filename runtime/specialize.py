@@ -175,17 +175,18 @@ class _Generic:
             return self.plan.run(list(arrays))
 
 
-def _shapes_only(v):
-    """What a background compile keeps of an input that decides no shape:
-    its shapes and dtypes (the caller may reuse its arrays), a sequence's or
-    optional's structure included."""
+def _snapshot(v, values):
+    """What a background compile keeps of an input (a sequence's or
+    optional's structure included), as the caller may reuse its arrays: a
+    copy where the input decides shapes (`values`), else only its shapes
+    and dtypes."""
     if v is None:
         return None
     if isinstance(v, list):
-        return [_shapes_only(e) for e in v]
+        return [_snapshot(e, values) for e in v]
     if isinstance(v, dict):
-        return {k: _shapes_only(e) for k, e in v.items()}
-    return np.broadcast_to(np.zeros((), v.dtype), v.shape)
+        return {k: _snapshot(e, values) for k, e in v.items()}
+    return np.array(v) if values else np.broadcast_to(np.zeros((), v.dtype), v.shape)
 
 
 def _fits(value, spec):
@@ -335,7 +336,7 @@ class SpecializingSession(SignatureMixin):
             if fut is None:
                 # the compile reads shapes, and the values of shape-deciding
                 # inputs: those are copied, as the caller may reuse its arrays
-                snap = [np.array(v) if i in self._shape_args else _shapes_only(v) for i, v in enumerate(arrays)]
+                snap = [_snapshot(v, i in self._shape_args) for i, v in enumerate(arrays)]
                 fut = self._pending[key] = _submit(self._specialize, key, snap, cache.cache_root())
         if not fut.done() and generic:
             outs = self._run_generic(arrays, output_names)

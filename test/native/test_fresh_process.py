@@ -24,7 +24,7 @@ PROBE = textwrap.dedent("""
     from test_codegen_ops import CASTS, FLOAT_TYPES, UNARY
     import llvmlite.binding as llvm
     from tcc.dialects.conversions.loop_to_native.codegen import lower_module
-    from tcc.dialects.conversions.loop_to_native.target import _init, emit_object, optimize
+    from tcc.dialects.conversions.loop_to_native.target import LINKER_DEFINED, _init, emit_object, optimize
     from tcc.runtime import native
     from tcc.runtime.jit import jit_entry as _jit
     cases = [(f"arith.{k}", [s], d) for k, s, d in CASTS]
@@ -43,7 +43,7 @@ PROBE = textwrap.dedent("""
             nm = subprocess.run(["nm", "-u", path], capture_output=True, text=True, check=True).stdout
             for sym in (ln.split()[-1] for ln in nm.splitlines() if ln.strip()):
                 need.setdefault(sym, f"{op} {ins} -> {out}")
-    missing = {s: where for s, where in need.items() if not llvm.address_of_symbol(s)}
+    missing = {s: where for s, where in need.items() if s not in LINKER_DEFINED and not llvm.address_of_symbol(s)}
     print(json.dumps({"need": sorted(need), "missing": missing,
                       "onnxruntime": "onnxruntime" in sys.modules}))
 """)

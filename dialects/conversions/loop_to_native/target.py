@@ -173,7 +173,7 @@ def load_helper_libraries():
 # Defined by whoever links the object (RuntimeDyld's GOT in MCJIT, ld for a
 # shared library), never by a library: the large code model's PIC addresses
 # its constants relative to it.
-_LINKER_DEFINED = {"_GLOBAL_OFFSET_TABLE_"}
+LINKER_DEFINED = {"_GLOBAL_OFFSET_TABLE_"}
 
 
 @_locked
@@ -182,7 +182,7 @@ def check_symbols(obj: bytes, where="the generated code"):
     defines: MCJIT would bind it to address 0 and the first call would kill
     the process (SIGSEGV) instead of failing here with its name."""
     load_helper_libraries()
-    missing = [s for s in undefined_symbols(obj) if s not in _LINKER_DEFINED and not llvm.address_of_symbol(s)]
+    missing = [s for s in undefined_symbols(obj) if s not in LINKER_DEFINED and not llvm.address_of_symbol(s)]
     if missing:
         raise NativeCodegenError(f"{where} calls {', '.join(repr(s) for s in missing)}, which no library "
                                  "loaded by tcc defines (unresolved symbol)")
