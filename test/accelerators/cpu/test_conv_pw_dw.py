@@ -69,6 +69,9 @@ CASES = [
     ((1, 12, 1, 1, 40, 3), {"act2": "Relu"}),                                     # 1x1, 5 blocks
     ((1, 9, 7, 7, 24, 3), {"s": (2, 2), "pads": (0, 0, 0, 0), "act2": None}),     # 7x7 -> 3x3
     ((1, 10, 14, 15, 36, 3), {"s": (2, 2), "act2": "Relu", "residual": True}),    # 7x8 outputs
+    ((2, 7, 16, 15, 27, 3), {"s": (2, 2), "act1": "SiLU", "act2": "SiLU"}),       # efficientnet's stride 2
+    ((1, 9, 7, 7, 13, 3), {"act1": "SiLU", "act2": "SiLU", "pads": (1, 0, 1, 0)}),  # 7x7, SiLU, one-sided pad
+    ((1, 6, 9, 10, 17, 3), {"d": (1, 2), "pads": (1, 2, 1, 2), "act2": "SiLU"}),  # dilated columns: any-tap SiLU
     # large planes: expanded blocks of 25 to 100 KB
     ((1, 8, 56, 56, 24, 3), {}),                                                  # MobileNetV2's 56x56
     ((1, 6, 60, 58, 16, 3), {"s": (2, 2)}),                                       # stride-2 rows
