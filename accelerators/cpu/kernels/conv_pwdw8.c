@@ -154,6 +154,7 @@ CV_INLINE void p8_dw_plane(const p8_job *j, const float *buf, const v8f *wt, con
 P8_DW(p8_dw_3x3_clip, 9, TCC_ACT_CLIP)
 P8_DW(p8_dw_3x3_relu, 9, TCC_ACT_RELU)
 P8_DW(p8_dw_3x3_none, 9, TCC_ACT_NONE)
+P8_DW(p8_dw_3x3_silu, 9, TCC_ACT_SILU)
 P8_DW(p8_dw_3x3_act, 9, j->ed->act)
 P8_DW(p8_dw_any, j->pd->kh * j->pd->kw, j->ed->act) /* T == 9 here: dilated columns */
 
@@ -210,6 +211,7 @@ static void p8_task(void *arg, long b, long e) {
                 if (act == TCC_ACT_CLIP) p8_dw_3x3_clip(j, bh, wt, bc, nc, yb, rb);
                 else if (act == TCC_ACT_RELU) p8_dw_3x3_relu(j, bh, wt, bc, nc, yb, rb);
                 else if (act == TCC_ACT_NONE) p8_dw_3x3_none(j, bh, wt, bc, nc, yb, rb);
+                else if (act == TCC_ACT_SILU) p8_dw_3x3_silu(j, bh, wt, bc, nc, yb, rb);
                 else p8_dw_3x3_act(j, bh, wt, bc, nc, yb, rb);
             } else {
                 p8_dw_any(j, bh, wt, bc, nc, yb, rb);

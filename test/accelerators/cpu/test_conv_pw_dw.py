@@ -69,6 +69,9 @@ CASES = [
     ((1, 12, 1, 1, 40, 3), {"act2": "Relu"}),                                     # 1x1, 5 blocks
     ((1, 9, 7, 7, 24, 3), {"s": (2, 2), "pads": (0, 0, 0, 0), "act2": None}),     # 7x7 -> 3x3
     ((1, 10, 14, 15, 36, 3), {"s": (2, 2), "act2": "Relu", "residual": True}),    # 7x8 outputs
+    ((2, 7, 16, 15, 27, 3), {"s": (2, 2), "act1": "SiLU", "act2": "SiLU"}),       # efficientnet's stride 2
+    ((1, 9, 7, 7, 13, 3), {"act1": "SiLU", "act2": "SiLU", "pads": (1, 0, 1, 0)}),  # 7x7, SiLU, one-sided pad
+    ((1, 6, 9, 10, 17, 3), {"d": (1, 2), "pads": (1, 2, 1, 2), "act2": "SiLU"}),  # dilated columns: any-tap SiLU
     # large planes: expanded blocks of 25 to 100 KB
     ((1, 8, 56, 56, 24, 3), {}),                                                  # MobileNetV2's 56x56
     ((1, 6, 60, 58, 16, 3), {"s": (2, 2)}),                                       # stride-2 rows
@@ -168,6 +171,43 @@ def test_pw_dw_not_fused_after_a_strided_pointwise(tmp_path):
     mdl = model(nodes, [("x", x.shape)], [("y", (1, 8, 6, 6))], inits)
     sess = check(mdl, {"x": x}, atol=1e-4, tmp_path=tmp_path)
     assert "tcc_cpu_conv2d_pw_dw(" not in _source(sess, tmp_path)
+
+
+# ---- channel shuffles (lower.py's fold_channel_shuffles) ------------------------------------
+def shuffle_model(n, c, h, w, m, g_conv, g_shuf, s=1, act="Relu", bias=True, also_out=False):
+    """x -> Conv 1x1 to m, group g_conv (+ bias) -> act -> ShuffleNet's channel shuffle in g_shuf
+    groups (Reshape, Transpose (0, 2, 1, 3, 4), Reshape) -> depthwise 3x3 stride s -> Conv 1x1
+    (group g_conv) to c; also_out: the shuffle's input is an output too."""
+    oh, ow = out_size(h, 3, s, 1, 1, 1), out_size(w, 3, s, 1, 1, 1)
+    inits = [("w1", rand(m, c // g_conv, 1, 1)), ("w2", rand(m, 1, 3, 3)), ("w3", rand(c, m // g_conv, 1, 1)),
+             ("s5", np.array([n, g_shuf, m // g_shuf, h, w], np.int64)), ("s4", np.array([n, m, h, w], np.int64)),
+             ("lo", np.array(0.0, np.float32)), ("hi", np.array(6.0, np.float32))]
+    if bias:
+        inits.append(("b1", rand(m)))
+    nodes = [H("Conv", ["x", "w1"] + (["b1"] if bias else []), ["e"], group=g_conv)] + ACT_NODES[act]("e", "ea")
+    nodes += [H("Reshape", ["ea", "s5"], ["r5"]), H("Transpose", ["r5"], ["t5"], perm=[0, 2, 1, 3, 4]),
+              H("Reshape", ["t5", "s4"], ["sh"]),
+              H("Conv", ["sh", "w2"], ["d"], kernel_shape=[3, 3], strides=[s, s], pads=[1, 1, 1, 1], group=m),
+              H("Conv", ["d", "w3"], ["y"], group=g_conv)]
+    outs = [("y", (n, c, oh, ow))] + ([("ea", (n, m, h, w))] if also_out else [])
+    return model(nodes, [("x", (n, c, h, w))], outs, inits), {"x": rand(n, c, h, w)}
+
+
+@pytest.mark.parametrize("case,folded", [
+    ((1, 12, 16, 16, 24, 3, 3, {}), True),                         # shufflenet's units: grouped 1x1 made dense
+    ((2, 9, 11, 13, 24, 3, 3, {"s": 2}), True),                    # batch 2, odd planes, stride 2
+    ((1, 8, 10, 9, 16, 1, 2, {"act": None, "bias": False}), True),  # ungrouped, 2 shuffle groups, no bias
+    ((1, 10, 7, 7, 20, 1, 4, {"act": "Clip"}), True),              # Clip's scalar bounds between
+    ((1, 12, 8, 8, 24, 6, 3, {}), False),                          # 6 groups: not made dense
+    ((1, 12, 8, 8, 24, 3, 3, {"also_out": True}), False),          # the shuffle's input is read twice
+])
+def test_channel_shuffle_folded_into_the_conv(case, folded, tmp_path):
+    # the shuffle becomes a permutation of the conv's output channels: no transpose, and the conv then
+    # pairs with the depthwise conv after the shuffle; against onnxruntime on the unfolded model
+    n, c, h, w, m, gc, gs, kw = case
+    mdl, feeds = shuffle_model(n, c, h, w, m, gc, gs, **kw)
+    src = _source(check(mdl, feeds, atol=1e-4, tmp_path=tmp_path), tmp_path)
+    assert ("tcc_cpu_transpose(" not in src) == folded and ("tcc_cpu_conv2d_pw_dw(" in src) == folded, src
 
 
 # ---- depthwise -> pointwise (kernels/conv_pw.c's cv_depthwise_pointwise) ---------------------

@@ -204,6 +204,9 @@ PWDW_CASES = [
     ((96, 14, 14, 576, 3, 1, 1), {"avx512": "planes", "avx2": "blocked8", "generic": "planes"}),
     ((160, 7, 7, 960, 3, 1, 1), {"avx512": "planes", "avx2": "blocked8", "generic": "planes"}),
     ((5, 9, 11, 20, 5, 2, 2), {"avx512": "planes", "avx2": "blocked8", "generic": "planes"}),
+    ((16, 16, 16, 64, 3, 1, 1), {"avx512": "planes", "avx2": "blocked8", "generic": "planes"}),    # efficientnet
+    ((16, 16, 16, 64, 3, 2, 1), {"avx512": "planes", "avx2": "blocked8", "generic": "planes"}),
+    ((24, 8, 8, 96, 3, 1, 1), {"avx512": "planes", "avx2": "blocked8", "generic": "planes"}),
     ((8, 200, 200, 16, 3, 1, 1), {"avx512": "planes", "avx2": "planes", "generic": "planes"}),      # 2.6 MB
 ]
 _PWDW_PATHS = _LIB + """
