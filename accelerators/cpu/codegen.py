@@ -176,6 +176,18 @@ def wino_tile(x_shape, w_shape, y_shape, strides, dilations, pads, group, isa):
 PW_ROWS = 8  # kernels/conv_pw.c's packed row block
 
 
+def pw_strided(w_shape, strides, pads, group, isa):
+    """Whether a constant-weight 1x1 conv with strides and no pads runs as a
+    pointwise one over its subsampled input (tcc_cpu_conv2d_pw_strided:
+    conv_pw.c's kernel), not conv_ocv.c: AVX2 (ResNet-18's three 1x1
+    stride-2 shortcuts, Zen 2, 1 thread, each against onnxruntime in one
+    process: 0.94-1.09x its time, 1.27-1.47x on conv_ocv.c's 6 x 16 tiles,
+    whose 28-, 14- and 7-column rows leave lanes idle and whose transposes
+    are a large part of a K = 64..256 tile)."""
+    return (isa == "avx2" and tuple(w_shape[2:]) == (1, 1) and tuple(strides) != (1, 1) and not any(pads)
+            and group == 1)
+
+
 def split_by_channels(v):
     """Whether v's producer leaves it split over the threads' caches by
     channels (tcc_cpu_conv2d_pw_dw's blocks), for its reader to split alike."""
@@ -351,6 +363,10 @@ class FunctionCodegen:
         if const_w and (kh, kw, sh, sw, pt, pl, pb, pr, g) == (1, 1, 1, 1, 0, 0, 0, 0, 1):
             fn = "tcc_cpu_conv2d_pw_split_c" if split_by_channels(x) else "tcc_cpu_conv2d_pw"
             self.emit(f"  {fn}(&p, {self.ptr(x)}, ((float *)W[{self.packed_pw(w)}]), {self.ptr(y)}, &ep); }}")
+            return
+        if const_w and pw_strided(w.type.shape, (sh, sw), (pt, pl, pb, pr), g, self.isa):
+            self.emit(f"  tcc_cpu_conv2d_pw_strided(&p, {self.ptr(x)}, ((float *)W[{self.packed_pw(w)}]), "
+                      f"{self.ptr(y)}, scratch, &ep); }}")
             return
         tile = wino_tile(x.type.shape, w.type.shape, y.type.shape, (sh, sw), (dh, dw), (pt, pl, pb, pr), g, self.isa)
         if const_w and tile:

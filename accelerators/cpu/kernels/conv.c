@@ -528,6 +528,44 @@ void tcc_cpu_conv2d_pw_split_c(const tcc_conv_params *p, const float *x, const f
     cv_pointwise_split_c(p, x, wp, y, &e);
 }
 
+/* ---- strided 1x1 ---------------------------------------------------------------
+ * A 1x1 convolution with strides and no padding (ResNet's downsampling
+ * shortcuts) is a pointwise one over its input's subsampled positions: the
+ * image is subsampled into scratch (C x OH x OW, a quarter of the input at
+ * stride 2), then conv_pw.c's kernel runs. */
+typedef struct {
+    const tcc_conv_params *p;
+    const float *x;
+    float *xs;
+} pw_sub_job;
+
+static void pw_sub_task(void *arg, long b, long e) {
+    const pw_sub_job *j = arg;
+    const tcc_conv_params *p = j->p;
+    for (long c = b; c < e; c++) {
+        const float *src = j->x + c * p->h * p->w;
+        float *dst = j->xs + c * p->oh * p->ow;
+        for (long i = 0; i < p->oh; i++) {
+            const float *r = src + i * p->sh * p->w;
+            for (long k = 0; k < p->ow; k++) dst[i * p->ow + k] = r[k * p->sw];
+        }
+    }
+}
+
+void tcc_cpu_conv2d_pw_strided(const tcc_conv_params *p, const float *x, const float *wp, float *y, float *scratch,
+                               const tcc_epilogue *ep) {
+    const long ohw = p->oh * p->ow;
+    tcc_conv_params q = *p;
+    q.n = 1;
+    for (long n = 0; n < p->n; n++) {
+        pw_sub_job j = {p, x + n * p->c * p->h * p->w, scratch};
+        tcc_cpu_parallel_for(p->c, 1, pw_sub_task, &j);
+        cv_ep e = resolve_ep(ep);
+        if (e.res) e.res += n * p->m * ohw;
+        cv_pointwise(&q, scratch, wp, y + n * p->m * ohw, &e);
+    }
+}
+
 /* A depthwise call prepared for the fused kernels; l, off and ed must outlive d. */
 static void prepare_dw(cv_dw *d, cv_layout *l, long *off, const tcc_conv_params *pd, const float *wd,
                        const cv_ep *ed) {

@@ -109,6 +109,11 @@ const char *tcc_cpu_conv2d_packed_path(const tcc_conv_params *p);
 /* A pointwise convolution (1x1, stride 1, no pads, group 1) with the weights
  * packed at compile time as [ceil(m/8)][c][8] (rows past m zero). */
 void tcc_cpu_conv2d_pw(const tcc_conv_params *p, const float *x, const float *wp, float *y, const tcc_epilogue *ep);
+/* A 1x1 convolution with strides, no pads, group 1 and the same packed
+ * weights: the input subsampled into scratch (c * oh * ow floats, what
+ * tcc_cpu_conv2d_scratch reserves), then tcc_cpu_conv2d_pw's kernel. */
+void tcc_cpu_conv2d_pw_strided(const tcc_conv_params *p, const float *x, const float *wp, float *y, float *scratch,
+                               const tcc_epilogue *ep);
 /* The path a depthwise convolution p takes in this build (tcc_cpu_conv2d
  * and the fused kernels): "flat", "s2" (AVX-512 in place), "rows3x3"
  * (3x3 stride 1: rows in registers), "whole-vectors", "masked" (packed

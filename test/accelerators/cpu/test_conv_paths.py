@@ -282,14 +282,18 @@ PACKED = [
     (1, 12, 9, 10, 40, 3, (1, 1), (1, 1), (1, 1, 1, 1), 2),    # groups: panels per group
     (1, 1, 1, 1, 3, 3, (1, 1), (1, 1), (1, 1, 1, 1), 1),       # one pixel
     (1, 24, 9, 11, 20, 3, (1, 1), (1, 1), (1, 1, 1, 1), 1),    # AVX2: runs across row ends (11 columns), channel blocks
+    (1, 9, 2, 7, 19, 3, (1, 1), (1, 1), (1, 1, 1, 1), 1),      # AVX2: 14 outputs as runs of 4, 5, 5
+    (1, 13, 5, 10, 21, 3, (1, 1), (1, 1), (1, 1, 1, 1), 1),    # AVX2: 50 outputs as runs of 5 and 6
 ]
 
 
 @pytest.fixture
 def no_winograd(monkeypatch):
-    # 3x3 stride-1 shapes would take conv_wino.c (tested below): keep them on conv_ocv.c here
+    # 3x3 stride-1 shapes would take conv_wino.c and strided 1x1s on AVX2 conv_pw.c (both tested
+    # on their own): keep them on conv_ocv.c here
     from tcc.accelerators.cpu import codegen
     monkeypatch.setattr(codegen, "wino_tile", lambda *a: 0)
+    monkeypatch.setattr(codegen, "pw_strided", lambda *a: False)
     choose_as(monkeypatch, "conv_packed")  # and on conv_ocv.c whatever this CPU's build would pick
 
 
@@ -495,6 +499,53 @@ def test_pointwise_packed_isa_threads(isa, threads, pw_lib):
         pw_lib.tcc_cpu_conv2d_pw(ctypes.byref(p), ptr(feeds["x"].ctypes.data), ptr(wp.ctypes.data), ptr(y.ctypes.data),
                                  ctypes.byref(ep))
         np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4, err_msg=f"{isa} {(n, c, h, w, m)} {act}")
+
+
+# A strided 1x1 with constant weights as a pointwise conv over the subsampled input
+# (tcc_cpu_conv2d_pw_strided; AVX2's choice, made to answer so on every build): odd planes,
+# strides 2 and 3 per axis, channels not a multiple of 8, batch 2, ResNet's shortcut shapes.
+@pytest.mark.parametrize("n,c,h,w,m,s", [
+    (1, 9, 13, 15, 10, (2, 2)),
+    (2, 13, 11, 7, 21, (2, 2)),       # batch 2: one subsampling per image
+    (1, 5, 17, 10, 3, (3, 2)),
+    (1, 1, 9, 9, 8, (2, 3)),          # c = 1
+    (1, 64, 56, 56, 128, (2, 2)),     # ResNet-18's first shortcut
+    (1, 256, 14, 14, 512, (2, 2)),    # 7 x 7 outputs: a tail of one position per vector row
+])
+def test_pointwise_strided_packed(n, c, h, w, m, s, monkeypatch):
+    choose_as(monkeypatch, "pw_strided", "avx2")
+    mdl, feeds = conv_model(n, c, h, w, m, 1, s=s, act="Relu", residual=True)
+    check(mdl, feeds, rtol=1e-4, atol=1e-4, kernel="tcc_cpu_conv2d_pw_strided")
+
+
+@pytest.mark.parametrize("act", ACTS)
+def test_pointwise_strided_packed_epilogues(act, monkeypatch):
+    choose_as(monkeypatch, "pw_strided", "avx2")
+    mdl, feeds = conv_model(1, 24, 9, 11, 19, 1, s=(2, 2), bias=act != "Relu", act=act)
+    check(mdl, feeds, rtol=1e-4, atol=1e-4, kernel="tcc_cpu_conv2d_pw_strided")
+
+
+# ... and called directly on every ISA build at 1 and 2 threads, scratch full of NaN (a position
+# the subsampling leaves unwritten would show)
+@pytest.mark.parametrize("isa", ["avx512", "avx2", "generic"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_pointwise_strided_isa_threads(isa, threads, pw_lib):
+    from tcc.accelerators.cpu.codegen import pack_pw
+    pw_lib.tcc_cpu_conv2d_scratch.restype = ctypes.c_size_t
+    ptr = ctypes.c_void_p
+    for n, c, h, w, m, s in [(2, 13, 11, 7, 21, (2, 2)), (1, 96, 14, 15, 40, (2, 3)), (1, 5, 3, 3, 9, (2, 2))]:
+        mdl, feeds = conv_model(n, c, h, w, m, 1, s=s, act="Relu", residual=True)
+        ref = ort.InferenceSession(mdl.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+        inits = {i.name: numpy_helper.to_array(i) for i in mdl.graph.initializer}
+        wp, b = np.ascontiguousarray(pack_pw(inits["w"])), inits["b"]
+        p = ConvParams(n, c, h, w, m, 1, 1, ref.shape[2], ref.shape[3], *s, 1, 1, 0, 0, 0, 0, 1)
+        scratch = np.full(pw_lib.tcc_cpu_conv2d_scratch(ctypes.byref(p)), np.nan, np.float32)
+        assert scratch.size == c * ref.shape[2] * ref.shape[3]
+        y = np.full_like(ref, np.nan)
+        ep = Epilogue(b.ctypes.data, 2, 1.0, feeds["r"].ctypes.data, 1, 0.0, 0.0)
+        pw_lib.tcc_cpu_conv2d_pw_strided(ctypes.byref(p), ptr(feeds["x"].ctypes.data), ptr(wp.ctypes.data),
+                                         ptr(y.ctypes.data), ptr(scratch.ctypes.data), ctypes.byref(ep))
+        np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4, err_msg=f"{isa} {(n, c, h, w, m, s)}")
 
 
 # ---- 3x3 stride 1 as Winograd F(2x2, 3x3) and F(4x4, 3x3) (kernels/conv_wino.c) -------------

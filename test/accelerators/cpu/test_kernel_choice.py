@@ -15,11 +15,12 @@ from .helpers import kernels_for_isa, model, rand
 from .test_conv_paths import conv_model, out_size
 
 CONV_KERNELS = {"tcc_cpu_conv2d", "tcc_cpu_conv2d_packed", "tcc_cpu_conv2d_wino", "tcc_cpu_conv2d_pw",
-                "tcc_cpu_conv2d_pw_split_c"}
+                "tcc_cpu_conv2d_pw_split_c", "tcc_cpu_conv2d_pw_strided"}
 GEMM_KERNELS = {"tcc_cpu_gemm", "tcc_cpu_gemm_packed", "tcc_cpu_gemm_narrow"}
 
 # (n, c, h, w, m, k, strides, pads, group): ResNet-like 3x3 layers (Winograd candidates on AVX-512),
-# a stem, a strided 3x3, a grouped one, a pointwise one, few channels (the rows kernel's shapes)
+# a stem, a strided 3x3, a grouped one, a pointwise one, few channels (the rows kernel's shapes),
+# strided 1x1s (ResNet's shortcuts; one padded)
 CONVS = [
     (1, 64, 28, 28, 64, 3, (1, 1), (1, 1, 1, 1), 1),
     (1, 32, 14, 14, 48, 3, (1, 1), (1, 1, 1, 1), 1),
@@ -29,6 +30,8 @@ CONVS = [
     (1, 40, 12, 12, 33, 1, (1, 1), (0, 0, 0, 0), 1),
     (1, 3, 60, 224, 24, 3, (2, 2), (1, 1, 1, 1), 1),
     (1, 8, 30, 70, 20, 4, (4, 4), (0, 0, 0, 0), 1),
+    (1, 64, 56, 56, 128, 1, (2, 2), (0, 0, 0, 0), 1),
+    (1, 20, 15, 9, 12, 1, (2, 2), (1, 0, 0, 1), 1),
 ]
 
 
@@ -40,6 +43,8 @@ def expected_conv(case, isa):
     xs, ws, ys = (n, c, h, w), (m, c // g, k, k), (n, m, oh, ow)
     if (k, k, *s, *pads, g) == (1, 1, 1, 1, 0, 0, 0, 0, 1):
         return "tcc_cpu_conv2d_pw"
+    if codegen.pw_strided(ws, s, pads, g, isa):
+        return "tcc_cpu_conv2d_pw_strided"
     if codegen.wino_tile(xs, ws, ys, s, (1, 1), pads, g, isa):
         return "tcc_cpu_conv2d_wino"
     if codegen.conv_packed(xs, ws, ys, s, pads, g, isa):
@@ -62,6 +67,10 @@ def test_the_selection_differs_by_isa_where_documented():
         assert expected_conv(case, "avx512") == "tcc_cpu_conv2d_wino"
     assert expected_conv(CONVS[3], "avx512") == "tcc_cpu_conv2d_packed"
     assert all(expected_conv(c, isa) == "tcc_cpu_conv2d_pw" for c in CONVS[5:6] for isa in build.ISA_ORDER)
+    # ResNet's unpadded 1x1 stride-2 shortcuts: subsampled into conv_pw.c's kernel on AVX2 only
+    assert [expected_conv(CONVS[8], isa) for isa in ("avx512", "avx2", "generic")] == \
+        ["tcc_cpu_conv2d_packed", "tcc_cpu_conv2d_pw_strided", "tcc_cpu_conv2d"]
+    assert expected_conv(CONVS[9], "avx2") == "tcc_cpu_conv2d_packed"
     # narrow B: the AVX-512 panels win from 14 columns at K = 256, the portable ones lose below 17
     assert (codegen.narrow_gemm("avx512", 10, 300), codegen.narrow_gemm("avx512", 14, 300)) == (True, False)
     assert codegen.narrow_gemm("avx512", 8, 128) and not codegen.narrow_gemm("avx512", 8, 100)
