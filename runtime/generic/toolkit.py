@@ -18,6 +18,7 @@ import numpy as np
 from onnx import helper
 
 from tcc.dialects.ir.errors import TccError
+from tcc.runtime.signature import data_ptr
 
 KERNELS = {}  # IR op name ("onnx.Add") -> factory
 
@@ -133,18 +134,8 @@ def f32(x):
     return np.ascontiguousarray(x, dtype=np.float32)
 
 
-def ptr(a):
-    """The address of a C-contiguous array's data: through ctypes.c_char.
-    from_buffer (0.57 us here) where the array is writable and not empty,
-    else a.ctypes.data (2.0 us: most of a small kernel call's overhead; a
-    kernel takes its constants' addresses once, at make)."""
-    try:
-        return _addressof(_from_buffer(a))
-    except (TypeError, ValueError):  # read-only, or empty
-        return a.ctypes.data
-
-
-_addressof, _from_buffer = ctypes.addressof, ctypes.c_char.from_buffer
+# a C-contiguous array's data address, the cheap way (runtime/signature.py)
+ptr = data_ptr
 
 
 _rt = []
