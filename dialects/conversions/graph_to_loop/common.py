@@ -236,6 +236,18 @@ def fill(cx, buf, value):
         L.store(c, flat, [i])
 
 
+def data_index(L, v, el, dim):
+    """An integer index loaded from a tensor (maybe negative, ONNX-style)
+    -> an index in [0, dim). Out-of-range values are clamped, so a bad
+    index reads or writes inside the buffer: the sessions refuse such
+    values in model inputs (runtime/signature.py), and one computed inside
+    the graph must never turn into a wild memory access."""
+    i = L.op("arith.index_castui", [v], INDEX) if is_unsigned(el) else L.cast_index(v, el)
+    neg = L.op("arith.cmpi", [i, L.c(0)], IntegerType(1), predicate="slt")
+    i = L.op("arith.select", [neg, L.add(i, dim), i], INDEX)
+    return L.minmax_idx("min", L.minmax_idx("max", i, 0), dim - 1)
+
+
 def int_list(cx, op, i):
     """A constant int input, or None when absent."""
     if len(op.operands) <= i or op.operands[i].type is NONE:

@@ -7,7 +7,7 @@ pair (x1, x2) (halves, or even/odd when interleaved) becomes
 from __future__ import annotations
 
 from ....ir.types import INDEX, NONE, f32, f64, i1
-from ..common import is_unsigned
+from ..common import data_index, is_unsigned
 from ..cast import emit_cast
 from ..registry import lowering
 
@@ -71,14 +71,6 @@ def lower_rotary(cx, op):
                 L.store(L.load(xb, at(b, h, s, d)), ob, at(b, h, s, d))
 
 
-def _index(cx, v, el, dim):
-    L = cx.L
-    i = L.op("arith.index_castui", [v], INDEX) if is_unsigned(el) else L.cast_index(v, el)
-    neg = L.op("arith.cmpi", [i, L.c(0)], i1, predicate="slt")
-    i = L.op("arith.select", [neg, L.add(i, dim), i], INDEX)
-    return L.minmax_idx("min", L.minmax_idx("max", i, 0), dim - 1)
-
-
 @lowering("GatherND")
 def lower_gather_nd(cx, op):
     L = cx.L
@@ -93,7 +85,7 @@ def lower_gather_nd(cx, op):
     outer = list(ish[:-1])
     inner = list(ds[bd + k:])
     with L.loops(outer, vectorize_inner=False) as ovs:
-        pre = [_index(cx, L.load(ib, list(ovs) + [j]), ind.type.element, ds[bd + j]) for j in range(k)]
+        pre = [data_index(L, L.load(ib, list(ovs) + [j]), ind.type.element, ds[bd + j]) for j in range(k)]
         with L.loops(inner, parallel_outer=False) as ivs:
             L.store(L.load(db, list(ovs[:bd]) + pre + list(ivs)), ob, list(ovs) + list(ivs))
 

@@ -8,7 +8,7 @@ import numpy as np
 
 from ....ir.attributes import DenseElementsAttr, DenseResourceAttr, elements_value
 from ....ir.types import INDEX, NONE, TensorType, from_numpy_dtype, i1
-from ..common import fill, int_list, is_float
+from ..common import data_index, fill, int_list, is_float
 from ..registry import lowering
 
 
@@ -140,15 +140,6 @@ def lower_split(cx, op):
         off += r.type.shape[axis]
 
 
-def _norm_index(cx, v, el, dim):
-    """An integer scalar index (maybe negative) -> index in [0, dim)."""
-    L = cx.L
-    i = L.cast_index(v, el) if str(el) not in ("ui8", "ui16", "ui32", "ui64") else \
-        L.op("arith.index_castui", [v], INDEX)
-    neg = L.op("arith.cmpi", [i, L.c(0)], i1, predicate="slt")
-    return L.op("arith.select", [neg, L.add(i, dim), i], INDEX)
-
-
 @lowering("Gather")
 def lower_gather(cx, op):
     data, ind = op.operands
@@ -160,7 +151,7 @@ def lower_gather(cx, op):
     outer = r.type.shape[:axis + q]
     inner = r.type.shape[axis + q:]
     with L.loops(outer, vectorize_inner=not inner) as ovs:
-        k = _norm_index(cx, L.load(ib, ovs[axis:]), ind.type.element, data.type.shape[axis])
+        k = data_index(L, L.load(ib, ovs[axis:]), ind.type.element, data.type.shape[axis])
         with L.loops(inner, parallel_outer=not outer) as ivs:
             L.store(L.load(src, ovs[:axis] + [k] + ivs), dst, ovs + ivs)
 
@@ -172,7 +163,7 @@ def lower_gather_elements(cx, op):
     axis = cx.attr(op, "axis") % data.type.rank
     L, dst, src, ib = cx.L, cx.out(r), cx.buf(data), cx.buf(ind)
     with L.loops(r.type.shape) as ivs:
-        k = _norm_index(cx, L.load(ib, ivs), ind.type.element, data.type.shape[axis])
+        k = data_index(L, L.load(ib, ivs), ind.type.element, data.type.shape[axis])
         L.store(L.load(src, [k if d == axis else i for d, i in enumerate(ivs)]), dst, ivs)
 
 

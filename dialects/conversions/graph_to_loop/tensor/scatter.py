@@ -4,19 +4,9 @@ after another in index order (sequential loops, so duplicate indices
 combine as the reference's loop does; with reduction none the last wins)."""
 from __future__ import annotations
 
-from ....ir.types import INDEX, i1
-from ..common import is_float, is_unsigned
+from ..common import data_index, is_float, is_unsigned
 from ..registry import lowering
 from .data_movement import copy_nest
-
-
-def _norm(cx, v, el, dim):
-    L = cx.L
-    i = L.op("arith.index_castui", [v], INDEX) if is_unsigned(el) else L.cast_index(v, el)
-    neg = L.op("arith.cmpi", [i, L.c(0)], i1, predicate="slt")
-    i = L.op("arith.select", [neg, L.add(i, dim), i], INDEX)
-    # out-of-range indices are invalid models; clamp so the access stays in bounds
-    return L.minmax_idx("min", L.minmax_idx("max", i, 0), dim - 1)
 
 
 def _combine(cx, op, red, old, new):
@@ -58,7 +48,7 @@ def lower_scatter_elements(cx, op):
     out = _copy_data(cx, op)
     ib, ub = cx.buf(ind), cx.buf(upd)
     with L.loops(ind.type.shape, parallel_outer=False, vectorize_inner=False) as ivs:
-        k = _norm(cx, L.load(ib, ivs), ind.type.element, data.type.shape[axis])
+        k = data_index(L, L.load(ib, ivs), ind.type.element, data.type.shape[axis])
         idx = [k if d == axis else iv for d, iv in enumerate(ivs)]
         new = L.load(ub, ivs)
         v = new if red in (None, "none") else _combine(cx, op, red, L.load(out, idx), new)
@@ -79,7 +69,7 @@ def lower_scatter_nd(cx, op):
     ib, ub = cx.buf(ind), cx.buf(upd)
     outer, inner = list(ish[:-1]), list(ds[k:])
     with L.loops(outer, parallel_outer=False, vectorize_inner=False) as ovs:
-        pre = [_norm(cx, L.load(ib, list(ovs) + [j]), ind.type.element, ds[j]) for j in range(k)]
+        pre = [data_index(L, L.load(ib, list(ovs) + [j]), ind.type.element, ds[j]) for j in range(k)]
         with L.loops(inner, parallel_outer=False) as ivs:
             idx = pre + list(ivs)
             new = L.load(ub, list(ovs) + list(ivs))
