@@ -33,8 +33,10 @@ def register_all_passes(ctx: Context) -> Context:
     from .transforms.fold_batchnorm import FoldBatchNormPass
     from .transforms.fold_constants import FoldConstantsPass
     from .transforms.fuse import FusePass
+    from .transforms.index_bounds import IndexBoundsPass
     from .transforms.shape_inference import ShapeInferencePass
-    for cls in (CanonicalizePass, CSEPass, DCEPass, FoldBatchNormPass, FoldConstantsPass, ShapeInferencePass,
+    for cls in (CanonicalizePass, CSEPass, DCEPass, FoldBatchNormPass, FoldConstantsPass, IndexBoundsPass,
+                ShapeInferencePass,
                 placement.MergeCompositesPass, placement.AnnotateTargetsPass, placement.MergeRegionsPass,
                 placement.PartitionPass, FusePass, ConvertOnnxToLoopPass, FuseRowsPass, StreamOutputsPass,
                 PrefetchRowsPass, PlanMemory):

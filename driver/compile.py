@@ -44,7 +44,8 @@ def _onnx_stats(func):
 
 def lower(module, pipeline):
     """onnx-dialect (or already lowered) module -> lowered, memory-planned
-    module; returns (signature names (ins, outs), onnx op statistics)."""
+    module; returns ((input names, output names, inputs' index bounds),
+    onnx op statistics)."""
     func = module.lookup_function("main_graph")
     if func is None:
         raise CLIError("the module has no @main_graph function")
@@ -58,13 +59,16 @@ def lower(module, pipeline):
         ft = func.get_attr("function_type")
         names = (_names(func, "arg_attrs", len(ft.inputs), "input_"),
                  _names(func, "res_attrs", len(ft.results), "output_"))
+    from tcc.dialects.transforms.index_bounds import arg_index_bound
+    bounds = [arg_index_bound(func, k) or () for k in range(len(names[0]))]
     pipeline.run(module, pipeline.host_lowering(_is_lowered(func)))
-    return names, stats
+    return (names[0], names[1], bounds), stats
 
 
-def _specs(types, names):
+def _specs(types, names, bounds=()):
     from tcc.runtime.artifact import TensorSpec
-    return [TensorSpec(n, tuple(t.shape), str(t.element)) for n, t in zip(names, types)]
+    bounds = list(bounds) + [()] * (len(names) - len(bounds))
+    return [TensorSpec(n, tuple(t.shape), str(t.element), (), b) for n, t, b in zip(names, types, bounds)]
 
 
 def _compile_info(options, low, onnx_stats, seconds):
@@ -100,7 +104,7 @@ class HostCode:
     """One host function compiled to object code."""
     obj: bytes
     low: object          # loop_to_native.Lowered (signature, weights, workspace)
-    names: tuple         # (input names, output names)
+    names: tuple         # (input names, output names, inputs' index bounds: TensorSpec.index_bound)
     onnx_stats: dict
     seconds: dict
 
@@ -161,7 +165,7 @@ def emit(module, pipeline):
     if options.emit == "obj":
         write_bytes(obj, _need_output(options))
         return options.output
-    ins, outs = _specs(low.inputs, names[0]), _specs(low.outputs, names[1])
+    ins, outs = _specs(low.inputs, names[0], names[2]), _specs(low.outputs, names[1])
     info = _compile_info(options, low, hc.onnx_stats, hc.seconds)
     weights = [(w.name, w.array) for w in low.weights]
     if options.emit == "lib":

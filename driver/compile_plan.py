@@ -96,6 +96,11 @@ def _value_plan(main):
     values = {}
     for v, n in names.items():
         values[n] = {"shape": list(v.type.shape), "element": str(v.type.element)}
+    from tcc.dialects.transforms.index_bounds import arg_index_bound
+    for k, n in enumerate(arg_names):
+        bound = arg_index_bound(main, k)
+        if bound:
+            values[n]["index_bound"] = list(bound)
     return steps, values, arg_names, [names[v] for v in block.last.operands]
 
 

@@ -97,7 +97,7 @@ def write_specializing_artifact(path, module, options):
         return [(attrs[i]["onnx.name"].value if i < len(attrs) and "onnx.name" in attrs[i] else f"{prefix}{i}")
                 for i in range(n)]
 
-    def spec(name, t):
+    def spec(name, t, bound=()):
         from tcc.dialects.ir.types import TensorType
         from tcc.runtime.containers import is_container, unwrap
         if is_container(t):
@@ -109,9 +109,11 @@ def write_specializing_artifact(path, module, options):
         if not isinstance(t, TensorType) or t.shape is None:
             raise TccError(f"'{name}' has type {t}: only tensors of known rank can be specialized at run time")
         shape = [-1 if d is None else d for d in t.shape]
-        return TensorSpec(name, tuple(shape), str(t.element)).to_json()
+        return TensorSpec(name, tuple(shape), str(t.element), (), bound).to_json()
 
-    ins = [spec(n, a.type) for n, a in zip(names("arg_attrs", len(block.args), "input_"), block.args)]
+    from tcc.dialects.transforms.index_bounds import arg_index_bound
+    ins = [spec(n, a.type, arg_index_bound(func, k) or ())
+           for k, (n, a) in enumerate(zip(names("arg_attrs", len(block.args), "input_"), block.args))]
     rets = block.last.operands
     outs = [spec(n, v.type) for n, v in zip(names("res_attrs", len(rets), "output_"), rets)]
     with tempfile.TemporaryDirectory(prefix="tcc-art-") as d:

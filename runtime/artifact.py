@@ -53,6 +53,10 @@ class TensorSpec:
     # ("seq",), ("opt",), ("opt", "seq")...: a sequence (a list) or optional
     # (None or the value) around the tensor, outermost first (runtime/containers.py)
     container: tuple = ()
+    # (n, "Gather node '...'"): an integer input whose values index a tensor
+    # (an embedding's token ids) and must lie in [-n, n), ONNX's negative
+    # indices included (dialects/transforms/index_bounds.py); () when none
+    index_bound: tuple = ()
 
     @property
     def dtype(self) -> np.dtype:
@@ -67,6 +71,8 @@ class TensorSpec:
              "element": self.element, "dtype": str(self.dtype)}
         if self.container:
             d["container"] = list(self.container)
+        if self.index_bound:
+            d["index_bound"] = list(self.index_bound)
         return d
 
     @classmethod
@@ -76,7 +82,13 @@ class TensorSpec:
         if not all(valid_kind(k) for k in container):
             raise ValueError(f"unknown container {list(container)} of '{d['name']}'")
         shape = None if d["shape"] is None and container else tuple(int(x) for x in d["shape"])
-        return cls(str(d["name"]), shape, str(d["element"]), container)
+        bound = d.get("index_bound") or ()
+        if bound:
+            if not (isinstance(bound, list) and len(bound) == 2 and type(bound[0]) is int and bound[0] > 0
+                    and isinstance(bound[1], str)):
+                raise ValueError(f"'{d['name']}' has a malformed index_bound {bound!r}")
+            bound = (bound[0], bound[1])
+        return cls(str(d["name"]), shape, str(d["element"]), container, bound)
 
 
 def _sha(data) -> str:

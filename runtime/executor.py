@@ -19,7 +19,8 @@ from tcc.dialects.ir.errors import TccError
 from .artifact import TensorSpec
 from .device import get_device
 from .jit import jit_entry
-from .signature import InputError, SignatureMixin, aligned_empty, data_ptr, format_specs, target_device
+from .signature import (InputError, SignatureMixin, aligned_empty, check_index_range, data_ptr, format_specs,
+                        target_device)
 
 HOST = "cpu"
 
@@ -264,6 +265,8 @@ class PlanSession(SignatureMixin):
                 f = v.flags
                 if not (f.c_contiguous and f.aligned):
                     break
+                if spec.index_bound:
+                    check_index_range(spec, v)
             else:
                 return self._run_direct(arrays, output_names)
         target = target_device(output_device)

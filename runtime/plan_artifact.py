@@ -41,7 +41,8 @@ def write_plan_artifact(path, *, steps, values, inputs, outputs, host_code, payl
                         "buffer_alignment": align}
     blob, index = pack_weights(weights)
     triple, cpu, feats = host_cpu()
-    spec = lambda n: TensorSpec(n, tuple(values[n]["shape"]), values[n]["element"]).to_json()  # noqa: E731
+    spec = lambda n: TensorSpec(n, tuple(values[n]["shape"]), values[n]["element"], (),  # noqa: E731
+                                tuple(values[n].get("index_bound", ()))).to_json()
     opts = {k: v for k, v in dataclasses.asdict(options).items() if k != "output"}
     manifest = {
         "format": FORMAT, "format_version": FORMAT_VERSION,

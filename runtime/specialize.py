@@ -56,7 +56,7 @@ import numpy as np
 from tcc.dialects.ir.errors import TccError
 
 from . import cache, containers
-from .signature import InputError, SignatureMixin, format_specs
+from .signature import InputError, SignatureMixin, check_index_range, format_specs
 
 IR_MEMBER, RES_MEMBER = "model.mlir", "model.mlir.resources"
 
@@ -228,6 +228,7 @@ class SpecializingSession(SignatureMixin):
         # session _cache holds for the call that made that tuple: see _fast_key
         self._fast = {}
         self._fast_ok = not any(t.container or t.dtype == object for t in self._inputs)
+        self._bounded = [(i, t) for i, t in enumerate(self._inputs) if t.index_bound]
         self._base_key = None
         self._tmpdir = None
         self._pending = {}  # key -> Future of its background compile
@@ -457,6 +458,8 @@ class SpecializingSession(SignatureMixin):
         fast = self._fast_key(given)
         sess = self._fast.get(fast) if fast is not None else None
         if sess is not None:
+            for i, spec in self._bounded:  # the one check a warm call keeps: what it reads may be refused
+                check_index_range(spec, given[i])
             return sess.run(given, output_names, output_device)
         arrays = self._check_dynamic(given)
         key = self._key(arrays)
