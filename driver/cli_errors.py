@@ -40,6 +40,11 @@ def run(cli, prog):
         sys.exit(130)
     except BrokenPipeError:
         sys.exit(1)
+    except MemoryError as e:  # the input asked for more than the machine has (Range to 10^13): not a bug
+        if debug:
+            raise
+        sys.stderr.write(f"{prog}: error: out of memory: {_one_line(str(e)) or 'an allocation failed'}\n")
+        sys.exit(1)
     except Exception as e:  # a bug in tcc: still one line, with the way to see more
         if debug:
             raise

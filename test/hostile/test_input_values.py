@@ -1,12 +1,14 @@
-"""Integer inputs that index a tensor (an embedding's token ids): values
+"""Input values (not shapes or dtypes) a model cannot take.
+
+Integer inputs that index a tensor (an embedding's token ids): values
 past the table are refused with a one-line error naming the input, the
 element and the node, as onnxruntime refuses them, by every session kind
 (a static host artifact, one placed on the cpu accelerator, a specializing
 one on its generic path and on its compiled code, warm calls included).
-Before, an id of 10^6 gave all-zero logits and -10^12 crashed the process.
 
 Indices computed inside the graph are clamped by the generated code, so a
-bad one stays inside the table (no wild read or write)."""
+bad one stays inside the table (no wild read or write). An output too
+large for memory is a one-line error too."""
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -162,3 +164,24 @@ def test_sequence_past_the_position_table_is_refused(accel, tmp_path, rng):
         msg = str(e.value)
         assert f"'ids' [2, {s}] do not fit the model" in msg and "node 'positions'" in msg, msg
         assert f"index {p} " in msg and f"out of range [-{p}, {p - 1}]" in msg, msg
+
+
+def test_an_output_too_large_for_memory_is_one_line(tmp_path, rng):
+    """Range(0, 10^17) asks for 800 PB, past any address space: a one-line
+    'out of memory', not an internal error; a small limit still runs."""
+    g = helper.make_graph([helper.make_node("Range", ["a", "b", "c"], ["y"])], "g",
+                          [helper.make_tensor_value_info(n, TensorProto.INT64, []) for n in "abc"],
+                          [helper.make_tensor_value_info("y", TensorProto.INT64, ["n"])])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]), tmp_path / "r.onnx")
+    assert run_tool("tcc", tmp_path / "r.onnx", "-o", tmp_path / "r.tcc").returncode == 0
+    n = int(rng.integers(3, 50))
+    for name, v in (("a", 0), ("b", n), ("c", 1), ("huge", 10 ** 17)):
+        np.save(tmp_path / f"{name}.npy", np.array(v, np.int64))
+    ok = run_tool("tcc-run", tmp_path / "r.tcc", "--input", f"a={tmp_path / 'a.npy'}", "--input",
+                  f"b={tmp_path / 'b.npy'}", "--input", f"c={tmp_path / 'c.npy'}", "--output-dir", tmp_path / "o")
+    assert ok.returncode == 0, ok.stderr
+    np.testing.assert_array_equal(np.load(tmp_path / "o" / "y.npy"), np.arange(n))
+    p = run_tool("tcc-run", tmp_path / "r.tcc", "--input", f"a={tmp_path / 'a.npy'}", "--input",
+                 f"b={tmp_path / 'huge.npy'}", "--input", f"c={tmp_path / 'c.npy'}")
+    assert_one_line_error(p, "out of memory")
+    assert "internal error" not in p.stderr
