@@ -194,6 +194,11 @@ class ShapeInferencePass(Pass):
             domain, short = split_op_name(op.name)
             if domain is None or op.name in ("onnx.NoValue", "onnx.Yield"):
                 continue
+            if self.strict and op.name == "onnx.Range":
+                delta = constant_value(op.operands[2])
+                if delta is not None and delta.size == 1 and delta.reshape(-1)[0] == 0:
+                    # onnx infers an empty result; onnxruntime and the reference refuse it
+                    raise ShapeMismatch(op, "Range's delta is 0")
             if all(isinstance(r.type, TensorType) and r.type.has_static_shape or r.type is NONE
                    for r in op.results):
                 continue

@@ -166,9 +166,10 @@ def test_sequence_past_the_position_table_is_refused(accel, tmp_path, rng):
         assert f"index {p} " in msg and f"out of range [-{p}, {p - 1}]" in msg, msg
 
 
-def test_an_output_too_large_for_memory_is_one_line(tmp_path, rng):
+def test_range_too_large_for_memory_or_with_zero_delta(tmp_path, rng):
     """Range(0, 10^17) asks for 800 PB, past any address space: a one-line
-    'out of memory', not an internal error; a small limit still runs."""
+    'out of memory', not an internal error; a zero delta is refused; a small
+    limit still runs."""
     g = helper.make_graph([helper.make_node("Range", ["a", "b", "c"], ["y"])], "g",
                           [helper.make_tensor_value_info(n, TensorProto.INT64, []) for n in "abc"],
                           [helper.make_tensor_value_info("y", TensorProto.INT64, ["n"])])
@@ -185,3 +186,7 @@ def test_an_output_too_large_for_memory_is_one_line(tmp_path, rng):
                  f"b={tmp_path / 'huge.npy'}", "--input", f"c={tmp_path / 'c.npy'}")
     assert_one_line_error(p, "out of memory")
     assert "internal error" not in p.stderr
+    np.save(tmp_path / "zero.npy", np.array(0, np.int64))  # onnxruntime refuses a zero delta too
+    p = run_tool("tcc-run", tmp_path / "r.tcc", "--input", f"a={tmp_path / 'a.npy'}", "--input",
+                 f"b={tmp_path / 'b.npy'}", "--input", f"c={tmp_path / 'zero.npy'}")
+    assert_one_line_error(p, "do not fit the model", "Range's delta is 0")
