@@ -225,9 +225,9 @@ static inline __attribute__((always_inline)) void tile(const packed_job *j, long
     const float *b = j->Bp + (c0 / PN) * j->pstride + c0 % PN;
     const int next = j->padded && j->mblocks > 1 && c0 + HN < j->N;
     const long nc = c0 + HN;
-    const char *nb = (const char *)(next ? j->Bp + (nc / PN) * j->pstride + nc % PN : b);
-    unsigned long pos = next ? (unsigned long)r * K * (1ul << 16) / j->mblocks : 0;
-    const unsigned long step = next ? (1ul << 16) / j->mblocks : 0;
+    /* this row block's share of the next half panel's K lines */
+    const long p0 = next ? r * K / j->mblocks : 0, p1 = next ? (r + 1) * K / j->mblocks : 0;
+    const char *nb = (const char *)(next ? j->Bp + (nc / PN) * j->pstride + nc % PN : b) + p0 * PN * 4;
     const __m256 z = _mm256_setzero_ps();
 #define DECL(i) __m256 c##i##0 = z, c##i##1 = z;
     REP6(DECL)
@@ -237,21 +237,33 @@ static inline __attribute__((always_inline)) void tile(const packed_job *j, long
         c##i##0 = _mm256_fmadd_ps(av, b0, c##i##0);                                                              \
         c##i##1 = _mm256_fmadd_ps(av, b1, c##i##1);                                                              \
     }
+#define STEP                                                                                                     \
+    const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);                                          \
+    _mm_prefetch((const char *)(b + PF_K * PN), _MM_HINT_T0);                                                    \
+    REP6(FMA)
     /* One k per iteration: Zen 3 issues the loop's ~30 operations in the
      * 6 cycles its 12 FMAs take. Unrolled by 4 (as on AVX-512), GCC hoisted
      * the later steps' loads and spilled accumulators: 2-3x slower (best of
-     * 15 interleaved rounds, 1 thread, EPYC Zen 3). */
+     * 15 interleaved rounds, 1 thread, EPYC Zen 3); with a compiler barrier
+     * between the steps, by 2: no faster, by 4: 1.15x slower (Zen 2).
+     * The loads (2 of B, 6 broadcasts) take most of the two load ports'
+     * slots, so the next half panel's lines are prefetched one per k in a
+     * loop of their own, then none: a prefetch in every k (the same line
+     * mblocks times over) made the MLP's layers 5-8 % slower (Zen 2, 1
+     * thread, 30 interleaved rounds against onnxruntime). Blocking K (256
+     * rows of the half panel kept in L1 while the row blocks pass) measured
+     * 4-7 % slower than streaming the half panel from L2. */
     const __m256i m0 = tail_mask(nr), m1 = tail_mask(nr - 8);
-    if (j->padded)
-        for (long k = 0; k < K; k++, a += cs, a3 += cs, b += PN) {
-            const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
-            _mm_prefetch((const char *)(b + PF_K * PN), _MM_HINT_T0);
-            if (next) {
-                _mm_prefetch(nb + (pos >> 16) * PN * 4, _MM_HINT_T1);
-                pos += step;
-            }
-            REP6(FMA)
+    if (j->padded) {
+        long k = 0;
+        for (; k < p1 - p0 && k < K; k++, a += cs, a3 += cs, b += PN) {
+            _mm_prefetch(nb + k * PN * 4, _MM_HINT_T1);
+            STEP
         }
+        for (; k < K; k++, a += cs, a3 += cs, b += PN) {
+            STEP
+        }
+    }
     else
         /* masked: a row-major B ends at column N */
         for (long k = 0; k < K; k++, a += cs, a3 += cs, b += ldb) {
