@@ -261,7 +261,10 @@ static inline __attribute__((always_inline)) void tile(const packed_job *j, long
      * slots, so the next half panel's lines are prefetched one per k in a
      * loop of their own, then none: a prefetch in every k (the same line
      * mblocks times over) made the MLP's layers 5-8 % slower (Zen 2, 1
-     * thread, 30 interleaved rounds against onnxruntime). Blocking K (256
+     * thread, 30 interleaved rounds against onnxruntime); without that
+     * prefetch a layer alone ran 1-5 % faster (its B hot in L3) but the MLP
+     * 0.96-1.08x onnxruntime's time against 0.84-0.86x with it (1 and 2
+     * threads, bench_cpu_accel.py, back to back). Blocking K (256
      * rows of the half panel kept in L1 while the row blocks pass) measured
      * 4-7 % slower than streaming the half panel from L2. */
     const __m256i m0 = tail_mask(nr), m1 = tail_mask(nr - 8);
