@@ -213,6 +213,17 @@ static inline __m256i tail_mask(long n) { /* lanes [0, n) of 8 */
     return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
+/* tcc_cpu_epilogue's Relu/Clip/Leaky on a vector, NaN handled as there
+ * (max/min return their second operand when either is NaN) */
+static inline __m256 epi_act(__m256 v, int act, float a0, float a1) {
+    const __m256 z = _mm256_setzero_ps();
+    if (act == TCC_ACT_RELU) return _mm256_max_ps(v, z);
+    if (act == TCC_ACT_CLIP) return _mm256_min_ps(_mm256_set1_ps(a1), _mm256_max_ps(_mm256_set1_ps(a0), v));
+    if (act == TCC_ACT_LEAKY)
+        return _mm256_blendv_ps(_mm256_mul_ps(v, _mm256_set1_ps(a0)), v, _mm256_cmp_ps(v, z, _CMP_GE_OQ));
+    return v;
+}
+
 /* MR rows from i0 x 16 columns from h * 16. While the row blocks of half
  * panel h pass over it (from L2), each prefetches its share of the next
  * half's lines into L2, as the AVX-512 tiles do for the next panel. Rows
@@ -225,9 +236,9 @@ static inline __attribute__((always_inline)) void tile(const packed_job *j, long
     const float *b = j->Bp + (c0 / PN) * j->pstride + c0 % PN;
     const int next = j->padded && j->mblocks > 1 && c0 + HN < j->N;
     const long nc = c0 + HN;
-    const char *nb = (const char *)(next ? j->Bp + (nc / PN) * j->pstride + nc % PN : b);
-    unsigned long pos = next ? (unsigned long)r * K * (1ul << 16) / j->mblocks : 0;
-    const unsigned long step = next ? (1ul << 16) / j->mblocks : 0;
+    /* this row block's share of the next half panel's K lines */
+    const long p0 = next ? r * K / j->mblocks : 0, p1 = next ? (r + 1) * K / j->mblocks : 0;
+    const char *nb = (const char *)(next ? j->Bp + (nc / PN) * j->pstride + nc % PN : b) + p0 * PN * 4;
     const __m256 z = _mm256_setzero_ps();
 #define DECL(i) __m256 c##i##0 = z, c##i##1 = z;
     REP6(DECL)
@@ -237,21 +248,36 @@ static inline __attribute__((always_inline)) void tile(const packed_job *j, long
         c##i##0 = _mm256_fmadd_ps(av, b0, c##i##0);                                                              \
         c##i##1 = _mm256_fmadd_ps(av, b1, c##i##1);                                                              \
     }
+#define STEP                                                                                                     \
+    const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);                                          \
+    _mm_prefetch((const char *)(b + PF_K * PN), _MM_HINT_T0);                                                    \
+    REP6(FMA)
     /* One k per iteration: Zen 3 issues the loop's ~30 operations in the
      * 6 cycles its 12 FMAs take. Unrolled by 4 (as on AVX-512), GCC hoisted
      * the later steps' loads and spilled accumulators: 2-3x slower (best of
-     * 15 interleaved rounds, 1 thread, EPYC Zen 3). */
+     * 15 interleaved rounds, 1 thread, EPYC Zen 3); with a compiler barrier
+     * between the steps, by 2: no faster, by 4: 1.15x slower (Zen 2).
+     * The loads (2 of B, 6 broadcasts) take most of the two load ports'
+     * slots, so the next half panel's lines are prefetched one per k in a
+     * loop of their own, then none: a prefetch in every k (the same line
+     * mblocks times over) made the MLP's layers 5-8 % slower (Zen 2, 1
+     * thread, 30 interleaved rounds against onnxruntime); without that
+     * prefetch a layer alone ran 1-5 % faster (its B hot in L3) but the MLP
+     * 0.96-1.08x onnxruntime's time against 0.84-0.86x with it (1 and 2
+     * threads, bench_cpu_accel.py, back to back). Blocking K (256
+     * rows of the half panel kept in L1 while the row blocks pass) measured
+     * 4-7 % slower than streaming the half panel from L2. */
     const __m256i m0 = tail_mask(nr), m1 = tail_mask(nr - 8);
-    if (j->padded)
-        for (long k = 0; k < K; k++, a += cs, a3 += cs, b += PN) {
-            const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
-            _mm_prefetch((const char *)(b + PF_K * PN), _MM_HINT_T0);
-            if (next) {
-                _mm_prefetch(nb + (pos >> 16) * PN * 4, _MM_HINT_T1);
-                pos += step;
-            }
-            REP6(FMA)
+    if (j->padded) {
+        long k = 0;
+        for (; k < p1 - p0 && k < K; k++, a += cs, a3 += cs, b += PN) {
+            _mm_prefetch(nb + k * PN * 4, _MM_HINT_T1);
+            STEP
         }
+        for (; k < K; k++, a += cs, a3 += cs, b += PN) {
+            STEP
+        }
+    }
     else
         /* masked: a row-major B ends at column N */
         for (long k = 0; k < K; k++, a += cs, a3 += cs, b += ldb) {
@@ -262,12 +288,49 @@ static inline __attribute__((always_inline)) void tile(const packed_job *j, long
     float *C = j->C + i0 * j->ldc + c0;
     const __m256 al = _mm256_set1_ps(j->alpha);
     const int scale = j->alpha != 1.f;
+    /* The epilogue in registers before the store where it is per column or
+     * per row, an optional residual and Relu/Clip/Leaky (a Gemm/MatMul's
+     * bias + Relu), not in tcc_cpu_epilogue's pass over the stored tile: 1-3 %
+     * faster on the MLP's 64x784x1024 and 64x1024x1024 with bias + Relu (Zen 2,
+     * 1 thread, two in-process runs of 20 rounds against onnxruntime). The
+     * others (full-matrix bias, Sigmoid/Tanh) still take that pass. */
+    const tcc_epilogue *ep = j->ep;
+    const int bm = ep && ep->bias ? ep->bias_mode : 0, act = ep ? ep->act : TCC_ACT_NONE;
+    const int inreg = ep && bm != 3 && (act == TCC_ACT_NONE || act == TCC_ACT_RELU || act == TCC_ACT_CLIP ||
+                                        act == TCC_ACT_LEAKY);
+    __m256 bc0 = z, bc1 = z;
+    if (inreg && bm == 1) {
+        const __m256 bs = _mm256_set1_ps(ep->bias_scale);
+        bc0 = _mm256_mul_ps(bs, _mm256_maskload_ps(ep->bias + c0, m0));
+        bc1 = _mm256_mul_ps(bs, _mm256_maskload_ps(ep->bias + c0 + 8, m1));
+    } else if (inreg && bm == 4) {
+        bc0 = bc1 = _mm256_set1_ps(ep->bias_scale * ep->bias[0]);
+    }
+#define EPI(i)                                                                                                   \
+    if (MR > i && inreg) {                                                                                       \
+        if (bm == 2) {                                                                                           \
+            const __m256 br = _mm256_set1_ps(ep->bias_scale * ep->bias[i0 + i]);                                \
+            c##i##0 = _mm256_add_ps(c##i##0, br);                                                                \
+            c##i##1 = _mm256_add_ps(c##i##1, br);                                                                \
+        } else if (bm) {                                                                                         \
+            c##i##0 = _mm256_add_ps(c##i##0, bc0);                                                               \
+            c##i##1 = _mm256_add_ps(c##i##1, bc1);                                                               \
+        }                                                                                                        \
+        if (ep->residual) {                                                                                      \
+            const float *rr = ep->residual + (i0 + i) * j->ldc + c0;                                             \
+            c##i##0 = _mm256_add_ps(c##i##0, _mm256_maskload_ps(rr, m0));                                        \
+            c##i##1 = _mm256_add_ps(c##i##1, _mm256_maskload_ps(rr + 8, m1));                                    \
+        }                                                                                                        \
+        c##i##0 = epi_act(c##i##0, act, ep->a0, ep->a1);                                                         \
+        c##i##1 = epi_act(c##i##1, act, ep->a0, ep->a1);                                                         \
+    }
 #define STORE(i)                                                                                                 \
     if (MR > i) {                                                                                                \
         if (scale) {                                                                                             \
             c##i##0 = _mm256_mul_ps(c##i##0, al);                                                                \
             c##i##1 = _mm256_mul_ps(c##i##1, al);                                                                \
         }                                                                                                        \
+        EPI(i)                                                                                                   \
         if (nr == HN) {                                                                                          \
             _mm256_storeu_ps(C + i * j->ldc, c##i##0);                                                           \
             _mm256_storeu_ps(C + i * j->ldc + 8, c##i##1);                                                       \
@@ -277,7 +340,7 @@ static inline __attribute__((always_inline)) void tile(const packed_job *j, long
         }                                                                                                        \
     }
     REP6(STORE)
-    if (j->ep) tcc_cpu_epilogue(j->ep, j->C, j->ldc, j->N, i0, i0 + MR, c0, c0 + nr);
+    if (ep && !inreg) tcc_cpu_epilogue(ep, j->C, j->ldc, j->N, i0, i0 + MR, c0, c0 + nr);
 }
 
 typedef void (*tile_fn)(const packed_job *, long, long, long);

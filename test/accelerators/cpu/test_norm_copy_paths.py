@@ -72,6 +72,33 @@ def test_softmax_layernorm_streamed(isa, offset):
     np.testing.assert_allclose(y, want, rtol=1e-4, atol=2e-6 * cols)
 
 
+@pytest.mark.parametrize("isa", ["avx512", "avx2", "generic"])
+def test_softmax_layernorm_spread(isa):
+    """The fused rows take the probabilities' variance from the exponentials'
+    sum and sum of squares (no pass around the mean): rows from nearly
+    uniform (variance far below epsilon) to one-hot-like (variance ~1/cols),
+    one row and many, row lengths with a tail past the vectors, epsilon from
+    1e-3 down to 1e-8."""
+    lib = lib_at(isa, 2)
+    lib.tcc_cpu_softmax_layernorm.argtypes = [L, L, P, P, P, F, P]
+    for rows, cols in ((1, 1023), (1, 17), (7, 1024), (3, 333)):
+        for spread in (1e-3, 0.3, 3.0, 12.0):
+            for eps in (1e-3, 1e-5, 1e-8):
+                x = (rng.standard_normal((rows, cols)) * spread + rng.standard_normal()).astype(np.float32)
+                s, bias = rng.standard_normal(cols).astype(np.float32), rng.standard_normal(cols).astype(np.float32)
+                y = np.empty_like(x)
+                lib.tcc_cpu_softmax_layernorm(rows, cols, x.ctypes.data, s.ctypes.data, bias.ctypes.data, eps,
+                                              y.ctypes.data)
+                x64 = x.astype(np.float64)
+                e = np.exp(x64 - x64.max(1, keepdims=True))
+                sm = e / e.sum(1, keepdims=True)
+                sd = np.sqrt(sm.var(1, keepdims=True) + eps)
+                want = (sm - sm.mean(1, keepdims=True)) / sd * s + bias
+                # float32 probabilities carry ~1e-7 of their own size; normalized by sd
+                tol = 4e-7 * sm.max(1, keepdims=True) / sd * np.abs(s) + 1e-5
+                assert (np.abs(y - want) <= tol).all(), (rows, cols, spread, eps, float(np.max(np.abs(y - want) / tol)))
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("isa", ["avx512", "avx2", "generic"])
 def test_transpose(isa, threads):
