@@ -29,6 +29,62 @@ def _size(t):
     return int(np.prod(t.shape, dtype=np.int64)) if t.shape else 1
 
 
+# A kernel call with less work than this (multiply-adds, or their equivalent,
+# see call_work) runs on the calling thread alone (tcc_cpu_set_inline). On
+# the 2-core Zen 2 (2 threads, each layer of efficientnet and shufflenet
+# timed in their generated C, interleaved with the same layer on one thread,
+# medians): a 2x64x16x16 -> 16 pointwise conv (524K, 15 us on one core) ran
+# no faster on two, nor did shufflenet's pointwise -> depthwise pairs (405K)
+# and stem (331K); its 8-channel-group 1x1s (98K) took 3x the time; the
+# SiLU pairs (1.0-2.4M with the activations counted) ran 1.3-1.6x faster.
+# What two threads add is the other core's wake-up and the transfer of the
+# half of the input that core did not write (a few us), not the pool's
+# dispatch (~1 us).
+SERIAL_WORK = 768 * 1024
+# The multiply-add equivalents of one output of these activations (a vector
+# exp and a division: with 16-24 input channels a SiLU costs about as much
+# as the output's multiply-adds, see the README).
+ACT_WORK = {"sigmoid": 24, "silu": 24, "tanh": 24}
+# The same for one element of a fused elementwise loop's ops (per op).
+EW_OP_WORK = {"Exp": 16, "Log": 16, "Tanh": 24, "Sigmoid": 24, "Erf": 24, "Pow": 16, "Div": 4, "Sqrt": 4}
+
+
+def _conv_work(x_shape, w_shape, y_shape, act):
+    n, m, oh, ow = y_shape
+    outs = n * m * oh * ow
+    return outs * int(np.prod(w_shape[1:])) + outs * ACT_WORK.get(act, 0)
+
+
+def call_work(op):
+    """The work of the kernel call an op becomes, in multiply-adds (or
+    equivalents), for SERIAL_WORK; None where the kernel decides its own
+    split (GEMMs, softmax/layernorm, RNNs: their kernels keep small products
+    on one thread already)."""
+    n = op.name
+    if n == "cpu.conv":
+        return _conv_work(op.operands[0].type.shape, op.operands[1].type.shape, op.results[0].type.shape,
+                          op.get_attr("act"))
+    if n in ("cpu.conv_pw_dw", "cpu.conv_dw_pw"):
+        x, w1, w2 = op.operands[0], op.operands[1], op.operands[3 if op.get_attr(n[-5:-3] + "_has_bias") else 2]
+        y = op.results[0].type.shape
+        if n == "cpu.conv_pw_dw":
+            mid = (x.type.shape[0], w1.type.shape[0]) + tuple(x.type.shape[2:])
+            first = _conv_work(x.type.shape, w1.type.shape, mid, op.get_attr("pw_act"))
+        else:
+            mid = (y[0], x.type.shape[1]) + tuple(y[2:])
+            first = _conv_work(x.type.shape, w1.type.shape, mid, op.get_attr("dw_act"))
+        return first + _conv_work(mid, w2.type.shape, y, op.get_attr("act"))
+    if n in ("cpu.maxpool", "cpu.avgpool"):
+        kh, kw = op.get_attr("kernel")
+        return _size(op.results[0].type) * kh * kw
+    if n in ("cpu.global_avgpool", "cpu.transpose"):
+        return _size(op.operands[0].type)
+    if n == "cpu.elementwise":
+        ops = [o.name[5:] for o in op.regions[0].blocks[0].ops if o.name.startswith("onnx.")]
+        return _size(op.results[0].type) * sum(EW_OP_WORK.get(o, 1) for o in ops)
+    return None
+
+
 def conv_scratch(x_shape, w_shape, y_shape, strides, pads, group):
     n, c, h, w = x_shape
     m, cg, kh, kw = w_shape
@@ -543,10 +599,15 @@ class FunctionCodegen:
             n = op.name
             if n in ("onnx.Constant", "onnx.NoValue", "cpu.reshape", "func.return"):
                 continue
+            start = len(self.lines)
             if n in ("cpu.maxpool", "cpu.avgpool"):
                 self.op_pool(op)
             else:
                 getattr(self, "op_" + n[4:])(op)
+            work = call_work(op)
+            if work is not None and work < SERIAL_WORK:
+                self.lines.insert(start, f"    {{ const int inline_ = tcc_cpu_set_inline(1); /* {work} multiply-adds */")
+                self.lines.append("    tcc_cpu_set_inline(inline_); }")
         for idx, v in self.copies:
             self.emit(f"tcc_cpu_copy((float *)args[{idx}], {self.ptr(v)}, {_size(v.type)});")
         if self.scratch:

@@ -22,6 +22,12 @@ typedef void (*tcc_task_fn)(void *ctx, long begin, long end);
  * items) that idle threads steal; returns when all are done. Nested calls
  * (from inside a task) run inline. */
 void tcc_cpu_parallel_for(long n, long grain, tcc_task_fn fn, void *ctx);
+/* on = 1: this thread's parallel_for calls run inline, on this thread alone,
+ * until set back (0); returns the previous setting. Generated code wraps
+ * calls too small to gain from the pool in it (codegen.SERIAL_WORK): on the
+ * 2-core Zen 2 the other core's wake-up and the transfer of the data it
+ * reads cost more than half of such a call's work. */
+int tcc_cpu_set_inline(int on);
 int tcc_cpu_num_threads(void);
 void tcc_cpu_set_num_threads(int n);
 const char *tcc_cpu_isa(void);

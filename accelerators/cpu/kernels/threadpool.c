@@ -119,6 +119,12 @@ void tcc_cpu_set_num_threads(int n) {
     g_limit = n;
 }
 
+int tcc_cpu_set_inline(int on) {
+    const int was = t_in_task;
+    t_in_task = on;
+    return was;
+}
+
 void tcc_cpu_parallel_for(long n, long grain, tcc_task_fn fn, void *ctx) {
     if (n <= 0) return;
     int nt = tcc_cpu_num_threads();

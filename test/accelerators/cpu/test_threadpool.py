@@ -86,3 +86,55 @@ def test_host_runtime_shares_the_kernel_pool(tmp_path):
     line = [ln for ln in r.stdout.splitlines() if ln.startswith("THREADS")][0]
     before, after = map(int, line.split()[1:])
     assert after == before, f"the host runs started threads of their own: {before} -> {after}"
+
+
+def test_set_inline_runs_parallel_for_on_the_calling_thread():
+    """tcc_cpu_set_inline(1): every item on the calling thread, once, as one
+    call of the task; set back, the pool takes the items again; it returns
+    the previous setting (generated code restores it)."""
+    import threading
+    from tcc.accelerators.cpu import build
+    lib = build.load_kernels()
+    lib.tcc_cpu_parallel_for.argtypes = [ctypes.c_long, ctypes.c_long, TASK, ctypes.c_void_p]
+    lib.tcc_cpu_parallel_for.restype = None
+    lib.tcc_cpu_set_num_threads(2)
+    me = threading.get_ident()
+    try:
+        calls = []
+
+        def task(ctx, b, e):
+            calls.append((threading.get_ident(), b, e))
+        assert lib.tcc_cpu_set_inline(1) == 0
+        lib.tcc_cpu_parallel_for(64, 1, TASK(task), None)
+        assert calls == [(me, 0, 64)], calls
+        assert lib.tcc_cpu_set_inline(0) == 1
+        calls.clear()
+        lib.tcc_cpu_parallel_for(64, 1, TASK(task), None)
+        assert sorted(b for _, b, _ in calls)[0] == 0 and len(calls) > 1, calls
+    finally:
+        lib.tcc_cpu_set_num_threads(0)
+
+
+@pytest.mark.parametrize("c,hw,serial", [(16, 8, True), (64, 32, False)])
+def test_small_calls_run_inline(c, hw, serial, tmp_path):
+    """A conv with less work than codegen.SERIAL_WORK (16 -> 16 at 8x8: 16K
+    multiply-adds) is wrapped in tcc_cpu_set_inline; a large one (64 -> 64
+    at 32x32: 4M) goes through the pool; both agree with onnxruntime on
+    fresh random data at the pool's thread count."""
+    from onnx import helper
+
+    from tcc.accelerators.cpu import codegen
+
+    from .helpers import c_source_of, check, model, rand
+    x, w, b = rand(1, c, hw, hw), rand(c, c, 1, 1), rand(c)
+    m = model([helper.make_node("Conv", ["x", "w", "b"], ["c"]), helper.make_node("Relu", ["c"], ["y"])],
+              [("x", x.shape)], [("y", x.shape)], [("w", w), ("b", b)])
+    sess = check(m, {"x": x}, kernel="tcc_cpu_conv2d_pw", tmp_path=tmp_path)
+    src = c_source_of(sess.path)
+    # the partition is this one call: wrapped, or not, as a whole
+    body = src[src.index("void tcc_part_"):]
+    lines = [ln.strip() for ln in body.splitlines() if ln.strip()][2:-1]
+    wrapped = lines[0].startswith("{ const int inline_ = tcc_cpu_set_inline(1);") and \
+        lines[-1] == "tcc_cpu_set_inline(inline_); }"
+    assert wrapped == serial and body.count("tcc_cpu_set_inline(1)") == serial, body
+    assert (c * c * hw * hw < codegen.SERIAL_WORK) == serial
