@@ -65,10 +65,10 @@ def lower(module, pipeline):
     return (names[0], names[1], bounds), stats
 
 
-def _specs(types, names, bounds=()):
+def _specs(types, names, bounds=None):
     from tcc.runtime.artifact import TensorSpec
-    bounds = list(bounds) + [()] * (len(names) - len(bounds))
-    return [TensorSpec(n, tuple(t.shape), str(t.element), (), b) for n, t, b in zip(names, types, bounds)]
+    return [TensorSpec(n, tuple(t.shape), str(t.element), (), b)
+            for n, t, b in zip(names, types, bounds or [()] * len(names))]
 
 
 def _compile_info(options, low, onnx_stats, seconds):
