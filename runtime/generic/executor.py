@@ -42,6 +42,8 @@ from ..host_ops import HostOpRunner, is_host_op
 from ..staged import ALWAYS_STAGED, CONTAINER_OPS, Optional, _op_model, _reparse, _to_rank
 from . import elementwise, nn, reduce, rnn, shape  # noqa: F401 - they register their kernels
 from .fusion import fuse
+from .tape import Tape
+from .tape import enabled as tape_enabled
 from .toolkit import KERNELS, GenericShapeError, Node
 
 KEYS = 16  # input-shape keys whose shape values are kept
@@ -168,10 +170,16 @@ class GenericPlan:
         self.fused = [s[4] for s in steps if " + " in s[4]]  # the fused steps' names (for tests)
         self._all = [s[:5] for s in steps]
         self._data = [s[:5] for s in steps if not s[5]]
+        self._data_nodes = [s[6] for s in steps if not s[5]]
         self._warm = _straight_line(self._data, self._outs)
         self._shape_slots = [i for i, k in enumerate(self._kinds) if k == SHAPE]
         self._keyed = OrderedDict()  # input shapes -> the table with their shape values filled in
         self._lock = threading.Lock()
+        # input shapes -> their native tape (tape.py), or the values' shapes and
+        # dtypes its build reads (the first run's), or False where it cannot be built
+        self._tapes = {}
+        self._tape_lock = threading.Lock()
+        self._packed = {}  # constant slot -> its packed panels (tape.py), for every key
 
     def _kernel(self, op, module, ins, host):
         """(fn, several results?, captured outer values, node name) for one op."""
@@ -231,6 +239,14 @@ class GenericPlan:
         for i, a in zip(self._args, arrays):
             t[i] = a
         if table is not None:
+            tape = self._tape_for(key, table)
+            if tape is not None:
+                try:
+                    outs = tape.run(arrays)
+                except Exception:  # noqa: BLE001 - the numpy path below runs it, naming a failing node
+                    outs = None
+                if outs is not None:
+                    return [_owned(v, self._kinds[i] == DATA) for i, v in zip(self._outs, outs)]
             try:
                 with np.errstate(all="ignore"):
                     return [_owned(v, self._kinds[i] == DATA) for i, v in zip(self._outs, self._warm(t))]
@@ -257,11 +273,37 @@ class GenericPlan:
                 if isinstance(v, np.ndarray):
                     v.setflags(write=False)
                 keep[i] = v
+            infos = {i: (v.shape, v.dtype) for i, v in enumerate(t) if isinstance(v, np.ndarray)}
             with self._lock:
                 self._keyed[key] = keep
+                self._tapes[key] = infos
                 while len(self._keyed) > KEYS:
-                    self._keyed.popitem(last=False)
+                    self._tapes.pop(self._keyed.popitem(last=False)[0], None)
         return [_owned(t[i], self._kinds[i] == DATA) for i in self._outs]
+
+
+    def _tape_for(self, key, table):
+        """This key's native tape, built on its second run; None where there
+        is none (yet, or for good)."""
+        got = self._tapes.get(key)
+        if got is None or got is False or isinstance(got, Tape):
+            return got or None
+        if not tape_enabled() or not self._tape_lock.acquire(blocking=False):
+            return None  # another thread builds it: the numpy path meanwhile
+        try:
+            got = self._tapes.get(key)
+            if isinstance(got, dict):
+                try:
+                    built = Tape(self, table, got, self._data, self._data_nodes)
+                    got = built if built.n_native else False
+                except Exception:  # noqa: BLE001 - the numpy path serves this key
+                    got = False
+                with self._lock:
+                    if key in self._keyed:
+                        self._tapes[key] = got
+        finally:
+            self._tape_lock.release()
+        return got or None
 
 
 def _straight_line(steps, outs):

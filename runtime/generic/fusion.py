@@ -171,6 +171,7 @@ def _rmsnorm(k, steps, only_reader, kinds, base):
         if x.size:
             f(x.size // x.shape[-1], x.shape[-1], ptr(x), w_ptr, eps, ptr(y))
         return y
+    rmsnorm.tape_rms = (keep, eps)  # tape.py's record
     return (rmsnorm, (x,), cur), chain
 
 

@@ -68,6 +68,7 @@ def _with_epilogue(fn, bias, act):
         if bias is not None:
             np.add(y, bias, out=y)
         return apply_activation(y, act) if act is not None else y
+    fused.tape_epilogue = (bias, act)  # what tape.py's product record applies
     return fused
 
 
@@ -243,6 +244,34 @@ def _conv_fn(node, lib, act):
     const_w, const_b = (node.consts + [None] * 3)[1:3]
     resolved, lock = {}, threading.Lock()
 
+    def setup(xs, ws):
+        """The parameter struct for input shape xs and weights ws (a 1-D
+        convolution as a 2-D one of height 1); GenericShapeError where they
+        do not fit the node."""
+        spatial = len(xs) - 2
+        ks = list(node.get("kernel_shape", ws[2:]))
+        st = list(node.get("strides", [1] * spatial))
+        dl = list(node.get("dilations", [1] * spatial))
+        if xs[1] != ws[1] * group or ws[0] % group:
+            raise node.error(f"cannot convolve {list(xs)} with weights {list(ws)} in {group} groups")
+        pads = _pads(node, spatial, xs[2:], ks, st, dl)
+        if spatial == 1:
+            xs = (xs[0], xs[1], 1, xs[2])
+            ks, st, dl, pads = [1] + ks, [1] + st, [1] + dl, [0, pads[0], 0, pads[1]]
+        n, c, h, wd = xs
+        oh = (h + pads[0] + pads[2] - ((ks[0] - 1) * dl[0] + 1)) // st[0] + 1
+        ow = (wd + pads[1] + pads[3] - ((ks[1] - 1) * dl[1] + 1)) // st[1] + 1
+        if oh <= 0 or ow <= 0:
+            raise node.error(f"cannot convolve {list(xs)} with a {ks} kernel (pads {pads})")
+        return ConvParams(n, c, h, wd, ws[0], ks[0], ks[1], oh, ow, st[0], st[1], dl[0], dl[1],
+                          pads[0], pads[1], pads[2], pads[3], group)
+
+    def tape_setup(xs, ws):  # tape.py: (parameters, scratch floats, activation) or None
+        if len(xs) - 2 not in (1, 2) or len(ws) != len(xs):
+            return None
+        p = setup(xs, ws)
+        return p, max(int(lib.tcc_cpu_conv2d_scratch(ctypes.byref(p))), 1), (code, a0, a1)
+
     def conv(x, w, b=None):
         got = resolved.get(x.shape)
         if got is not None and w is const_w and b is const_b and x.dtype == np.float32:
@@ -256,23 +285,11 @@ def _conv_fn(node, lib, act):
         spatial = x.ndim - 2
         if x.dtype != np.float32 or spatial not in (1, 2) or w.ndim != x.ndim:
             raise NotImplementedError("Conv beyond 1-D/2-D float32")
-        ks = list(node.get("kernel_shape", w.shape[2:]))
-        st = list(node.get("strides", [1] * spatial))
-        dl = list(node.get("dilations", [1] * spatial))
-        if x.shape[1] != w.shape[1] * group or w.shape[0] % group:
-            raise node.error(f"cannot convolve {list(x.shape)} with weights {list(w.shape)} in {group} groups")
-        pads = _pads(node, spatial, x.shape[2:], ks, st, dl)
+        p = setup(x.shape, w.shape)
         if spatial == 1:  # a 1-D convolution is a 2-D one of height 1
             x, w = x[:, :, None, :], w[:, :, None, :]
-            ks, st, dl, pads = [1] + ks, [1] + st, [1] + dl, [0, pads[0], 0, pads[1]]
         x, w = f32(x), f32(w)
-        n, c, h, wd = x.shape
-        oh = (h + pads[0] + pads[2] - ((ks[0] - 1) * dl[0] + 1)) // st[0] + 1
-        ow = (wd + pads[1] + pads[3] - ((ks[1] - 1) * dl[1] + 1)) // st[1] + 1
-        if oh <= 0 or ow <= 0:
-            raise node.error(f"cannot convolve {list(x.shape)} with a {ks} kernel (pads {pads})")
-        p = ConvParams(n, c, h, wd, w.shape[0], ks[0], ks[1], oh, ow, st[0], st[1], dl[0], dl[1],
-                       pads[0], pads[1], pads[2], pads[3], group)
+        n, oh, ow = p.n, p.oh, p.ow
         y = np.empty((n, w.shape[0], oh, ow), np.float32)
         bias = None if b is None else f32(b)
         ep = Epilogue(None if bias is None else ptr(bias), 0 if bias is None else 2, 1.0, None, code, a0, a1)
@@ -287,6 +304,7 @@ def _conv_fn(node, lib, act):
                 resolved[shape] = (ctypes.byref(p), ctypes.byref(ep), n_scratch, y.shape, ptr(w), spatial,
                                    (p, ep, bias))
         return y[:, :, 0, :] if spatial == 1 else y
+    conv.tape_setup = tape_setup
     return conv
 
 

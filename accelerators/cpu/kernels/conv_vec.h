@@ -149,6 +149,7 @@ CV_INLINE float cv_bias(const cv_ep *e, long m) {
 /* mathfun.h's tcc_exp_ on a vector (the same steps, so the same results). */
 CV_INLINE vf cv_exp_v(vf x) {
     typedef int vi32 __attribute__((vector_size(VL * 4)));
+    const vi32 under = (vi32)(x < (vf){0} - 87.3365447504f);  /* all ones below ln(FLT_MIN): 0 there, as tcc_exp_ */
     x = v_min(v_max(x, (vf){0} - 87.3365447504f), (vf){0} + 88.3762626647949f);
     vf n = x * 1.44269504088896341f + 0.5f;
 #if defined(__AVX512F__)
@@ -162,7 +163,7 @@ CV_INLINE vf cv_exp_v(vf x) {
     r = r + n * 2.12194440e-4f;
     const vf p = TCC_EXP_POLY(r);
     const vi32 e = (__builtin_convertvector(n, vi32) + 127) << 23;
-    return p * (vf)e;
+    return (vf)((vi32)(p * (vf)e) & ~under);
 }
 
 /* Activations cheap enough to run in registers (SiLU: an exp per output,

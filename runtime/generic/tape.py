@@ -1,0 +1,679 @@
+"""The native tape: a warm generic run at one input-shape key as records
+that runtime/native/tape.c runs in one call, where numpy and ctypes cost a
+call per step.
+
+Built on the second run at a key, from what the first run left: every
+value's shape and dtype at that key, and the key's shape values (fixed for
+it). Each data step becomes records where its op and operands allow
+(float32 elementwise with broadcasting, MatMul/Gemm with their fused bias
+and activation, Softmax, LayerNormalization, the fused RMS normalization,
+Conv, reductions over contiguous axes, Gather, Concat, and every layout op
+numpy answers with a view: Transpose, Slice, Expand, Split, Squeeze...,
+found by running the step on a probe and reading the view's offset and
+strides); a reshape of a contiguous value is no record at all, the same
+buffer under another shape. Any other step stays a Python call between two
+native runs, on numpy views of the tape's buffers.
+
+Buffers: each value a native record writes gets one in an arena planned by
+liveness (a buffer is reused once its last reader has run), except the
+graph outputs, fresh per call (the caller owns them); inputs, a Python
+step's results and constants are read where they are. The records find
+every buffer through one table of addresses, by slot, so a call sets only
+the inputs' and outputs' entries. A tape runs one call at a time (a second
+caller at the same key takes the numpy path meanwhile)."""
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+import threading
+
+import numpy as np
+
+from .toolkit import c_kernels, ptr, rt_kernels
+
+
+def pack_b(b):
+    """A constant (K, N) operand as gemm_packed.c's panels (the cpu
+    accelerator's codegen.pack_b)."""
+    from tcc.accelerators.cpu.codegen import pack_b as pack
+    return pack(b)
+
+MAXR = 6
+T_COPY, T_ELT, T_GEMM, T_SOFTMAX, T_LAYERNORM, T_RMSNORM, T_CONV, T_REDUCE, T_GATHER = range(1, 10)
+E_ADD, E_SUB, E_MUL, E_DIV, E_MAX, E_MIN, E_POW = range(1, 8)
+(E_NEG, E_EXP, E_LOG, E_SQRT, E_RECIP, E_TANH, E_SIGMOID, E_RELU, E_ERF, E_GELU, E_ABS, E_SILU, E_SQUARE, E_CUBE,
+ E_LEAKY, E_CLIP) = range(20, 36)
+E_ISNAN, E_WHERE = 50, 51
+BINARY = {"Add": E_ADD, "Sub": E_SUB, "Mul": E_MUL, "Div": E_DIV, "Max": E_MAX, "Min": E_MIN}
+UNARY = {"Neg": E_NEG, "Exp": E_EXP, "Log": E_LOG, "Sqrt": E_SQRT, "Reciprocal": E_RECIP, "Tanh": E_TANH,
+         "Sigmoid": E_SIGMOID, "Relu": E_RELU, "Erf": E_ERF, "Abs": E_ABS}
+REDUCE = {"ReduceSum": 1, "ReduceMean": 2, "ReduceMax": 3, "ReduceMin": 4}
+ALIAS = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"}
+# ops numpy answers with a view of their first operand (the rest fixed per key)
+VIEW_OPS = {"Transpose", "Slice", "Expand", "Split", "Squeeze", "Unsqueeze", "Flatten", "Reshape", "Identity"}
+SMALL_GEMM = 32768  # M*N*K up to which tape.c's own loop beats a tcc_cpu_gemm call (~3 us)
+SERIAL_WORK = 768 * 1024  # codegen.SERIAL_WORK: products below it run on the caller's thread
+F32 = np.dtype(np.float32)
+
+
+class Step(ctypes.Structure):  # tape.c's tcc_step
+    _fields_ = [("op", ctypes.c_int64), ("kind", ctypes.c_int64), ("rank", ctypes.c_int64),
+                ("esize", ctypes.c_int64), ("slot", ctypes.c_int64 * 6), ("dims", ctypes.c_int64 * MAXR),
+                ("st", (ctypes.c_int64 * MAXR) * 4), ("off", ctypes.c_int64 * 4), ("n", ctypes.c_int64 * 8),
+                ("f", ctypes.c_float * 4), ("fn", ctypes.c_void_p), ("aux", ctypes.c_void_p)]
+
+
+def enabled():
+    """TCC_GENERIC_TAPE=0 keeps the generic path on numpy alone."""
+    return os.environ.get("TCC_GENERIC_TAPE", "1") != "0"
+
+
+_fns = []
+
+
+def _lib():
+    """(runtime library, {name: address of a cpu-library kernel}) or None."""
+    if not _fns:
+        rt, cpu = rt_kernels(), c_kernels()
+        got = None
+        if rt is not None and cpu is not None and hasattr(rt, "tcc_tape_run"):
+            rt.tcc_tape_run.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_void_p]
+            addr = {n: ctypes.cast(getattr(cpu, n), ctypes.c_void_p).value
+                    for n in ("tcc_cpu_gemm", "tcc_cpu_gemm_packed", "tcc_cpu_softmax", "tcc_cpu_layernorm",
+                              "tcc_cpu_conv2d", "tcc_cpu_set_inline")}
+            rt.tcc_tape_init.argtypes = [ctypes.c_void_p]
+            rt.tcc_tape_init(addr["tcc_cpu_set_inline"])
+            got = (rt, addr)
+        _fns.append(got)
+    return _fns[0]
+
+
+class Unsupported(Exception):
+    """This step stays a Python call."""
+
+
+def _contiguous_strides(shape):
+    st, acc = [0] * len(shape), 1
+    for k in range(len(shape) - 1, -1, -1):
+        st[k] = acc
+        acc *= shape[k]
+    return st
+
+
+def _coalesce(dims, strides):
+    """dims and per-operand strides (elements) with size-1 dims dropped and
+    adjacent dims merged where every operand allows it; at least one dim."""
+    keep = [k for k, d in enumerate(dims) if d != 1]
+    dims = [dims[k] for k in keep] or [1]
+    strides = [[s[k] for k in keep] or [0] for s in strides]
+    out_d, out_s = [dims[0]], [[s[0]] for s in strides]
+    for k in range(1, len(dims)):
+        if all(s[k - 1] == s[k] * dims[k] for s in strides):
+            out_d[-1] *= dims[k]
+            for o, s in zip(out_s, strides):
+                o[-1] = s[k]
+        else:
+            out_d.append(dims[k])
+            for o, s in zip(out_s, strides):
+                o.append(s[k])
+    if len(out_d) > MAXR:
+        raise Unsupported
+    return out_d, out_s
+
+
+def _broadcast_strides(shape, out):
+    """shape's contiguous strides right-aligned to out, 0 where it broadcasts."""
+    st = _contiguous_strides(shape)
+    pad = len(out) - len(shape)
+    return [0] * pad + [0 if d == 1 and o != 1 else s for d, o, s in zip(shape, out[pad:], st)]
+
+
+def _step(op, slots, **kw):
+    s = Step()
+    s.op = op
+    for k in range(6):
+        s.slot[k] = -1
+    for k, v in enumerate(slots):
+        s.slot[k] = -1 if v is None else v
+    for name, v in kw.items():
+        if name in ("dims", "off", "n", "f"):
+            arr = getattr(s, name)
+            for k, x in enumerate(v):
+                arr[k] = x
+        elif name == "st":
+            for q, row in enumerate(v):
+                for k, x in enumerate(row):
+                    s.st[q][k] = x
+        else:
+            setattr(s, name, v)
+    return s
+
+
+class _Builder:
+    """Turns one key's data steps into records (see the module docstring)."""
+
+    def __init__(self, plan, table, infos):
+        self.plan, self.table, self.infos = plan, table, infos
+        self.rt, self.addr = _lib()
+        self.canon = {}  # alias slot -> the slot whose buffer it is
+        self.keep = []  # objects the records point into (offset tables, parameter structs, constants)
+
+    def c(self, i):
+        while i in self.canon:
+            i = self.canon[i]
+        return i
+
+    def info(self, i):
+        got = self.infos.get(i)
+        if got is None:
+            raise Unsupported
+        return got
+
+    def fixed(self, i):
+        """The value of a constant or this key's shape value, else None."""
+        return self.table[i] if i and self.plan._kinds[i] in (0, 2) else None
+
+    def f32(self, *slots):
+        for i in slots:
+            if self.info(i)[1] != F32:
+                raise Unsupported
+
+    # ---- per op ------------------------------------------------------------------------
+
+    def emit(self, op, fn, ins, outs, node):
+        """The records of one step, or Unsupported. A fused step (fusion.py)
+        only where its kernel says what it fused: tape_epilogue on a
+        product, tape_setup (with its activation) on a convolution."""
+        fused = " + " in op
+        short = op.split(" + ")[0].split(".")[-1]
+        if fused and not (short in ("MatMul", "Gemm") and hasattr(fn, "tape_epilogue") or short == "Conv"):
+            raise Unsupported
+        if not fused:
+            if short in ALIAS and len(outs) == 1:
+                return self._alias(ins[0], outs[0])
+            if short in BINARY or short in UNARY:
+                return self._elementwise(short, ins, outs[0], node, fn)
+            if short in REDUCE:
+                return self._reduce(short, ins, outs[0], node)
+            if short in VIEW_OPS:
+                return self._view(fn, ins, outs)
+        handler = getattr(self, f"_op_{short}", None)
+        if handler is None:
+            raise Unsupported
+        return handler(fn, ins, outs, node)
+
+    def _alias(self, x, y):
+        (xs, xd), (ys, yd) = self.info(x), self.info(y)
+        if xd != yd or math.prod(xs) != math.prod(ys):
+            raise Unsupported
+        self.canon[y] = self.c(x)
+        return []
+
+    def _view(self, fn, ins, outs):
+        """A step whose every result numpy gives as a view of its first
+        operand (the rest this key's shape values or constants): one copy
+        record per result, its offset and strides read off a probe."""
+        if not ins or any(i and self.fixed(i) is None for i in ins[1:]):
+            raise Unsupported
+        xs, xd = self.info(ins[0])
+        probe = np.empty(xs, xd)
+        base = probe.__array_interface__["data"][0]
+        with np.errstate(all="ignore"):
+            got = fn(probe, *[self.fixed(i) if i else None for i in ins[1:]])
+        got = list(got) if isinstance(got, (tuple, list)) else [got]
+        if len(got) != len(outs):
+            raise Unsupported
+        recs = []
+        for r, o in zip(got, outs):
+            if not isinstance(r, np.ndarray) or r.dtype != xd or r.shape != self.info(o)[0] or \
+                    not np.may_share_memory(r, probe) and r.size:
+                raise Unsupported
+            es = xd.itemsize
+            off = (r.__array_interface__["data"][0] - base) // es if r.size else 0
+            if any(s % es for s in r.strides):
+                raise Unsupported
+            if r.size == 0:
+                continue
+            if r.flags.c_contiguous and off == 0 and r.size == probe.size:
+                self.canon[o] = self.c(ins[0])
+                continue
+            dims, (src, dst) = _coalesce(list(r.shape), [[s // es for s in r.strides], _contiguous_strides(r.shape)])
+            recs.append(_step(T_COPY, [self.c(ins[0]), o], rank=len(dims), esize=es, dims=dims, st=[src, dst],
+                              off=[off, 0]))
+        return recs
+
+    def _elementwise(self, short, ins, y, node, fn):
+        ys, yd = self.info(y)
+        args = [i for i in ins if i]
+        if len(args) != len(ins) or not ys or math.prod(ys) == 0:
+            raise Unsupported
+        kind = BINARY.get(short) or UNARY.get(short)
+        if short in BINARY and len(args) != 2:
+            raise Unsupported
+        self.f32(*args)
+        if yd != F32:
+            raise Unsupported
+        return [self._elt(kind, args, y)]
+
+    def _elt(self, kind, args, y, f=(), out_size=4, in_sizes=None):
+        ys = list(self.info(y)[0])
+        strides = [_broadcast_strides(list(self.info(a)[0]), ys) for a in args]
+        dims, st = _coalesce(ys, strides + [_contiguous_strides(ys)])
+        sizes = in_sizes or [4] * len(args)
+        return _step(T_ELT, [self.c(a) for a in args] + [None] * (3 - len(args)) + [y], kind=kind, rank=len(dims),
+                     dims=dims, st=st[:-1], n=[len(args)] + list(sizes) + [0] * (3 - len(args)) + [out_size],
+                     f=list(f))
+
+    def _op_Pow(self, fn, ins, outs, node):
+        e = self.fixed(ins[1])
+        self.f32(ins[0], outs[0])
+        if e is not None and e.size == 1 and float(e.reshape(-1)[0]) in (2.0, 3.0) and \
+                len(self.info(ins[0])[0]) >= e.ndim:
+            return [self._elt(E_SQUARE if float(e.reshape(-1)[0]) == 2.0 else E_CUBE, [ins[0]], outs[0])]
+        self.f32(ins[1])
+        return [self._elt(E_POW, list(ins), outs[0])]
+
+    def _op_LeakyRelu(self, fn, ins, outs, node):
+        self.f32(ins[0], outs[0])
+        return [self._elt(E_LEAKY, [ins[0]], outs[0], f=[float(node.get("alpha", 0.01))])]
+
+    def _op_Gelu(self, fn, ins, outs, node):
+        if node.get("approximate", "none") != "none":
+            raise Unsupported
+        self.f32(ins[0], outs[0])
+        return [self._elt(E_GELU, [ins[0]], outs[0])]
+
+    def _op_IsNaN(self, fn, ins, outs, node):
+        self.f32(ins[0])
+        return [self._elt(E_ISNAN, [ins[0]], outs[0], out_size=1)]
+
+    def _op_Where(self, fn, ins, outs, node):
+        c, a, b = ins
+        if self.info(c)[1] != np.bool_ or not all((a, b, c)):
+            raise Unsupported
+        self.f32(a, b, outs[0])
+        return [self._elt(E_WHERE, [c, a, b], outs[0], in_sizes=[1, 4, 4])]
+
+    def _op_Concat(self, fn, ins, outs, node):
+        ys, yd = self.info(outs[0])
+        axis = node.get("axis") % len(ys)
+        yst = _contiguous_strides(ys)
+        recs, at = [], 0
+        for i in ins:
+            xs, xd = self.info(i)
+            if xd != yd:
+                raise Unsupported
+            if math.prod(xs):
+                dims, (src, dst) = _coalesce(list(xs), [_contiguous_strides(xs), yst])
+                recs.append(_step(T_COPY, [self.c(i), outs[0]], rank=len(dims), esize=yd.itemsize, dims=dims,
+                                  st=[src, dst], off=[0, at * yst[axis]]))
+            at += xs[axis]
+        return recs
+
+    def _op_Gather(self, fn, ins, outs, node):
+        (xs, xd), (is_, idt) = self.info(ins[0]), self.info(ins[1])
+        if idt != np.int64 or not xs:
+            raise Unsupported
+        a = node.get("axis", 0) % len(xs)
+        return [_step(T_GATHER, [self.c(ins[0]), self.c(ins[1]), outs[0]],
+                      n=[math.prod(xs[:a]), xs[a], math.prod(is_), math.prod(xs[a + 1:]) * xd.itemsize])]
+
+    def _op_Softmax(self, fn, ins, outs, node, log=0):
+        xs = self.info(ins[0])[0]
+        self.f32(ins[0], outs[0])
+        legacy = node.opset < 13
+        a = node.get("axis", 1 if legacy else -1) % max(len(xs), 1)
+        n = [math.prod(xs[:a]), math.prod(xs[a:]), 1] if legacy else \
+            [math.prod(xs[:a]), xs[a], math.prod(xs[a + 1:])]
+        if not math.prod(xs):
+            raise Unsupported
+        return [_step(T_SOFTMAX, [self.c(ins[0]), outs[0]], kind=log, n=n, fn=self.addr["tcc_cpu_softmax"])]
+
+    def _op_LogSoftmax(self, fn, ins, outs, node):
+        return self._op_Softmax(fn, ins, outs, node, 1)
+
+    def _op_LayerNormalization(self, fn, ins, outs, node):
+        if len(outs) > 1 and any(node.used[1:]):
+            raise Unsupported
+        xs = self.info(ins[0])[0]
+        a = node.get("axis", -1) % len(xs)
+        rows, cols = math.prod(xs[:a]), math.prod(xs[a:])
+        scale, bias = ins[1], ins[2] if len(ins) > 2 and ins[2] else None
+        self.f32(ins[0], scale, outs[0], *([bias] if bias else []))
+        if math.prod(self.info(scale)[0]) != cols or (bias and math.prod(self.info(bias)[0]) != cols) or \
+                not rows * cols:
+            raise Unsupported
+        return [_step(T_LAYERNORM, [self.c(ins[0]), self.c(scale), bias and self.c(bias), outs[0]], n=[rows, cols],
+                      f=[float(node.get("epsilon", 1e-5))], fn=self.addr["tcc_cpu_layernorm"])]
+
+    def _op_Pow_rms(self, fn, ins, outs):
+        w, eps = fn.tape_rms
+        xs = self.info(ins[0])[0]
+        self.f32(ins[0], outs[0])
+        if w is not None and xs[-1:] != w.shape or not math.prod(xs):
+            raise Unsupported
+        w_slot = None
+        if w is not None:
+            w_slot = self.const_slot(w)
+        return [_step(T_RMSNORM, [self.c(ins[0]), w_slot, outs[0]], n=[math.prod(xs[:-1]), xs[-1]], f=[eps])]
+
+    def const_slot(self, value):
+        """A table slot of its own for an array the records read (a fused weight)."""
+        self.keep.append(value)
+        self.extra.append(value)
+        return self.n_slots + len(self.extra) - 1
+
+    def _product(self, a, b, y, ta, tb, alpha, epi, c=None, beta=0.0):
+        (as_, (bs, _), ys) = self.info(a)[0], self.info(b), self.info(y)[0]
+        self.f32(a, b, y)
+        if len(as_) < 2 or len(bs) < 2:
+            raise Unsupported
+        bias, act = epi
+        code, a0, a1 = act or (0, 0.0, 0.0)
+        bias_slot, mode, scale = None, 0, 1.0
+        M, K = (as_[-1], as_[-2]) if ta else (as_[-2], as_[-1])
+        N = bs[-2] if tb else bs[-1]
+        if len(bs) == 2 and not ta and len(as_) >= 2:  # every row of a against one b
+            batch, M, offs = 1, math.prod(as_[:-1]), None
+        else:
+            bshape = list(ys[:-2])
+            batch = math.prod(bshape)
+            sa = _broadcast_strides(list(as_[:-2]), bshape) if len(as_) > 2 else [0] * len(bshape)
+            sb = _broadcast_strides(list(bs[:-2]), bshape) if len(bs) > 2 else [0] * len(bshape)
+            mat_a, mat_b = as_[-2] * as_[-1], bs[-2] * bs[-1]
+            offs = np.zeros((batch, 3), np.int64)
+            for q, idx in enumerate(np.ndindex(*bshape) if bshape else [()]):
+                offs[q] = (sum(i * s for i, s in zip(idx, sa)) * mat_a, sum(i * s for i, s in zip(idx, sb)) * mat_b,
+                           q * M * N)
+            self.keep.append(offs)
+        if bias is not None or (c is not None and beta != 0.0):
+            v = bias if bias is not None else self.fixed(c)
+            if v is None:  # a data c: its slot
+                cs = list(self.info(c)[0])
+                bias_slot = self.c(c)
+                self.f32(c)
+            else:
+                v = np.ascontiguousarray(v, np.float32)
+                cs = list(v.shape)
+                bias_slot = self.const_slot(v)
+            cs = [1] * (2 - len(cs)) + cs if len(cs) < 2 else cs
+            mode = 4 if math.prod(cs) == 1 else 1 if cs[-2:] == [1, N] and math.prod(cs) == N else \
+                2 if cs[-2:] == [M, 1] and batch == 1 and math.prod(cs) == M else \
+                3 if cs[-2:] == [M, N] and batch == 1 and math.prod(cs) == M * N else None
+            if mode is None:
+                raise Unsupported
+            scale = 1.0 if bias is not None else float(beta)
+        lda = as_[-1]
+        ldb = bs[-1]
+        b_slot, fn, packed = self.c(b), self.addr["tcc_cpu_gemm"], 0
+        w = self.fixed(b) if len(bs) == 2 and self.plan._kinds[b] == 0 else None
+        if w is not None:  # a constant B: packed once per plan, gemm_packed.c's panels (as the compiled code)
+            got = self.plan._packed.get(b)
+            if got is None:
+                got = np.ascontiguousarray(pack_b(w.T if tb else w))
+                self.plan._packed[b] = got
+            b_slot, fn, packed = self.const_slot(got), self.addr["tcc_cpu_gemm_packed"], 1
+        elif M * N * K <= SMALL_GEMM:
+            fn = None
+        return [_step(T_GEMM, [self.c(a), b_slot, y, bias_slot], kind=mode, esize=packed,
+                      rank=int(M * N * K * batch < SERIAL_WORK), n=[batch, M, N, K, ta, tb, lda, ldb],
+                      f=[alpha, scale, a0, a1], off=[code], fn=fn, aux=None if offs is None else offs.ctypes.data)]
+
+    def _op_MatMul(self, fn, ins, outs, node):
+        return self._product(ins[0], ins[1], outs[0], 0, 0, 1.0, getattr(fn, "tape_epilogue", (None, None)))
+
+    def _op_Gemm(self, fn, ins, outs, node):
+        c = ins[2] if len(ins) > 2 and ins[2] else None
+        return self._product(ins[0], ins[1], outs[0], int(node.get("transA", 0)), int(node.get("transB", 0)),
+                             float(node.get("alpha", 1.0)), getattr(fn, "tape_epilogue", (None, None)), c,
+                             float(node.get("beta", 1.0)))
+
+    def _op_Conv(self, fn, ins, outs, node):
+        setup = getattr(fn, "tape_setup", None)
+        if setup is None or self.fixed(ins[1]) is None:
+            raise Unsupported
+        xs, ws = self.info(ins[0])[0], self.info(ins[1])[0]
+        self.f32(ins[0], ins[1], outs[0])
+        got = setup(xs, ws)
+        if got is None:
+            raise Unsupported
+        p, n_scratch, (code, a0, a1) = got
+        self.keep.append(p)
+        scratch = self.scratch_slot(n_scratch)
+        b = ins[2] if len(ins) > 2 and ins[2] else None
+        if b is not None:
+            self.f32(b)
+        return [_step(T_CONV, [self.c(ins[0]), self.c(ins[1]), outs[0], scratch, b and self.c(b)], kind=code,
+                      f=[a0, a1], fn=self.addr["tcc_cpu_conv2d"], aux=ctypes.addressof(p))]
+
+    def _reduce(self, short, ins, y, node):
+        xs = list(self.info(ins[0])[0])
+        self.f32(ins[0], y)
+        if node.opset < (13 if short == "ReduceSum" else 18):
+            axes = node.get("axes")
+        elif len(ins) > 1 and ins[1]:
+            v = self.fixed(ins[1])
+            if v is None:
+                raise Unsupported
+            axes = v.reshape(-1).tolist()
+        else:
+            axes = None
+        if not axes:
+            if node.get("noop_with_empty_axes", 0):
+                raise Unsupported
+            axes = list(range(len(xs)))
+        if not xs or not math.prod(xs):
+            raise Unsupported
+        axes = sorted(a % len(xs) for a in axes)
+        if axes != list(range(axes[0], axes[-1] + 1)):
+            raise Unsupported
+        n = [math.prod(xs[:axes[0]]), math.prod(xs[axes[0]:axes[-1] + 1]), math.prod(xs[axes[-1] + 1:])]
+        return [_step(T_REDUCE, [self.c(ins[0]), y], kind=REDUCE[short], n=n)]
+
+    def scratch_slot(self, n_floats):
+        """A slot of its own for a record's scratch buffer (in the arena)."""
+        self.extra.append(None)
+        i = self.n_slots + len(self.extra) - 1
+        self.scratch[i] = max(int(n_floats), 1) * 4
+        return i
+
+
+class Tape:
+    """One key's records and buffers (see the module docstring); run()
+    returns the outputs, or None where it cannot run this call."""
+
+    def __init__(self, plan, table, infos, steps, nodes):
+        b = _Builder(plan, table, infos)
+        b.n_slots, b.extra, b.scratch = len(table), [], {}
+        self._infos = infos
+        outs_set = set(plan._outs)
+        program = []  # ("native", Step) or ("python", fn, ins, outs, multi)
+        for (fn, ins, res, multi, name), node in zip(steps, nodes):
+            outs = list(res) if multi else [res]
+            op = name.rsplit("(", 1)[1][:-1]
+            recs = None
+            if node is not None and all(o in infos for o in outs):
+                try:
+                    if " + " in op and hasattr(fn, "tape_rms"):
+                        recs = b._op_Pow_rms(fn, ins, outs)
+                    else:
+                        recs = b.emit(op, fn, ins, outs, node)
+                except Unsupported:
+                    recs = None
+                except (TypeError, ValueError, KeyError, IndexError, AttributeError):
+                    recs = None
+            if recs is None:
+                for o in outs:  # a Python result's own array
+                    b.canon.pop(o, None)
+                program.append(("python", fn, tuple(b.c(i) if i else 0 for i in ins), ins, outs, multi))
+            else:
+                program.extend(("native", r) for r in recs)
+        self.n_native = sum(1 for p in program if p[0] == "native")
+        self.n_python = len(program) - self.n_native
+        self._plan_buffers(plan, table, infos, b, program, outs_set)
+        self._lock = threading.Lock()
+        self._rt = b.rt
+
+    def _plan_buffers(self, plan, table, infos, b, program, outs_set):
+        n = b.n_slots + len(b.extra)
+        self._ptrs = np.zeros(n, np.uint64)
+        self._keep = [b.keep]
+        kinds = plan._kinds
+        written = {}  # native-written slot -> first program index
+        last = {}
+        for k, p in enumerate(program):
+            if p[0] == "native":
+                s = p[1]
+                slots = [x for x in s.slot if x >= 0]
+                out_pos = {T_COPY: [1], T_ELT: [3], T_GEMM: [2], T_SOFTMAX: [1], T_LAYERNORM: [3],
+                           T_RMSNORM: [2], T_CONV: [2, 3], T_REDUCE: [1], T_GATHER: [2]}[s.op]
+                for q in out_pos:
+                    written.setdefault(s.slot[q], k)
+                for x in slots:
+                    last[x] = k
+            else:
+                for i in p[2]:
+                    if i:
+                        last[i] = k
+        for o in plan._outs:
+            last[b.c(o)] = len(program)
+        # constants and this key's shape values: addresses now (contiguous copies kept)
+        self._fixed = {}
+        for i in set(last) | set(written):
+            if i < b.n_slots and kinds[i] in (0, 2) and isinstance(table[i], np.ndarray):
+                v = np.ascontiguousarray(table[i])
+                self._keep.append(v)
+                self._ptrs[i] = ptr(v) if v.size else 0
+        for j, v in enumerate(b.extra):
+            if v is not None:
+                self._ptrs[b.n_slots + j] = ptr(v)
+        self._fresh = []  # (slot, shape, dtype): graph outputs a native record writes
+        out_canon = {b.c(o) for o in plan._outs}
+        arena_slots = [i for i in written if i not in out_canon]
+        # liveness: a buffer comes back to the pool after its slot's last reader
+        free, size_of, offsets, ends = [], {}, {}, {}
+        for i in arena_slots:
+            if i in infos:
+                shape, dtype = infos[i]
+                size_of[i] = max(int(math.prod(shape)) * dtype.itemsize, 1)
+            else:  # a scratch slot (convolution)
+                size_of[i] = b.scratch[i]
+        order = sorted(arena_slots, key=lambda i: written[i])
+        releases = {}
+        for i in order:
+            releases.setdefault(last.get(i, written[i]), []).append(i)
+        top = 0
+        pending = sorted(order, key=lambda i: written[i])
+        pos = 0
+        for k in range(len(program) + 1):
+            while pos < len(pending) and written[pending[pos]] == k:
+                i = pending[pos]
+                pos += 1
+                need = (size_of[i] + 63) // 64 * 64
+                fit = [f for f in free if f[1] >= need]
+                if fit:
+                    best = min(fit, key=lambda f: f[1])
+                    free.remove(best)
+                    offsets[i], ends[i] = best[0], best[1]
+                else:
+                    offsets[i], ends[i] = top, need
+                    top += need
+            for i in releases.get(k, []):
+                free.append((offsets[i], ends[i]))
+        self._arena = np.empty(max(top, 64) // 4 + 16, np.float32)
+        base = (ptr(self._arena) + 63) // 64 * 64
+        for i in arena_slots:
+            self._ptrs[i] = base + offsets[i]
+        self._views = {}
+        for i, (shape, dtype) in infos.items():
+            c = b.c(i)
+            if c in offsets and c in infos:
+                buf = (ctypes.c_char * max(size_of[c], 1)).from_address(int(self._ptrs[c]))
+                self._views[i] = np.frombuffer(buf, dtype, int(math.prod(shape))).reshape(shape)
+        for i in written:
+            if i in out_canon:
+                self._fresh.append((i,) + infos[i])
+        self._canon = b.canon
+        self._args = [(i, infos[i]) for i in plan._args]
+        self._arg_slots = set(plan._args)
+        self._outs = [(o, b.c(o), infos.get(o)) for o in plan._outs]
+        self._table = table
+        # the program as segments: ctypes arrays of records, and Python steps between
+        segs, cur = [], []
+        for p in program:
+            if p[0] == "native":
+                cur.append(p[1])
+            else:
+                if cur:
+                    segs.append(self._segment(cur))
+                    cur = []
+                segs.append(p)
+        if cur:
+            segs.append(self._segment(cur))
+        self._segments = segs
+        self._table_ptr = self._ptrs.ctypes.data
+
+    def _segment(self, recs):
+        arr = (Step * len(recs))(*recs)
+        self._keep.append(arr)
+        return ("native", ctypes.addressof(arr), len(recs))
+
+    def _value(self, i, vals):
+        """The array a Python step reads for slot i."""
+        v = self._views.get(i)
+        if v is not None:
+            return v
+        c = self._canon.get(i)
+        if c is None:
+            got = vals.get(i)
+            return got if got is not None else self._table[i]
+        x = self._value(c, vals)
+        got = self._infos.get(i)
+        return x.reshape(got[0]) if got is not None and isinstance(x, np.ndarray) else x
+
+    def run(self, arrays):
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            ptrs, vals = self._ptrs, {}
+            for (i, (shape, dtype)), a in zip(self._args, arrays):
+                if not isinstance(a, np.ndarray) or a.shape != shape or a.dtype != dtype:
+                    return None
+                if not a.flags.c_contiguous:
+                    a = np.ascontiguousarray(a)
+                vals[i] = a
+                ptrs[i] = ptr(a) if a.size else 0
+            for i, shape, dtype in self._fresh:
+                y = np.empty(shape, dtype)
+                vals[i] = y
+                ptrs[i] = ptr(y) if y.size else 0
+            run = self._rt.tcc_tape_run
+            table = self._table_ptr
+            for seg in self._segments:
+                if seg[0] == "native":
+                    run(seg[1], seg[2], table)
+                    continue
+                _, fn, cins, ins, outs, multi = seg
+                got = fn(*[self._value(i, vals) if i else None for i in ins])
+                got = list(got) if multi else [got]
+                for o, r in zip(outs, got):
+                    if isinstance(r, np.ndarray):
+                        if r.base is not None or not r.flags.c_contiguous:
+                            r = np.array(r)
+                        ptrs[o] = ptr(r) if r.size else 0
+                    vals[o] = r
+            res = []
+            for o, c, info in self._outs:
+                v = vals.get(c)
+                if c in self._arg_slots:
+                    v = np.array(v)
+                elif v is None:
+                    v = self._views.get(c)
+                    v = np.array(v if v is not None else self._table[c])
+                if info is not None and isinstance(v, np.ndarray) and v.shape != info[0]:
+                    v = v.reshape(info[0])
+                res.append(v)
+            return res
+        finally:
+            self._lock.release()

@@ -1,0 +1,388 @@
+/* The shape-generic executor's native tape (runtime/generic/tape.py): the
+ * data steps of one input-shape key as an array of records run in one call,
+ * each reading and writing buffers through a table of slot addresses (the
+ * caller sets the inputs' and outputs' entries per call). Sizes are the
+ * key's, fixed when the tape is built; the kernels take them at run time,
+ * so one compiled library serves every shape. Layout, elementwise and
+ * small-product loops are here; GEMM, Softmax, LayerNormalization and
+ * convolution call the cpu accelerator's kernels through the pointers the
+ * builder puts in `fn` (this library does not link against that one).
+ *
+ * Why a tape and not numpy per step: a warm generic call of the corpus's
+ * transformers is 53-117 small steps, and numpy's or ctypes' per-call cost
+ * (0.6-3 us an elementwise op, 8-13 us a small MatMul) was most of it.
+ * Every record's layout is mirrored by tape.py's ctypes Structure. */
+#include <stdint.h>
+#include <string.h>
+
+#include "../../accelerators/cpu/kernels/mathfun.h"
+
+#define VECTORIZED __attribute__((optimize("O3", "tree-vectorize")))
+#define T_MAXR 6
+
+enum { T_COPY = 1, T_ELT = 2, T_GEMM = 3, T_SOFTMAX = 4, T_LAYERNORM = 5, T_RMSNORM = 6, T_CONV = 7,
+       T_REDUCE = 8, T_GATHER = 9 };
+
+/* elementwise kinds (T_ELT): binary float32, unary float32, others */
+enum { E_ADD = 1, E_SUB, E_MUL, E_DIV, E_MAX, E_MIN, E_POW,
+       E_NEG = 20, E_EXP, E_LOG, E_SQRT, E_RECIP, E_TANH, E_SIGMOID, E_RELU, E_ERF, E_GELU, E_ABS, E_SILU,
+       E_SQUARE, E_CUBE, E_LEAKY, E_CLIP,
+       E_ISNAN = 50, E_WHERE = 51 };
+
+typedef struct {
+    int64_t op, kind, rank, esize;
+    int64_t slot[6];             /* operand slots (T_ELT: inputs 0-2, result 3); -1: none */
+    int64_t dims[T_MAXR];
+    int64_t st[4][T_MAXR];       /* strides in elements per operand (T_ELT: the result's is contiguous) */
+    int64_t off[4];              /* element offsets per operand */
+    int64_t n[8];                /* op-specific integers */
+    float f[4];                  /* op-specific floats */
+    void *fn;                    /* a kernel of the cpu accelerator's library */
+    void *aux;                   /* op-specific pointer (parameter struct, epilogue, offsets) */
+} tcc_step;
+
+typedef struct {
+    const float *bias;
+    int bias_mode;
+    float bias_scale;
+    const float *residual;
+    int act;
+    float a0, a1;
+} tcc_epilogue_t;  /* tcc_cpu.h's tcc_epilogue */
+
+typedef void (*gemm_fn)(int, int, long, long, long, float, const float *, long, const float *, long, float *, long,
+                        const tcc_epilogue_t *);
+typedef void (*gemm_packed_fn)(long, long, long, float, const float *, long, long, const float *, float *, long,
+                               const tcc_epilogue_t *);
+typedef void (*softmax_fn)(long, long, long, const float *, float *, int);
+typedef void (*layernorm_fn)(long, long, const float *, const float *, const float *, float, float *);
+typedef void (*conv_fn)(const void *, const float *, const float *, float *, float *, const tcc_epilogue_t *);
+
+/* the cpu library's tcc_cpu_set_inline (tape.py sets it once): a product
+ * below codegen.SERIAL_WORK runs on the caller's thread, as generated code does */
+static int (*set_inline)(int) = 0;
+void tcc_tape_init(void *set_inline_fn) { set_inline = (int (*)(int))set_inline_fn; }
+
+void tcc_rmsnorm_f32(long rows, long cols, const float *x, const float *w, float eps, float *y);
+
+/* ---- layout ---------------------------------------------------------------- */
+
+/* dst[off1 + sum i_k st1_k] = src[off0 + sum i_k st0_k] over dims (esize-byte elements) */
+static void copy_nd(const tcc_step *s, const char *src, char *dst) {
+    const long r = s->rank, es = s->esize, inner = s->dims[r - 1];
+    const long s0 = s->st[0][r - 1], s1 = s->st[1][r - 1];
+    long idx[T_MAXR] = {0};
+    src += s->off[0] * es;
+    dst += s->off[1] * es;
+    for (;;) {
+        long a = 0, b = 0;
+        for (long k = 0; k < r - 1; k++) {
+            a += idx[k] * s->st[0][k];
+            b += idx[k] * s->st[1][k];
+        }
+        const char *from = src + a * es;
+        char *to = dst + b * es;
+        if (s0 == 1 && s1 == 1) memcpy(to, from, (size_t)(inner * es));
+        else if (es == 4) for (long i = 0; i < inner; i++) ((int32_t *)to)[i * s1] = ((const int32_t *)from)[i * s0];
+        else if (es == 8) for (long i = 0; i < inner; i++) ((int64_t *)to)[i * s1] = ((const int64_t *)from)[i * s0];
+        else if (es == 1) for (long i = 0; i < inner; i++) to[i * s1] = from[i * s0];
+        else for (long i = 0; i < inner; i++) memcpy(to + i * s1 * es, from + i * s0 * es, (size_t)es);
+        long k = r - 2;
+        for (; k >= 0; k--) {
+            if (++idx[k] < s->dims[k]) break;
+            idx[k] = 0;
+        }
+        if (k < 0) return;
+    }
+}
+
+/* Gather along an axis: x [outer][n_axis][inner], indices (int64, count
+ * n_idx) -> y [outer][n_idx][inner]; a negative index counts from the end,
+ * one out of range is clamped (runtime/generic's np.take raised there; the
+ * tape is built only where that run passed, and index-bounds refuses such
+ * inputs before a run). */
+static void gather(const tcc_step *s, const char *x, const int64_t *idx, char *y) {
+    const long outer = s->n[0], n_axis = s->n[1], n_idx = s->n[2], inner_b = s->n[3];
+    for (long o = 0; o < outer; o++)
+        for (long j = 0; j < n_idx; j++) {
+            long v = idx[j];
+            if (v < 0) v += n_axis;
+            if (v < 0) v = 0;
+            if (v >= n_axis) v = n_axis - 1;
+            memcpy(y + (o * n_idx + j) * inner_b, x + (o * n_axis + v) * inner_b, (size_t)inner_b);
+        }
+}
+
+/* ---- elementwise --------------------------------------------------------------- */
+
+/* one row of n results: inputs with strides sa, sb (0: broadcast, 1: contiguous, else strided) */
+#define BIN_ROW(EXPR)                                                                     \
+    do {                                                                                  \
+        if (sa == 1 && sb == 1)                                                           \
+            for (long i = 0; i < n; i++) { const float x = A[i], z = B[i]; Y[i] = (EXPR); } \
+        else if (sa == 1 && sb == 0) {                                                    \
+            const float z = B[0];                                                         \
+            for (long i = 0; i < n; i++) { const float x = A[i]; Y[i] = (EXPR); }         \
+        } else if (sa == 0 && sb == 1) {                                                  \
+            const float x = A[0];                                                         \
+            for (long i = 0; i < n; i++) { const float z = B[i]; Y[i] = (EXPR); }        \
+        } else                                                                            \
+            for (long i = 0; i < n; i++) { const float x = A[i * sa], z = B[i * sb]; Y[i] = (EXPR); } \
+    } while (0)
+
+#define UN_ROW(EXPR)                                                                      \
+    do {                                                                                  \
+        if (sa == 1) for (long i = 0; i < n; i++) { const float x = A[i]; Y[i] = (EXPR); } \
+        else for (long i = 0; i < n; i++) { const float x = A[i * sa]; Y[i] = (EXPR); }   \
+    } while (0)
+
+static inline float gelu1(float x) { return 0.5f * x * (1.0f + tcc_erff(x * 0.7071067811865476f)); }
+
+VECTORIZED static void elt_row(const tcc_step *s, long n, const char *a, long sa, const char *b, long sb,
+                               const char *c, long sc, char *y) {
+    const float *A = (const float *)a, *B = (const float *)b;
+    float *Y = (float *)y;
+    const float f0 = s->f[0], f1 = s->f[1];
+    switch (s->kind) {
+    case E_ADD: BIN_ROW(x + z); break;
+    case E_SUB: BIN_ROW(x - z); break;
+    case E_MUL: BIN_ROW(x * z); break;
+    case E_DIV: BIN_ROW(x / z); break;
+    case E_MAX: BIN_ROW(x > z || x != x ? x : z); break;
+    case E_MIN: BIN_ROW(x < z || x != x ? x : z); break;
+    case E_POW: BIN_ROW(__builtin_powf(x, z)); break;
+    case E_NEG: UN_ROW(-x); break;
+    case E_EXP: UN_ROW(__builtin_expf(x)); break;
+    case E_LOG: UN_ROW(__builtin_logf(x)); break;
+    case E_SQRT: UN_ROW(__builtin_sqrtf(x)); break;
+    case E_RECIP: UN_ROW(1.0f / x); break;
+    case E_TANH: UN_ROW(tcc_tanhf(x)); break;
+    case E_SIGMOID: UN_ROW(tcc_sigmoidf(x)); break;
+    case E_RELU: UN_ROW(x > 0.0f ? x : (x != x ? x : 0.0f)); break;
+    case E_ERF: UN_ROW(tcc_erff(x)); break;
+    case E_GELU: UN_ROW(gelu1(x)); break;
+    case E_ABS: UN_ROW(__builtin_fabsf(x)); break;
+    case E_SILU: UN_ROW(x * tcc_sigmoidf(x)); break;
+    case E_SQUARE: UN_ROW(x * x); break;
+    case E_CUBE: UN_ROW(x * x * x); break;
+    case E_LEAKY: UN_ROW(x >= 0.0f ? x : x * f0); break;
+    case E_CLIP: UN_ROW(x < f0 ? f0 : (x > f1 ? f1 : x)); break;
+    case E_ISNAN: {
+        uint8_t *Q = (uint8_t *)y;
+        for (long i = 0; i < n; i++) { const float x = A[i * sa]; Q[i] = x != x; }
+        break;
+    }
+    case E_WHERE: {  /* where(cond a, b, c): a is bool (uint8) */
+        const uint8_t *P = (const uint8_t *)a;
+        const float *Bf = (const float *)b, *Cf = (const float *)c;
+        if (sa == 1 && sb == 1 && sc == 1)
+            for (long i = 0; i < n; i++) Y[i] = P[i] ? Bf[i] : Cf[i];
+        else
+            for (long i = 0; i < n; i++) Y[i] = P[i * sa] ? Bf[i * sb] : Cf[i * sc];
+        break;
+    }
+    default: break;
+    }
+}
+
+/* y (contiguous, dims) = kind(inputs with strides st[0..2]); n[0] the input count,
+ * n[1..3] each input's element size in bytes, n[4] the result's */
+static void elementwise(const tcc_step *s, void **slots) {
+    const long r = s->rank, inner = s->dims[r - 1];
+    const char *in[3] = {0, 0, 0};
+    long es[3] = {0, 0, 0};
+    for (int k = 0; k < s->n[0]; k++) {
+        in[k] = (const char *)slots[s->slot[k]] + s->off[k] * s->n[1 + k];
+        es[k] = s->n[1 + k];
+    }
+    char *y = (char *)slots[s->slot[3]];
+    const long ey = s->n[4];
+    long idx[T_MAXR] = {0}, row = 0;
+    for (;;) {
+        const char *p[3] = {in[0], in[1], in[2]};
+        for (long k = 0; k < r - 1; k++)
+            for (int q = 0; q < s->n[0]; q++) p[q] += idx[k] * s->st[q][k] * es[q];
+        elt_row(s, inner, p[0], s->st[0][r - 1], p[1], s->st[1][r - 1], p[2], s->st[2][r - 1], y + row * inner * ey);
+        row++;
+        long k = r - 2;
+        for (; k >= 0; k--) {
+            if (++idx[k] < s->dims[k]) break;
+            idx[k] = 0;
+        }
+        if (k < 0) return;
+    }
+}
+
+/* ---- reductions and products --------------------------------------------------- */
+
+/* x [outer][n][inner] -> y [outer][inner]: kind 1 sum, 2 mean, 3 max, 4 min (float32) */
+VECTORIZED static void reduce(const tcc_step *s, const float *x, float *y) {
+    const long outer = s->n[0], n = s->n[1], inner = s->n[2];
+    for (long o = 0; o < outer; o++) {
+        float *yo = y + o * inner;
+        const float *xo = x + o * n * inner;
+        for (long i = 0; i < inner; i++) yo[i] = xo[i];
+        for (long j = 1; j < n; j++) {
+            const float *xj = xo + j * inner;
+            if (s->kind <= 2) for (long i = 0; i < inner; i++) yo[i] += xj[i];
+            else if (s->kind == 3) for (long i = 0; i < inner; i++) yo[i] = xj[i] > yo[i] ? xj[i] : yo[i];
+            else for (long i = 0; i < inner; i++) yo[i] = xj[i] < yo[i] ? xj[i] : yo[i];
+        }
+        if (s->kind == 2) {
+            const float inv = 1.0f / (float)n;
+            for (long i = 0; i < inner; i++) yo[i] *= inv;
+        }
+    }
+}
+
+/* C[M][N] = A[M][K] @ B[K][N] (row-major, contiguous) for small products:
+ * the cpu library's tcc_cpu_gemm (OpenBLAS underneath) costs ~1-2 us a call
+ * whatever the size, more than attention's 7x16x7 products themselves. */
+VECTORIZED static void gemm_small(long M, long N, long K, const float *A, long lda, int ta, const float *B,
+                                  long ldb, int tb, float *C) {
+    if (!tb && N < 16 && K >= 8 && K * N <= 4096) {
+        /* few columns (attention's scores, N = the sequence): rows of B^T, so
+         * that the inner loop is a dot product over K that vectorizes */
+        float bt[4096];
+        for (long k = 0; k < K; k++)
+            for (long j = 0; j < N; j++) bt[j * K + k] = B[k * ldb + j];
+        for (long i = 0; i < M; i++)
+            for (long j = 0; j < N; j++) {
+                const float *b = bt + j * K;
+                float acc = 0.0f;
+                if (!ta) {
+                    const float *a = A + i * lda;
+                    for (long k = 0; k < K; k++) acc += a[k] * b[k];
+                } else
+                    for (long k = 0; k < K; k++) acc += A[k * lda + i] * b[k];
+                C[i * N + j] = acc;
+            }
+        return;
+    }
+    for (long i = 0; i < M; i++) {
+        float *c = C + i * N;
+        for (long j = 0; j < N; j++) c[j] = 0.0f;
+        for (long k = 0; k < K; k++) {
+            const float a = ta ? A[k * lda + i] : A[i * lda + k];
+            if (!tb) {
+                const float *b = B + k * ldb;
+                for (long j = 0; j < N; j++) c[j] += a * b[j];
+            } else
+                for (long j = 0; j < N; j++) c[j] += a * B[j * ldb + k];
+        }
+    }
+}
+
+/* act(C + bias_scale * bias) in place over C [M][N]: bias_mode 1 per column
+ * (N values), 2 per row (M), 3 full (M x N), 4 scalar; act as tcc_cpu.h's
+ * TCC_ACT_* (here for products too, SiLU included). */
+VECTORIZED static void epilogue(float *C, long M, long N, const float *bias, int mode, float scale, int act, float a0,
+                                float a1) {
+    for (long i = 0; i < M; i++) {
+        float *c = C + i * N;
+        if (bias) {
+            if (mode == 1) for (long j = 0; j < N; j++) c[j] += scale * bias[j];
+            else if (mode == 2) { const float v = scale * bias[i]; for (long j = 0; j < N; j++) c[j] += v; }
+            else if (mode == 3) for (long j = 0; j < N; j++) c[j] += scale * bias[i * N + j];
+            else if (mode == 4) { const float v = scale * bias[0]; for (long j = 0; j < N; j++) c[j] += v; }
+        }
+        switch (act) {
+        case 1: for (long j = 0; j < N; j++) c[j] = c[j] > 0.0f ? c[j] : (c[j] != c[j] ? c[j] : 0.0f); break;
+        case 2: for (long j = 0; j < N; j++) c[j] = c[j] < a0 ? a0 : (c[j] > a1 ? a1 : c[j]); break;
+        case 3: for (long j = 0; j < N; j++) c[j] = tcc_sigmoidf(c[j]); break;
+        case 4: for (long j = 0; j < N; j++) c[j] = tcc_tanhf(c[j]); break;
+        case 5: for (long j = 0; j < N; j++) c[j] = c[j] >= 0.0f ? c[j] : c[j] * a0; break;
+        case 6: for (long j = 0; j < N; j++) c[j] = c[j] * tcc_sigmoidf(c[j]); break;
+        default: break;
+        }
+    }
+}
+
+/* C = epilogue(alpha * op(A) @ op(B)), `batch` times: n [0] batch, [1] M,
+ * [2] N, [3] K, [4] transA, [5] transB, [6] lda, [7] ldb (C's rows are
+ * contiguous, N apart); aux: per batch element offsets (A, B, C: 3 * batch
+ * int64) or NULL for one product; f[0] alpha; slots 0 A, 1 B, 2 C, 3 the
+ * bias or -1 (kind its mode, f[1] its scale); off[0] the activation, f[2],
+ * f[3] its parameters; fn tcc_cpu_gemm, or with esize 1 tcc_cpu_gemm_packed
+ * (B packed by tape.py as codegen.pack_b does), or NULL for gemm_small;
+ * rank 1: on this thread alone (a small product). */
+static void gemm(const tcc_step *s, void **slots) {
+    const long batch = s->n[0], M = s->n[1], N = s->n[2], K = s->n[3], lda = s->n[6], ldb = s->n[7];
+    const int ta = (int)s->n[4], tb = (int)s->n[5];
+    const float *A = (const float *)slots[s->slot[0]], *B = (const float *)slots[s->slot[1]];
+    float *C = (float *)slots[s->slot[2]];
+    const float *bias = s->slot[3] >= 0 ? (const float *)slots[s->slot[3]] : 0;
+    const int64_t *offs = (const int64_t *)s->aux;
+    const int serial = s->rank && set_inline && s->fn;
+    const int was = serial ? set_inline(1) : 0;
+    for (long q = 0; q < batch; q++) {
+        const float *a = A + (offs ? offs[3 * q] : 0), *b = B + (offs ? offs[3 * q + 1] : 0);
+        float *c = C + (offs ? offs[3 * q + 2] : 0);
+        if (s->fn && s->esize == 1)
+            ((gemm_packed_fn)s->fn)(M, N, K, s->f[0], a, ta ? 1 : lda, ta ? lda : 1, b, c, N, 0);
+        else if (s->fn)
+            ((gemm_fn)s->fn)(ta, tb, M, N, K, s->f[0], a, lda, b, ldb, c, N, 0);
+        else {
+            gemm_small(M, N, K, a, lda, ta, b, ldb, tb, c);
+            if (s->f[0] != 1.0f) for (long i = 0; i < M * N; i++) c[i] *= s->f[0];
+        }
+        if (bias || s->off[0]) epilogue(c, M, N, bias, (int)s->kind, s->f[1], (int)s->off[0], s->f[2], s->f[3]);
+    }
+    if (serial) set_inline(was);
+}
+
+/* ---- the tape ---------------------------------------------------------------------- */
+
+void tcc_tape_run(const tcc_step *steps, long count, void **slots) {
+    for (long i = 0; i < count; i++) {
+        const tcc_step *s = steps + i;
+        switch (s->op) {
+        case T_COPY:
+            copy_nd(s, (const char *)slots[s->slot[0]], (char *)slots[s->slot[1]]);
+            break;
+        case T_ELT:
+            elementwise(s, slots);
+            break;
+        case T_GEMM:
+            gemm(s, slots);
+            break;
+        case T_SOFTMAX:
+            ((softmax_fn)s->fn)(s->n[0], s->n[1], s->n[2], (const float *)slots[s->slot[0]],
+                                (float *)slots[s->slot[1]], (int)s->kind);
+            break;
+        case T_LAYERNORM:
+            ((layernorm_fn)s->fn)(s->n[0], s->n[1], (const float *)slots[s->slot[0]],
+                                  (const float *)slots[s->slot[1]],
+                                  s->slot[2] >= 0 ? (const float *)slots[s->slot[2]] : 0, s->f[0],
+                                  (float *)slots[s->slot[3]]);
+            break;
+        case T_RMSNORM:
+            tcc_rmsnorm_f32(s->n[0], s->n[1], (const float *)slots[s->slot[0]],
+                            s->slot[1] >= 0 ? (const float *)slots[s->slot[1]] : 0, s->f[0],
+                            (float *)slots[s->slot[2]]);
+            break;
+        case T_CONV: {  /* aux: the tcc_conv_params; slot 0 x, 1 w, 2 y, 3 scratch, 4 bias or -1 */
+            tcc_epilogue_t ep = {0};
+            if (s->slot[4] >= 0) {
+                ep.bias = (const float *)slots[s->slot[4]];
+                ep.bias_mode = 2;
+                ep.bias_scale = 1.0f;
+            }
+            ep.act = (int)s->kind;
+            ep.a0 = s->f[0];
+            ep.a1 = s->f[1];
+            ((conv_fn)s->fn)(s->aux, (const float *)slots[s->slot[0]], (const float *)slots[s->slot[1]],
+                             (float *)slots[s->slot[2]], (float *)slots[s->slot[3]], &ep);
+            break;
+        }
+        case T_REDUCE:
+            reduce(s, (const float *)slots[s->slot[0]], (float *)slots[s->slot[1]]);
+            break;
+        case T_GATHER:
+            gather(s, (const char *)slots[s->slot[0]], (const int64_t *)slots[s->slot[1]], (char *)slots[s->slot[2]]);
+            break;
+        default:
+            break;
+        }
+    }
+}
