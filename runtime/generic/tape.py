@@ -81,7 +81,9 @@ def _lib():
             rt.tcc_tape_run.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_void_p]
             addr = {n: ctypes.cast(getattr(cpu, n), ctypes.c_void_p).value
                     for n in ("tcc_cpu_gemm", "tcc_cpu_gemm_packed", "tcc_cpu_softmax", "tcc_cpu_layernorm",
-                              "tcc_cpu_conv2d", "tcc_cpu_set_inline")}
+                              "tcc_cpu_conv2d", "tcc_cpu_conv2d_packed", "tcc_cpu_conv2d_pw", "tcc_cpu_set_inline")}
+            cpu.tcc_cpu_isa.restype = ctypes.c_char_p
+            addr["isa"] = cpu.tcc_cpu_isa().decode()
             rt.tcc_tape_init.argtypes = [ctypes.c_void_p]
             rt.tcc_tape_init(addr["tcc_cpu_set_inline"])
             got = (rt, addr)
@@ -444,8 +446,26 @@ class _Builder:
         b = ins[2] if len(ins) > 2 and ins[2] else None
         if b is not None:
             self.f32(b)
-        return [_step(T_CONV, [self.c(ins[0]), self.c(ins[1]), outs[0], scratch, b and self.c(b)], kind=code,
-                      f=[a0, a1], fn=self.addr["tcc_cpu_conv2d"], aux=ctypes.addressof(p))]
+        w_slot, variant, fn = self.c(ins[1]), 0, self.addr["tcc_cpu_conv2d"]
+        w = self.fixed(ins[1]) if self.plan._kinds[ins[1]] == 0 else None
+        if w is not None and w.ndim == 4:  # constant weights: packed once per plan, as the compiled code's
+            from tcc.accelerators.cpu import codegen
+            geom = (p.kh, p.kw, p.sh, p.sw, p.pt, p.pl, p.pb, p.pr, p.group)
+            xs4, ys4 = (p.n, p.c, p.h, p.w), (p.n, p.m, p.oh, p.ow)
+            if geom == (1, 1, 1, 1, 0, 0, 0, 0, 1) and (p.dh, p.dw) == (1, 1):
+                variant, fn, make = 2, self.addr["tcc_cpu_conv2d_pw"], lambda: codegen.pack_pw(w)
+            elif codegen.conv_packed(xs4, w.shape, ys4, (p.sh, p.sw), (p.pt, p.pl, p.pb, p.pr), p.group,
+                                     self.addr["isa"]) and (p.dh, p.dw) == (1, 1):
+                variant, fn, make = 1, self.addr["tcc_cpu_conv2d_packed"], lambda: codegen.pack_conv(w, p.group)
+            if variant:
+                got = self.plan._packed.get((ins[1], variant))
+                if got is None:
+                    got = np.ascontiguousarray(make(), np.float32)
+                    self.plan._packed[(ins[1], variant)] = got
+                w_slot = self.const_slot(got)
+        work = p.n * p.m * p.oh * p.ow * (p.c // p.group) * p.kh * p.kw
+        return [_step(T_CONV, [self.c(ins[0]), w_slot, outs[0], scratch, b and self.c(b)], kind=code,
+                      esize=variant, rank=int(work < SERIAL_WORK), f=[a0, a1], fn=fn, aux=ctypes.addressof(p))]
 
     def _reduce(self, short, ins, y, node):
         xs = list(self.info(ins[0])[0])

@@ -27,7 +27,7 @@ REQUIRED_SYMBOLS = [b"tcc_parallel_for", b"tcc_use_pool", b"tcc_gemm_bpacked_f32
                     b"tcc_stream_copy", b"tcc_nms_f32", b"tcc_rmsnorm_f32",
                     b"tcc_tape_run"]
 LIB_NAME = "libtccrt.so"
-CFLAGS = ["-O2", "-fPIC", "-shared", "-pthread"]
+CFLAGS = ["-O2", "-fPIC", "-shared", "-pthread", "-fno-math-errno", "-fno-trapping-math"]
 
 
 class NativeBuildError(TccError):
