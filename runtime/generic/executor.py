@@ -234,19 +234,22 @@ class GenericPlan:
             table = self._keyed.get(key)
             if table is not None:
                 self._keyed.move_to_end(key)
+        if table is not None:
+            tape = self._tapes.get(key)
+            if tape.__class__ is not Tape:
+                tape = self._tape_for(key, table)
+            if tape is not None:
+                try:
+                    outs = tape.run(arrays)  # owned outputs (tape.py)
+                except Exception:  # noqa: BLE001 - the numpy path below runs it, naming a failing node
+                    outs = None
+                if outs is not None:
+                    return outs
         steps = self._all if table is None else self._data
         t = list(self._base if table is None else table)
         for i, a in zip(self._args, arrays):
             t[i] = a
         if table is not None:
-            tape = self._tape_for(key, table)
-            if tape is not None:
-                try:
-                    outs = tape.run(arrays)
-                except Exception:  # noqa: BLE001 - the numpy path below runs it, naming a failing node
-                    outs = None
-                if outs is not None:
-                    return [_owned(v, self._kinds[i] == DATA) for i, v in zip(self._outs, outs)]
             try:
                 with np.errstate(all="ignore"):
                     return [_owned(v, self._kinds[i] == DATA) for i, v in zip(self._outs, self._warm(t))]

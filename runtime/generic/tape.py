@@ -45,6 +45,12 @@ E_ADD, E_SUB, E_MUL, E_DIV, E_MAX, E_MIN, E_POW = range(1, 8)
 (E_NEG, E_EXP, E_LOG, E_SQRT, E_RECIP, E_TANH, E_SIGMOID, E_RELU, E_ERF, E_GELU, E_ABS, E_SILU, E_SQUARE, E_CUBE,
  E_LEAKY, E_CLIP) = range(20, 36)
 E_ISNAN, E_WHERE = 50, 51
+COMPARE = {"Equal": 60, "Less": 61, "Greater": 62, "LessOrEqual": 63, "GreaterOrEqual": 64}
+LOGIC = {"And": 70, "Or": 71, "Xor": 72, "Not": 73}
+INT_ARITH = {"Add": 80, "Sub": 81, "Mul": 82}
+E_CAST = 90
+TYPES = {np.dtype(np.float32): 0, np.dtype(np.int64): 1, np.dtype(np.bool_): 2, np.dtype(np.int32): 3,
+         np.dtype(np.float64): 4}
 BINARY = {"Add": E_ADD, "Sub": E_SUB, "Mul": E_MUL, "Div": E_DIV, "Max": E_MAX, "Min": E_MIN}
 UNARY = {"Neg": E_NEG, "Exp": E_EXP, "Log": E_LOG, "Sqrt": E_SQRT, "Reciprocal": E_RECIP, "Tanh": E_TANH,
          "Sigmoid": E_SIGMOID, "Relu": E_RELU, "Erf": E_ERF, "Abs": E_ABS}
@@ -198,6 +204,10 @@ class _Builder:
                 return self._elementwise(short, ins, outs[0], node, fn)
             if short in REDUCE:
                 return self._reduce(short, ins, outs[0], node)
+            if short in COMPARE:
+                return self._compare(short, ins, outs[0])
+            if short in LOGIC:
+                return self._logic(short, ins, outs[0])
             if short in VIEW_OPS:
                 return self._view(fn, ins, outs)
         handler = getattr(self, f"_op_{short}", None)
@@ -253,19 +263,41 @@ class _Builder:
         kind = BINARY.get(short) or UNARY.get(short)
         if short in BINARY and len(args) != 2:
             raise Unsupported
+        if short in INT_ARITH and all(self.info(a)[1] == np.int64 for a in args) and yd == np.int64:
+            return [self._elt(INT_ARITH[short], args, y, out_size=8, in_sizes=[8, 8])]
         self.f32(*args)
         if yd != F32:
             raise Unsupported
         return [self._elt(kind, args, y)]
 
-    def _elt(self, kind, args, y, f=(), out_size=4, in_sizes=None):
+    def _compare(self, short, ins, y):
+        (_, ad), (_, bd) = self.info(ins[0]), self.info(ins[1])
+        if ad != bd or ad not in (F32, np.dtype(np.int64)) or self.info(y)[1] != np.bool_ or not all(ins):
+            raise Unsupported
+        es = ad.itemsize
+        return [self._elt(COMPARE[short], list(ins), y, out_size=1, in_sizes=[es, es], extra=[int(es == 8)])]
+
+    def _logic(self, short, ins, y):
+        if not all(ins) or any(self.info(i)[1] != np.bool_ for i in list(ins) + [y]) or \
+                len(ins) != (1 if short == "Not" else 2):
+            raise Unsupported
+        return [self._elt(LOGIC[short], list(ins), y, out_size=1, in_sizes=[1] * len(ins))]
+
+    def _op_Cast(self, fn, ins, outs, node):
+        (_, xd), (_, yd) = self.info(ins[0]), self.info(outs[0])
+        if xd not in TYPES or yd not in TYPES:
+            raise Unsupported
+        return [self._elt(E_CAST, [ins[0]], outs[0], out_size=yd.itemsize, in_sizes=[xd.itemsize],
+                          extra=[TYPES[xd], TYPES[yd]])]
+
+    def _elt(self, kind, args, y, f=(), out_size=4, in_sizes=None, extra=()):
         ys = list(self.info(y)[0])
         strides = [_broadcast_strides(list(self.info(a)[0]), ys) for a in args]
         dims, st = _coalesce(ys, strides + [_contiguous_strides(ys)])
         sizes = in_sizes or [4] * len(args)
         return _step(T_ELT, [self.c(a) for a in args] + [None] * (3 - len(args)) + [y], kind=kind, rank=len(dims),
-                     dims=dims, st=st[:-1], n=[len(args)] + list(sizes) + [0] * (3 - len(args)) + [out_size],
-                     f=list(f))
+                     dims=dims, st=st[:-1],
+                     n=[len(args)] + list(sizes) + [0] * (3 - len(args)) + [out_size] + list(extra), f=list(f))
 
     def _op_Pow(self, fn, ins, outs, node):
         e = self.fixed(ins[1])
@@ -614,6 +646,7 @@ class Tape:
         for i in written:
             if i in out_canon:
                 self._fresh.append((i,) + infos[i])
+        self._fresh_slots = {f[0] for f in self._fresh}
         self._canon = b.canon
         self._args = [(i, infos[i]) for i in plan._args]
         self._arg_slots = set(plan._args)
@@ -683,16 +716,29 @@ class Tape:
                             r = np.array(r)
                         ptrs[o] = ptr(r) if r.size else 0
                     vals[o] = r
-            res = []
+            # outputs the caller owns: a fresh buffer once; anything else (an
+            # input, a constant, a Python step's view, a buffer given twice) copied
+            res, given = [], set()
             for o, c, info in self._outs:
                 v = vals.get(c)
-                if c in self._arg_slots:
-                    v = np.array(v)
-                elif v is None:
-                    v = self._views.get(c)
-                    v = np.array(v if v is not None else self._table[c])
-                if info is not None and isinstance(v, np.ndarray) and v.shape != info[0]:
-                    v = v.reshape(info[0])
+                if c in self._fresh_slots and c not in given:
+                    given.add(c)
+                    if info is not None and v.shape != info[0]:
+                        v = v.reshape(info[0])
+                elif isinstance(v, np.ndarray) and c not in self._arg_slots and c not in given and \
+                        v.base is None and v.flags.writeable and v.flags.c_contiguous:
+                    given.add(c)  # a Python step's own result
+                    if info is not None and v.shape != info[0]:
+                        v = v.reshape(info[0])
+                elif v is None and c not in vals:
+                    got = self._views.get(c)
+                    v = np.array(got if got is not None else self._table[c])
+                    if info is not None and v.shape != info[0]:
+                        v = v.reshape(info[0])
+                elif isinstance(v, np.ndarray):
+                    v = np.array(v.reshape(info[0]) if info is not None else v)
+                elif isinstance(v, list):  # a sequence a Python step made
+                    v = [np.array(e) for e in v]
                 res.append(v)
             return res
         finally:
