@@ -69,6 +69,7 @@ def _recurrent(short, gates, step):
                 finals = [np.swapaxes(f, 0, 1) for f in finals]
             outs = (y,) + tuple(finals)
             return outs[:node.n_results] if node.n_results > 1 else outs[0]
+        run.tape_native = native  # tape.py's record: its constant weights and parameters
         return run
     return make
 
@@ -123,6 +124,7 @@ def _native(node, short, gates, hidden, layout, dirs):
         else:
             yh = np.stack([y[t, d] for d, t in enumerate(last)], axis=0)
         return (y, yh, None)[:node.n_results]
+    run.fixed, run.lstm, run.lbr, run.nd, run.dirs, run.layout, run.hidden = fixed, lstm, lbr, nd, dirs, layout, hidden
     return run
 
 

@@ -30,7 +30,7 @@ import threading
 
 import numpy as np
 
-from .toolkit import c_kernels, ptr, rt_kernels
+from .toolkit import RnnParams, c_kernels, ptr, rt_kernels
 
 
 def pack_b(b):
@@ -40,7 +40,7 @@ def pack_b(b):
     return pack(b)
 
 MAXR = 6
-T_COPY, T_ELT, T_GEMM, T_SOFTMAX, T_LAYERNORM, T_RMSNORM, T_CONV, T_REDUCE, T_GATHER = range(1, 10)
+T_COPY, T_ELT, T_GEMM, T_SOFTMAX, T_LAYERNORM, T_RMSNORM, T_CONV, T_REDUCE, T_GATHER, T_RNN = range(1, 11)
 E_ADD, E_SUB, E_MUL, E_DIV, E_MAX, E_MIN, E_POW = range(1, 8)
 (E_NEG, E_EXP, E_LOG, E_SQRT, E_RECIP, E_TANH, E_SIGMOID, E_RELU, E_ERF, E_GELU, E_ABS, E_SILU, E_SQUARE, E_CUBE,
  E_LEAKY, E_CLIP) = range(20, 36)
@@ -87,7 +87,8 @@ def _lib():
             rt.tcc_tape_run.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_void_p]
             addr = {n: ctypes.cast(getattr(cpu, n), ctypes.c_void_p).value
                     for n in ("tcc_cpu_gemm", "tcc_cpu_gemm_packed", "tcc_cpu_softmax", "tcc_cpu_layernorm",
-                              "tcc_cpu_conv2d", "tcc_cpu_conv2d_packed", "tcc_cpu_conv2d_pw", "tcc_cpu_set_inline")}
+                              "tcc_cpu_conv2d", "tcc_cpu_conv2d_packed", "tcc_cpu_conv2d_pw", "tcc_cpu_set_inline",
+                              "tcc_cpu_rnn")}
             cpu.tcc_cpu_isa.restype = ctypes.c_char_p
             addr["isa"] = cpu.tcc_cpu_isa().decode()
             rt.tcc_tape_init.argtypes = [ctypes.c_void_p]
@@ -499,6 +500,59 @@ class _Builder:
         return [_step(T_CONV, [self.c(ins[0]), w_slot, outs[0], scratch, b and self.c(b)], kind=code,
                       esize=variant, rank=int(work < SERIAL_WORK), f=[a0, a1], fn=fn, aux=ctypes.addressof(p))]
 
+    def _rnn(self, fn, ins, outs, node):
+        """LSTM / GRU through tcc_cpu_rnn (rnn.py's native path: constant
+        weights, no sequence_lens); Y_h as copies of Y's last steps."""
+        nat = getattr(fn, "tape_native", None)
+        if nat is None or nat.fixed is None or (len(ins) > 4 and ins[4]):
+            raise Unsupported
+        xs = self.info(ins[0])[0]
+        self.f32(ins[0])
+        if len(xs) != 3 or not math.prod(xs):
+            raise Unsupported
+        layout, nd, hidden = nat.layout, nat.nd, nat.hidden
+        seq, batch = (xs[1], xs[0]) if layout else (xs[0], xs[1])
+        prm = RnnParams(0 if nat.lstm else 1, nd, int(nat.dirs == ["reverse"]), layout, int(nat.lbr), 0, 0, 0.0,
+                        seq, batch, xs[2], hidden)
+        self.keep.append(prm)
+        wt, rt, bias, rbh = nat.fixed
+        self.keep.extend([wt, rt, bias, rbh])
+        lib = c_kernels()
+        scratch = self.scratch_slot(int(lib.tcc_cpu_rnn_scratch(ctypes.byref(prm))))
+        extra = [i if k < len(ins) and i else None for k, i in ((5, ins[5] if len(ins) > 5 else 0),
+                                                                (6, ins[6] if len(ins) > 6 else 0),
+                                                                (7, ins[7] if len(ins) > 7 else 0))]
+        if not nat.lstm:
+            extra[1] = extra[2] = None
+        for e in extra:
+            if e is not None:
+                self.f32(e)
+        used = list(node.used) + [False] * 3
+        if len(outs) > 2 and used[2]:
+            raise Unsupported
+        y = outs[0]  # (written even where unread: Y_h is copied from it)
+        recs = [_step(T_RNN, [self.c(ins[0]), y, scratch] + [None if e is None else self.c(e) for e in extra],
+                      n=[ptr(wt), ptr(rt), ptr(bias), 0 if rbh is None else ptr(rbh)], fn=self.addr["tcc_cpu_rnn"],
+                      aux=ctypes.addressof(prm))]
+        if len(outs) > 1 and used[1]:
+            yh = outs[1]
+            last = [0 if name == "reverse" else seq - 1 for name in nat.dirs]
+            for d, t in enumerate(last):
+                if layout:  # y [batch][seq][nd][hidden] -> yh [batch][nd][hidden]
+                    recs.append(_step(T_COPY, [y, yh], rank=2, esize=4, dims=[batch, hidden],
+                                      st=[[seq * nd * hidden, 1], [nd * hidden, 1]],
+                                      off=[(t * nd + d) * hidden, d * hidden]))
+                else:  # y [seq][nd][batch][hidden] -> yh [nd][batch][hidden]
+                    recs.append(_step(T_COPY, [y, yh], rank=1, esize=4, dims=[batch * hidden],
+                                      st=[[1], [1]], off=[(t * nd + d) * batch * hidden, d * batch * hidden]))
+        return recs
+
+    def _op_LSTM(self, fn, ins, outs, node):
+        return self._rnn(fn, ins, outs, node)
+
+    def _op_GRU(self, fn, ins, outs, node):
+        return self._rnn(fn, ins, outs, node)
+
     def _reduce(self, short, ins, y, node):
         xs = list(self.info(ins[0])[0])
         self.f32(ins[0], y)
@@ -545,7 +599,9 @@ class Tape:
             outs = list(res) if multi else [res]
             op = name.rsplit("(", 1)[1][:-1]
             recs = None
-            if node is not None and all(o in infos for o in outs):
+            used = list(node.used) if node is not None else []
+            if node is not None and outs[0] in infos and \
+                    all(o in infos for k, o in enumerate(outs) if k >= len(used) or used[k]):
                 try:
                     if " + " in op and hasattr(fn, "tape_rms"):
                         recs = b._op_Pow_rms(fn, ins, outs)
@@ -579,7 +635,7 @@ class Tape:
                 s = p[1]
                 slots = [x for x in s.slot if x >= 0]
                 out_pos = {T_COPY: [1], T_ELT: [3], T_GEMM: [2], T_SOFTMAX: [1], T_LAYERNORM: [3],
-                           T_RMSNORM: [2], T_CONV: [2, 3], T_REDUCE: [1], T_GATHER: [2]}[s.op]
+                           T_RMSNORM: [2], T_CONV: [2, 3], T_REDUCE: [1], T_GATHER: [2], T_RNN: [1, 2]}[s.op]
                 for q in out_pos:
                     written.setdefault(s.slot[q], k)
                 for x in slots:

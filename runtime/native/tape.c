@@ -28,7 +28,7 @@
 #define T_MAXR 6
 
 enum { T_COPY = 1, T_ELT = 2, T_GEMM = 3, T_SOFTMAX = 4, T_LAYERNORM = 5, T_RMSNORM = 6, T_CONV = 7,
-       T_REDUCE = 8, T_GATHER = 9 };
+       T_REDUCE = 8, T_GATHER = 9, T_RNN = 10 };
 
 /* elementwise kinds (T_ELT): binary float32, unary float32, others */
 enum { E_ADD = 1, E_SUB, E_MUL, E_DIV, E_MAX, E_MIN, E_POW,
@@ -73,6 +73,8 @@ typedef void (*gemm_packed_fn)(long, long, long, float, const float *, long, lon
 typedef void (*softmax_fn)(long, long, long, const float *, float *, int);
 typedef void (*layernorm_fn)(long, long, const float *, const float *, const float *, float, float *);
 typedef void (*conv_fn)(const void *, const float *, const float *, float *, float *, const tcc_epilogue_t *);
+typedef void (*rnn_fn)(const void *, const float *, const float *, const float *, const float *, const float *,
+                       const float *, const int32_t *, const float *, const float *, float *, float *);
 typedef void (*conv_pw_fn)(const void *, const float *, const float *, float *, const tcc_epilogue_t *);
 
 /* the cpu library's tcc_cpu_set_inline (tape.py sets it once): a product
@@ -503,6 +505,14 @@ void tcc_tape_run(const tcc_step *steps, long count, void **slots) {
             if (serial) set_inline(was);
             break;
         }
+        case T_RNN:  /* tcc_cpu_rnn: aux its parameters; n[0..3] the constant WT, RT, bias, rbh (0: none);
+                      * slots 0 X, 1 Y, 2 scratch, 3 h0, 4 c0, 5 peepholes (-1: none) */
+#define OPT(k) (s->slot[k] >= 0 ? (const float *)slots[s->slot[k]] : 0)
+            ((rnn_fn)s->fn)(s->aux, (const float *)slots[s->slot[0]], (const float *)s->n[0], (const float *)s->n[1],
+                            (const float *)s->n[2], (const float *)s->n[3], OPT(5), 0, OPT(3), OPT(4),
+                            (float *)slots[s->slot[1]], (float *)slots[s->slot[2]]);
+#undef OPT
+            break;
         case T_REDUCE:
             reduce(s, (const float *)slots[s->slot[0]], (float *)slots[s->slot[1]]);
             break;
