@@ -30,14 +30,9 @@ import threading
 
 import numpy as np
 
+from tcc.accelerators.cpu import packing
+
 from .toolkit import RnnParams, c_kernels, ptr, rt_kernels
-
-
-def pack_b(b):
-    """A constant (K, N) operand as gemm_packed.c's panels (the cpu
-    accelerator's codegen.pack_b)."""
-    from tcc.accelerators.cpu.codegen import pack_b as pack
-    return pack(b)
 
 MAXR = 6
 T_COPY, T_ELT, T_GEMM, T_SOFTMAX, T_LAYERNORM, T_RMSNORM, T_CONV, T_REDUCE, T_GATHER, T_RNN = range(1, 11)
@@ -60,6 +55,10 @@ ALIAS = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"}
 VIEW_OPS = {"Transpose", "Slice", "Expand", "Split", "Squeeze", "Unsqueeze", "Flatten", "Reshape", "Identity"}
 SMALL_GEMM = 32768  # M*N*K up to which tape.c's own loop beats a tcc_cpu_gemm call (~3 us)
 SERIAL_WORK = 768 * 1024  # codegen.SERIAL_WORK: products below it run on the caller's thread
+# A key's arena larger than this gets no tape (its numpy path allocates per
+# call instead): past it the per-step cost the tape saves is noise beside the
+# compute, and up to executor.KEYS tapes stay allocated between calls.
+MAX_ARENA = 32 << 20
 F32 = np.dtype(np.float32)
 
 
@@ -166,6 +165,9 @@ class _Builder:
         self.plan, self.table, self.infos = plan, table, infos
         self.rt, self.addr = _lib()
         self.canon = {}  # alias slot -> the slot whose buffer it is
+        # a view op's result -> (its operand's slot, element offset, strides): a
+        # batched product reads it there (attention's K^T) instead of its copy
+        self.views = {}
         self.keep = []  # objects the records point into (offset tables, parameter structs, constants)
 
     def c(self, i):
@@ -251,6 +253,7 @@ class _Builder:
             if r.flags.c_contiguous and off == 0 and r.size == probe.size:
                 self.canon[o] = self.c(ins[0])
                 continue
+            self.views[o] = (self.c(ins[0]), off, [s // es for s in r.strides])
             dims, (src, dst) = _coalesce(list(r.shape), [[s // es for s in r.strides], _contiguous_strides(r.shape)])
             recs.append(_step(T_COPY, [self.c(ins[0]), o], rank=len(dims), esize=es, dims=dims, st=[src, dst],
                               off=[off, 0]))
@@ -414,12 +417,11 @@ class _Builder:
         else:
             bshape = list(ys[:-2])
             batch = math.prod(bshape)
-            sa = _broadcast_strides(list(as_[:-2]), bshape) if len(as_) > 2 else [0] * len(bshape)
-            sb = _broadcast_strides(list(bs[:-2]), bshape) if len(bs) > 2 else [0] * len(bshape)
-            mat_a, mat_b = as_[-2] * as_[-1], bs[-2] * bs[-1]
+            (a, a_off, sa, ta, lda_v), (b, b_off, sb, tb, ldb_v) = \
+                self._operand(a, as_, ta, bshape), self._operand(b, bs, tb, bshape)
             offs = np.zeros((batch, 3), np.int64)
             for q, idx in enumerate(np.ndindex(*bshape) if bshape else [()]):
-                offs[q] = (sum(i * s for i, s in zip(idx, sa)) * mat_a, sum(i * s for i, s in zip(idx, sb)) * mat_b,
+                offs[q] = (a_off + sum(i * s for i, s in zip(idx, sa)), b_off + sum(i * s for i, s in zip(idx, sb)),
                            q * M * N)
             self.keep.append(offs)
         if bias is not None or (c is not None and beta != 0.0):
@@ -439,14 +441,13 @@ class _Builder:
             if mode is None:
                 raise Unsupported
             scale = 1.0 if bias is not None else float(beta)
-        lda = as_[-1]
-        ldb = bs[-1]
+        lda, ldb = (lda_v, ldb_v) if offs is not None else (as_[-1], bs[-1])
         b_slot, fn, packed = self.c(b), self.addr["tcc_cpu_gemm"], 0
         w = self.fixed(b) if len(bs) == 2 and self.plan._kinds[b] == 0 else None
         if w is not None:  # a constant B: packed once per plan, gemm_packed.c's panels (as the compiled code)
             got = self.plan._packed.get(b)
             if got is None:
-                got = np.ascontiguousarray(pack_b(w.T if tb else w))
+                got = np.ascontiguousarray(packing.pack_b(w.T if tb else w))
                 self.plan._packed[b] = got
             b_slot, fn, packed = self.const_slot(got), self.addr["tcc_cpu_gemm_packed"], 1
         elif M * N * K <= SMALL_GEMM:
@@ -454,6 +455,30 @@ class _Builder:
         return [_step(T_GEMM, [self.c(a), b_slot, y, bias_slot], kind=mode, esize=packed,
                       rank=int(M * N * K * batch < SERIAL_WORK), n=[batch, M, N, K, ta, tb, lda, ldb],
                       f=[alpha, scale, a0, a1], off=[code], fn=fn, aux=None if offs is None else offs.ctypes.data)]
+
+    def _operand(self, x, shape, trans, bshape):
+        """(slot, element offset, batch strides over bshape, transposed?,
+        leading dim) of a batched product's operand: a view op's result
+        read where its operand lies, as op(X) = X or X^T, where its
+        matrices have one unit stride (a transposed K, a slice); else its
+        own contiguous buffer."""
+        rows, cols = shape[-2], shape[-1]
+        got = self.views.get(x)
+        if got is not None:
+            src, off, st = got
+            lead = None
+            if st[-1] == 1 and st[-2] >= cols:
+                lead = st[-2]
+            elif st[-2] == 1 and st[-1] >= rows and not trans:
+                trans, lead = 1, st[-1]
+            if lead is not None:
+                batch = list(st[:-2])
+                pad = len(bshape) - len(batch)
+                sb = [0] * pad + [0 if d == 1 and o != 1 else s
+                                  for d, o, s in zip(shape[:-2], bshape[pad:], batch)]
+                return src, off, sb, trans, lead
+        sb = _broadcast_strides(list(shape[:-2]), bshape) if len(shape) > 2 else [0] * len(bshape)
+        return self.c(x), 0, [s * rows * cols for s in sb], trans, cols
 
     def _op_MatMul(self, fn, ins, outs, node):
         return self._product(ins[0], ins[1], outs[0], 0, 0, 1.0, getattr(fn, "tape_epilogue", (None, None)))
@@ -482,14 +507,13 @@ class _Builder:
         w_slot, variant, fn = self.c(ins[1]), 0, self.addr["tcc_cpu_conv2d"]
         w = self.fixed(ins[1]) if self.plan._kinds[ins[1]] == 0 else None
         if w is not None and w.ndim == 4:  # constant weights: packed once per plan, as the compiled code's
-            from tcc.accelerators.cpu import codegen
             geom = (p.kh, p.kw, p.sh, p.sw, p.pt, p.pl, p.pb, p.pr, p.group)
             xs4, ys4 = (p.n, p.c, p.h, p.w), (p.n, p.m, p.oh, p.ow)
             if geom == (1, 1, 1, 1, 0, 0, 0, 0, 1) and (p.dh, p.dw) == (1, 1):
-                variant, fn, make = 2, self.addr["tcc_cpu_conv2d_pw"], lambda: codegen.pack_pw(w)
-            elif codegen.conv_packed(xs4, w.shape, ys4, (p.sh, p.sw), (p.pt, p.pl, p.pb, p.pr), p.group,
+                variant, fn, make = 2, self.addr["tcc_cpu_conv2d_pw"], lambda: packing.pack_pw(w)
+            elif packing.conv_packed(xs4, w.shape, ys4, (p.sh, p.sw), (p.pt, p.pl, p.pb, p.pr), p.group,
                                      self.addr["isa"]) and (p.dh, p.dw) == (1, 1):
-                variant, fn, make = 1, self.addr["tcc_cpu_conv2d_packed"], lambda: codegen.pack_conv(w, p.group)
+                variant, fn, make = 1, self.addr["tcc_cpu_conv2d_packed"], lambda: packing.pack_conv(w, p.group)
             if variant:
                 got = self.plan._packed.get((ins[1], variant))
                 if got is None:
@@ -585,6 +609,25 @@ class _Builder:
         return i
 
 
+def _drop_dead_copies(program, outs):
+    """The program without the copy records whose result nothing reads (a
+    transpose a product reads through its operand's strides instead)."""
+    while True:
+        read = set(outs)
+        for p in program:
+            if p[0] == "native":
+                s = p[1]
+                ins = {T_COPY: [0], T_ELT: [0, 1, 2], T_GEMM: [0, 1, 3], T_SOFTMAX: [0], T_LAYERNORM: [0, 1, 2],
+                       T_RMSNORM: [0, 1], T_CONV: [0, 1, 4], T_REDUCE: [0], T_GATHER: [0, 1], T_RNN: [0, 3, 4, 5]}[s.op]
+                read.update(s.slot[k] for k in ins if s.slot[k] >= 0)
+            else:
+                read.update(i for i in p[2] if i)
+        kept = [p for p in program if not (p[0] == "native" and p[1].op == T_COPY and p[1].slot[1] not in read)]
+        if len(kept) == len(program):
+            return program
+        program = kept
+
+
 class Tape:
     """One key's records and buffers (see the module docstring); run()
     returns the outputs, or None where it cannot run this call."""
@@ -617,6 +660,7 @@ class Tape:
                 program.append(("python", fn, tuple(b.c(i) if i else 0 for i in ins), ins, outs, multi))
             else:
                 program.extend(("native", r) for r in recs)
+        program = _drop_dead_copies(program, {b.c(o) for o in plan._outs})
         self.n_native = sum(1 for p in program if p[0] == "native")
         self.n_python = len(program) - self.n_native
         self._plan_buffers(plan, table, infos, b, program, outs_set)
@@ -689,6 +733,8 @@ class Tape:
                     top += need
             for i in releases.get(k, []):
                 free.append((offsets[i], ends[i]))
+        if top > MAX_ARENA:
+            raise Unsupported
         self._arena = np.empty(max(top, 64) // 4 + 16, np.float32)
         base = (ptr(self._arena) + 63) // 64 * 64
         for i in arena_slots:
