@@ -228,6 +228,10 @@ class SpecializingSession(SignatureMixin):
         # session _cache holds for the call that made that tuple: see _fast_key
         self._fast = {}
         self._fast_ok = not any(t.container or t.dtype == object for t in self._inputs)
+        # fast keys whose inputs _check_dynamic passed unchanged (the generic
+        # path needs no second check), and those the generic path serves for
+        # good (past TCC_MAX_SPECIALIZATIONS): no check, key hash or lookup
+        self._fast_checked, self._fast_generic = set(), set()
         self._bounded = [(i, t) for i, t in enumerate(self._inputs) if t.index_bound]
         self._base_key = None
         self._tmpdir = None
@@ -390,7 +394,22 @@ class SpecializingSession(SignatureMixin):
     def run_generic(self, inputs, output_names=None):
         """The shape-generic path alone (the scoreboard times it): outputs,
         or None where it cannot run these inputs."""
-        return self._run_generic(self._check_dynamic(inputs), output_names)
+        return self._run_generic(self._checked(self._arrange(inputs)), output_names)
+
+    def _checked(self, given, fast=None):
+        """The inputs checked (_check_dynamic), or as given where inputs of
+        this fast key passed the check unchanged before (then only their
+        index bounds are read again, as a warm specialized call does)."""
+        fast = self._fast_key(given) if fast is None else fast
+        if fast is not None and fast in self._fast_checked:
+            for i, spec in self._bounded:
+                check_index_range(spec, given[i])
+            return given
+        arrays = self._check_dynamic(given)
+        if fast is not None and all(a is b for a, b in zip(arrays, given)):
+            with self._lock:
+                self._fast_checked.add(fast)
+        return arrays
 
     def _compile(self, inputs, path):
         from tcc.dialects.ir import parse_module
@@ -461,12 +480,22 @@ class SpecializingSession(SignatureMixin):
             for i, spec in self._bounded:  # the one check a warm call keeps: what it reads may be refused
                 check_index_range(spec, given[i])
             return sess.run(given, output_names, output_device)
+        if fast is not None and fast in self._fast_generic and output_device is None:
+            outs = self._run_generic(self._checked(given, fast), output_names)
+            if outs is not None:
+                return outs
         arrays = self._check_dynamic(given)
         key = self._key(arrays)
         sess = self._cache.get(key)
         if sess is None:
             sess = self._new_shape(key, arrays, output_names, output_device)
             if isinstance(sess, list):  # the generic path ran it
+                with self._lock:
+                    if fast is not None and key not in self._pending and key not in self._cache and \
+                            all(a is b for a, b in zip(arrays, given)):
+                        # no compile for this key (past the limit): the generic path for good
+                        self._fast_checked.add(fast)
+                        self._fast_generic.add(fast)
                 return sess
         if fast is not None and all(a is b for a, b in zip(arrays, given)):
             self._fast[fast] = sess

@@ -192,3 +192,14 @@ def test_specializations_stop_at_the_limit_and_later_shapes_stay_generic(rng, tm
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
         sess.wait()
     assert len(sess.specializations()) == 1  # batch 2's; 3 and 5 ran on the generic path
+    # later calls at those shapes skip the check and the key (the generic path for good), on new data;
+    # an input that breaks the signature still takes the checked path and its error
+    for _ in range(3):
+        feeds = {"x": rng.standard_normal((5, 6)).astype(np.float32), "s": np.array([5, 4], np.int64),
+                 "axes": np.array([1], np.int64)}
+        for got, want in zip(sess.run(feeds), ref.run(None, feeds)):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert sess._fast_generic
+    from tcc.dialects.ir.errors import TccError
+    with pytest.raises(TccError, match="x"):
+        sess.run({"x": feeds["x"].astype(np.float64), "s": feeds["s"], "axes": feeds["axes"]})
