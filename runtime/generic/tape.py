@@ -35,7 +35,8 @@ from tcc.accelerators.cpu import packing
 from .toolkit import RnnParams, c_kernels, ptr, rt_kernels
 
 MAXR = 6
-T_COPY, T_ELT, T_GEMM, T_SOFTMAX, T_LAYERNORM, T_RMSNORM, T_CONV, T_REDUCE, T_GATHER, T_RNN = range(1, 11)
+(T_COPY, T_ELT, T_GEMM, T_SOFTMAX, T_LAYERNORM, T_RMSNORM, T_CONV, T_REDUCE, T_GATHER, T_RNN, T_ARG,
+ T_GATHER_ND) = range(1, 13)
 E_ADD, E_SUB, E_MUL, E_DIV, E_MAX, E_MIN, E_POW = range(1, 8)
 (E_NEG, E_EXP, E_LOG, E_SQRT, E_RECIP, E_TANH, E_SIGMOID, E_RELU, E_ERF, E_GELU, E_ABS, E_SILU, E_SQUARE, E_CUBE,
  E_LEAKY, E_CLIP) = range(20, 36)
@@ -333,6 +334,32 @@ class _Builder:
         self.f32(a, b, outs[0])
         return [self._elt(E_WHERE, [c, a, b], outs[0], in_sizes=[1, 4, 4])]
 
+    def _op_ArgMax(self, fn, ins, outs, node, kind=0):
+        xs, xd = self.info(ins[0])
+        ty = {F32: 0, np.dtype(np.int64): 1, np.dtype(np.int32): 2}.get(xd)
+        if ty is None or not xs or not math.prod(xs) or self.info(outs[0])[1] != np.int64:
+            raise Unsupported
+        a = node.get("axis", 0) % len(xs)
+        return [_step(T_ARG, [self.c(ins[0]), outs[0]], kind=kind,
+                      n=[math.prod(xs[:a]), xs[a], math.prod(xs[a + 1:]), ty,
+                         int(node.get("select_last_index", 0))])]
+
+    def _op_ArgMin(self, fn, ins, outs, node):
+        return self._op_ArgMax(fn, ins, outs, node, 1)
+
+    def _op_GatherND(self, fn, ins, outs, node):
+        (xs, xd), (is_, idt) = self.info(ins[0]), self.info(ins[1])
+        b = node.get("batch_dims", 0)
+        if idt != np.int64 or not is_ or not xs:
+            raise Unsupported
+        k = is_[-1]
+        if k < 1 or b + k > len(xs) or k > MAXR or list(is_[:b]) != list(xs[:b]) or not math.prod(xs):
+            raise Unsupported
+        nb = math.prod(xs[:b])
+        m = math.prod(is_) // (nb * k) if nb * k else 0
+        return [_step(T_GATHER_ND, [self.c(ins[0]), self.c(ins[1]), outs[0]], dims=list(xs[b:b + k]),
+                      n=[nb, m, math.prod(xs[b + k:]) * xd.itemsize, k])]
+
     def _op_Concat(self, fn, ins, outs, node):
         ys, yd = self.info(outs[0])
         axis = node.get("axis") % len(ys)
@@ -464,6 +491,16 @@ class _Builder:
         own contiguous buffer."""
         rows, cols = shape[-2], shape[-1]
         got = self.views.get(x)
+        c = self.c(x)
+        if got is None and c in self.views:  # a reshape of a view (heads merged into the batch)
+            src, off, st = self.views[c]
+            view = np.lib.stride_tricks.as_strided(np.zeros(1, np.float32), self.info(c)[0], [4 * v for v in st])
+            view = view.view()
+            try:
+                view.shape = shape  # numpy refuses where the reshape would need a copy
+                got = (src, off, [v // 4 for v in view.strides])
+            except AttributeError:
+                got = None
         if got is not None:
             src, off, st = got
             lead = None
@@ -618,7 +655,8 @@ def _drop_dead_copies(program, outs):
             if p[0] == "native":
                 s = p[1]
                 ins = {T_COPY: [0], T_ELT: [0, 1, 2], T_GEMM: [0, 1, 3], T_SOFTMAX: [0], T_LAYERNORM: [0, 1, 2],
-                       T_RMSNORM: [0, 1], T_CONV: [0, 1, 4], T_REDUCE: [0], T_GATHER: [0, 1], T_RNN: [0, 3, 4, 5]}[s.op]
+                       T_RMSNORM: [0, 1], T_CONV: [0, 1, 4], T_REDUCE: [0], T_GATHER: [0, 1], T_RNN: [0, 3, 4, 5],
+                       T_ARG: [0], T_GATHER_ND: [0, 1]}[s.op]
                 read.update(s.slot[k] for k in ins if s.slot[k] >= 0)
             else:
                 read.update(i for i in p[2] if i)
@@ -679,7 +717,8 @@ class Tape:
                 s = p[1]
                 slots = [x for x in s.slot if x >= 0]
                 out_pos = {T_COPY: [1], T_ELT: [3], T_GEMM: [2], T_SOFTMAX: [1], T_LAYERNORM: [3],
-                           T_RMSNORM: [2], T_CONV: [2, 3], T_REDUCE: [1], T_GATHER: [2], T_RNN: [1, 2]}[s.op]
+                           T_RMSNORM: [2], T_CONV: [2, 3], T_REDUCE: [1], T_GATHER: [2], T_RNN: [1, 2], T_ARG: [1],
+                           T_GATHER_ND: [2]}[s.op]
                 for q in out_pos:
                     written.setdefault(s.slot[q], k)
                 for x in slots:

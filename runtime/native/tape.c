@@ -28,7 +28,7 @@
 #define T_MAXR 6
 
 enum { T_COPY = 1, T_ELT = 2, T_GEMM = 3, T_SOFTMAX = 4, T_LAYERNORM = 5, T_RMSNORM = 6, T_CONV = 7,
-       T_REDUCE = 8, T_GATHER = 9, T_RNN = 10 };
+       T_REDUCE = 8, T_GATHER = 9, T_RNN = 10, T_ARG = 11, T_GATHER_ND = 12 };
 
 /* elementwise kinds (T_ELT): binary float32, unary float32, others */
 enum { E_ADD = 1, E_SUB, E_MUL, E_DIV, E_MAX, E_MIN, E_POW,
@@ -129,6 +129,56 @@ static void gather(const tcc_step *s, const char *x, const int64_t *idx, char *y
             if (v < 0) v = 0;
             if (v >= n_axis) v = n_axis - 1;
             memcpy(y + (o * n_idx + j) * inner_b, x + (o * n_axis + v) * inner_b, (size_t)inner_b);
+        }
+}
+
+/* ArgMax (kind 0) / ArgMin (1) of x [outer][n][inner] (float32; int64
+ * where n[3] is 1, int32 where it is 2) -> int64 [outer][inner]; n[4] 1: the last of equal
+ * values. NaN is the maximum and the minimum, as numpy's argmax says. */
+static void arg_reduce(const tcc_step *s, const char *x, int64_t *y) {
+    const long outer = s->n[0], n = s->n[1], inner = s->n[2];
+    const int i64 = (int)s->n[3], last = (int)s->n[4], mn = (int)s->kind;
+    for (long o = 0; o < outer; o++)
+        for (long i = 0; i < inner; i++) {
+            long best = 0;
+            for (long j = 1; j < n; j++) {
+                const long at = (o * n + j) * inner + i, bt = (o * n + best) * inner + i;
+                int better;
+                if (i64) {  /* 1: int64, 2: int32 */
+                    const int64_t v = i64 == 1 ? ((const int64_t *)x)[at] : ((const int32_t *)x)[at];
+                    const int64_t b = i64 == 1 ? ((const int64_t *)x)[bt] : ((const int32_t *)x)[bt];
+                    better = mn ? (last ? v <= b : v < b) : (last ? v >= b : v > b);
+                } else {
+                    const float v = ((const float *)x)[at], b = ((const float *)x)[bt];
+                    if (b != b) better = 0;
+                    else if (v != v) better = 1;
+                    else better = mn ? (last ? v <= b : v < b) : (last ? v >= b : v > b);
+                }
+                if (better) best = j;
+            }
+            y[o * inner + i] = best;
+        }
+}
+
+/* GatherND: x [nb][d_0..d_{k-1}][rest] (rest: n[2] bytes a slice), indices
+ * [nb][m][k] int64 (negative ones counted from the end, out of range
+ * clamped as Gather's are); n[0] nb, n[1] m, n[3] k, dims in dims[0..k). */
+static void gather_nd(const tcc_step *s, const char *x, const int64_t *idx, char *y) {
+    const long nb = s->n[0], m = s->n[1], rest = s->n[2], k = s->n[3];
+    long per = 1;
+    for (long d = 0; d < k; d++) per *= s->dims[d];
+    for (long b = 0; b < nb; b++)
+        for (long j = 0; j < m; j++) {
+            const int64_t *ix = idx + (b * m + j) * k;
+            long at = 0;
+            for (long d = 0; d < k; d++) {
+                long v = ix[d];
+                if (v < 0) v += s->dims[d];
+                if (v < 0) v = 0;
+                if (v >= s->dims[d]) v = s->dims[d] - 1;
+                at = at * s->dims[d] + v;
+            }
+            memcpy(y + (b * m + j) * rest, x + (b * per + at) * rest, (size_t)rest);
         }
 }
 
@@ -526,6 +576,13 @@ void tcc_tape_run(const tcc_step *steps, long count, void **slots) {
                             (const float *)s->n[2], (const float *)s->n[3], OPT(5), 0, OPT(3), OPT(4),
                             (float *)slots[s->slot[1]], (float *)slots[s->slot[2]]);
 #undef OPT
+            break;
+        case T_ARG:
+            arg_reduce(s, (const char *)slots[s->slot[0]], (int64_t *)slots[s->slot[1]]);
+            break;
+        case T_GATHER_ND:
+            gather_nd(s, (const char *)slots[s->slot[0]], (const int64_t *)slots[s->slot[1]],
+                      (char *)slots[s->slot[2]]);
             break;
         case T_REDUCE:
             reduce(s, (const float *)slots[s->slot[0]], (float *)slots[s->slot[1]]);
