@@ -179,7 +179,7 @@ class GenericPlan:
         # dtypes its build reads (the first run's), or False where it cannot be built
         self._tapes = {}
         self._tape_lock = threading.Lock()
-        self._packed = {}  # constant slot -> its packed panels (tape.py), for every key
+        self._packed = {}  # (constant slot, layout) -> its packed weights (tape.py), for every key
 
     def _kernel(self, op, module, ins, host):
         """(fn, several results?, captured outer values, node name) for one op."""

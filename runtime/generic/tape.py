@@ -472,10 +472,10 @@ class _Builder:
         b_slot, fn, packed = self.c(b), self.addr["tcc_cpu_gemm"], 0
         w = self.fixed(b) if len(bs) == 2 and self.plan._kinds[b] == 0 else None
         if w is not None:  # a constant B: packed once per plan, gemm_packed.c's panels (as the compiled code)
-            got = self.plan._packed.get(b)
+            got = self.plan._packed.get((b, "b", tb))  # (one constant may be B of a MatMul and B^T of a Gemm)
             if got is None:
                 got = np.ascontiguousarray(packing.pack_b(w.T if tb else w))
-                self.plan._packed[b] = got
+                self.plan._packed[(b, "b", tb)] = got
             b_slot, fn, packed = self.const_slot(got), self.addr["tcc_cpu_gemm_packed"], 1
         elif M * N * K <= SMALL_GEMM:
             fn = None
@@ -552,10 +552,10 @@ class _Builder:
                                      self.addr["isa"]) and (p.dh, p.dw) == (1, 1):
                 variant, fn, make = 1, self.addr["tcc_cpu_conv2d_packed"], lambda: packing.pack_conv(w, p.group)
             if variant:
-                got = self.plan._packed.get((ins[1], variant))
+                got = self.plan._packed.get((ins[1], "conv", variant))
                 if got is None:
                     got = np.ascontiguousarray(make(), np.float32)
-                    self.plan._packed[(ins[1], variant)] = got
+                    self.plan._packed[(ins[1], "conv", variant)] = got
                 w_slot = self.const_slot(got)
         work = p.n * p.m * p.oh * p.ow * (p.c // p.group) * p.kh * p.kw
         return [_step(T_CONV, [self.c(ins[0]), w_slot, outs[0], scratch, b and self.c(b)], kind=code,
