@@ -173,6 +173,12 @@ class GenericPlan:
         self._data_nodes = [s[6] for s in steps if not s[5]]
         self._warm = _straight_line(self._data, self._outs)
         self._shape_slots = [i for i, k in enumerate(self._kinds) if k == SHAPE]
+        # Whether every data value's shape follows from the input shapes
+        # alone: a tape bakes in the shapes of a key's first run, so a model
+        # with a value shaped by data (Reshape to a data shape, Slice with
+        # data bounds, NonZero) gets none
+        self._tapeable = all(i in known for st in steps if not st[5]
+                             for i in (st[2] if st[3] else [st[2]]))
         self._keyed = OrderedDict()  # input shapes -> the table with their shape values filled in
         self._lock = threading.Lock()
         # input shapes -> their native tape (tape.py), or the values' shapes and
@@ -238,7 +244,7 @@ class GenericPlan:
             tape = self._tapes.get(key)
             if tape.__class__ is not Tape:
                 tape = self._tape_for(key, table)
-            if tape is not None:
+            if tape is not None and tape_enabled():
                 try:
                     outs = tape.run(arrays)  # owned outputs (tape.py)
                 except Exception:  # noqa: BLE001 - the numpy path below runs it, naming a failing node
@@ -252,7 +258,7 @@ class GenericPlan:
         if table is not None:
             try:
                 with np.errstate(all="ignore"):
-                    return [_owned(v, self._kinds[i] == DATA) for i, v in zip(self._outs, self._warm(t))]
+                    return _distinct([_owned(v, self._kinds[i] == DATA) for i, v in zip(self._outs, self._warm(t))])
             except Exception:  # noqa: BLE001 - the loop below runs it again, naming the node that fails
                 pass
         step = None
@@ -282,7 +288,7 @@ class GenericPlan:
                 self._tapes[key] = infos
                 while len(self._keyed) > KEYS:
                     self._tapes.pop(self._keyed.popitem(last=False)[0], None)
-        return [_owned(t[i], self._kinds[i] == DATA) for i in self._outs]
+        return _distinct([_owned(t[i], self._kinds[i] == DATA) for i in self._outs])
 
 
     def _tape_for(self, key, table):
@@ -291,7 +297,7 @@ class GenericPlan:
         got = self._tapes.get(key)
         if got is None or got is False or isinstance(got, Tape):
             return got or None
-        if not tape_enabled() or not self._tape_lock.acquire(blocking=False):
+        if not self._tapeable or not tape_enabled() or not self._tape_lock.acquire(blocking=False):
             return None  # another thread builds it: the numpy path meanwhile
         try:
             got = self._tapes.get(key)
@@ -333,6 +339,18 @@ def _straight_line(steps, outs):
     src = "def warm(t):\n" + "\n".join(lines) + f"\n    return [{ret}]\n"
     exec(compile(src, "<tcc generic plan>", "exec"), env)  # noqa: S102 - source built above from slot numbers
     return env["warm"]
+
+
+def _distinct(outs):
+    """The outputs with an array given twice (y1 = Identity(y0), both
+    graph outputs) copied the second time: the caller owns each one."""
+    seen = set()
+    for k, v in enumerate(outs):
+        if isinstance(v, np.ndarray):
+            if id(v) in seen:
+                outs[k] = np.array(v)
+            seen.add(id(v))
+    return outs
 
 
 def _owned(v, data=True):

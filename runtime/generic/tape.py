@@ -4,15 +4,19 @@ call per step.
 
 Built on the second run at a key, from what the first run left: every
 value's shape and dtype at that key, and the key's shape values (fixed for
-it). Each data step becomes records where its op and operands allow
-(float32 elementwise with broadcasting, MatMul/Gemm with their fused bias
-and activation, Softmax, LayerNormalization, the fused RMS normalization,
-Conv, reductions over contiguous axes, Gather, Concat, and every layout op
-numpy answers with a view: Transpose, Slice, Expand, Split, Squeeze...,
-found by running the step on a probe and reading the view's offset and
-strides); a reshape of a contiguous value is no record at all, the same
-buffer under another shape. Any other step stays a Python call between two
-native runs, on numpy views of the tape's buffers.
+it). Each data step becomes records where its op and operands allow:
+float32 elementwise ops with broadcasting, comparisons, bool logic, int64
+arithmetic and Cast; MatMul/Gemm with their fused bias and activation (a
+constant B packed once per session as the compiled code packs it, a
+batched operand read through a view op's strides); Softmax,
+LayerNormalization, the fused RMS normalization; Conv (packed weights where
+the compiled code packs them); LSTM and GRU; reductions over contiguous
+axes, ArgMax/ArgMin, Gather, GatherND, Concat; and every layout op numpy
+answers with a view (Transpose, Slice, Expand, Split, Squeeze...: run once
+on a probe, the view's offset and strides read off it). A reshape of a
+contiguous value is no record at all, the same buffer under another shape.
+Any other step stays a Python call between two native runs, on numpy views
+of the tape's buffers.
 
 Buffers: each value a native record writes gets one in an arena planned by
 liveness (a buffer is reused once its last reader has run), except the
@@ -682,7 +686,8 @@ class Tape:
             recs = None
             used = list(node.used) if node is not None else []
             if node is not None and outs[0] in infos and \
-                    all(o in infos for k, o in enumerate(outs) if k >= len(used) or used[k]):
+                    all(o in infos for k, o in enumerate(outs) if k >= len(used) or used[k]) and \
+                    all(math.prod(infos[o][0]) for o in outs if o in infos):  # an empty result: Python's
                 try:
                     if " + " in op and hasattr(fn, "tape_rms"):
                         recs = b._op_Pow_rms(fn, ins, outs)
@@ -853,9 +858,11 @@ class Tape:
                 got = list(got) if multi else [got]
                 for o, r in zip(outs, got):
                     if isinstance(r, np.ndarray):
-                        if r.base is not None or not r.flags.c_contiguous:
+                        if r.base is not None or not r.flags.c_contiguous:  # maybe a view of the arena
                             r = np.array(r)
                         ptrs[o] = ptr(r) if r.size else 0
+                    elif isinstance(r, list):  # a sequence: its elements may be views of the arena too
+                        r = [np.array(e) if isinstance(e, np.ndarray) and e.base is not None else e for e in r]
                     vals[o] = r
             # outputs the caller owns: a fresh buffer once; anything else (an
             # input, a constant, a Python step's view, a buffer given twice) copied

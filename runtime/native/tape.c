@@ -205,6 +205,13 @@ static void gather_nd(const tcc_step *s, const char *x, const int64_t *idx, char
         else for (long i = 0; i < n; i++) { const float x = A[i * sa]; Y[i] = (EXPR); }   \
     } while (0)
 
+/* e^x with IEEE's edges (the Exp op): NaN stays NaN, past ln(FLT_MAX) inf
+ * (mathfun.h's tcc_exp_ clamps there, which activations want) */
+static inline float exp1(float x) {
+    const float y = tcc_exp_(x);
+    return x != x ? x : (x > 88.72283935546875f ? __builtin_inff() : y);
+}
+
 /* mathfun.h's tanh without its branch (both sides computed, one kept), so
  * that the loop vectorizes: gpt2_lm's Tanh over 5376 floats 5.2 -> ~1 us */
 static inline float tanh1(float x) {
@@ -231,7 +238,7 @@ VECTORIZED static void elt_row(const tcc_step *s, long n, const char *a, long sa
     case E_MIN: BIN_ROW(x < z || x != x ? x : z); break;
     case E_POW: BIN_ROW(__builtin_powf(x, z)); break;
     case E_NEG: UN_ROW(-x); break;
-    case E_EXP: UN_ROW(tcc_exp_(x)); break;
+    case E_EXP: UN_ROW(exp1(x)); break;
     case E_LOG: UN_ROW(__builtin_logf(x)); break;
     case E_SQRT: UN_ROW(__builtin_sqrtf(x)); break;
     case E_RECIP: UN_ROW(1.0f / x); break;
