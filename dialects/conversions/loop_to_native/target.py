@@ -82,7 +82,9 @@ def optimize(llvm_ir: str, opt_level: int = 3):
         # LLVM defaults to 256-bit vectors on AVX-512 parts (to avoid clock
         # throttling on old Xeons); our loops are long, unit-stride and
         # memory-resident, where 512-bit vectors halve the instruction count.
-        llvm_ir = re.sub(r"^(define [^\n]*\))([^\n]*)$", r'\1\2 "prefer-vector-width"="512"', llvm_ir, flags=re.M)
+        # (before a `{` on the define's line: llvmlite puts it on the next one, hand-written IR on the same)
+        llvm_ir = re.sub(r"^(define [^\n]*\))([^\n{]*?)(\s*\{)?[ \t]*$", r'\1\2 "prefer-vector-width"="512"\3',
+                         llvm_ir, flags=re.M)
     try:
         mod = llvm.parse_assembly(llvm_ir)
         mod.verify()
