@@ -291,6 +291,12 @@ class GenericPlan:
         return _distinct([_owned(t[i], self._kinds[i] == DATA) for i in self._outs])
 
 
+    def tape_at(self, arrays):
+        """The tape of these inputs' key, where one is built (None else)."""
+        key = tuple(container_key(a) if a is None or isinstance(a, (list, dict)) else a.shape for a in arrays)
+        got = self._tapes.get(key)
+        return got if got.__class__ is Tape and tape_enabled() else None
+
     def _tape_for(self, key, table):
         """This key's native tape, built on its second run; None where there
         is none (yet, or for good)."""
