@@ -40,7 +40,7 @@ from .toolkit import RnnParams, c_kernels, ptr, rt_kernels
 
 MAXR = 6
 (T_COPY, T_ELT, T_GEMM, T_SOFTMAX, T_LAYERNORM, T_RMSNORM, T_CONV, T_REDUCE, T_GATHER, T_RNN, T_ARG,
- T_GATHER_ND) = range(1, 13)
+ T_GATHER_ND, T_CONV_PW_DW) = range(1, 14)
 E_ADD, E_SUB, E_MUL, E_DIV, E_MAX, E_MIN, E_POW = range(1, 8)
 (E_NEG, E_EXP, E_LOG, E_SQRT, E_RECIP, E_TANH, E_SIGMOID, E_RELU, E_ERF, E_GELU, E_ABS, E_SILU, E_SQUARE, E_CUBE,
  E_LEAKY, E_CLIP) = range(20, 36)
@@ -92,7 +92,7 @@ def _lib():
             addr = {n: ctypes.cast(getattr(cpu, n), ctypes.c_void_p).value
                     for n in ("tcc_cpu_gemm", "tcc_cpu_gemm_packed", "tcc_cpu_softmax", "tcc_cpu_layernorm",
                               "tcc_cpu_conv2d", "tcc_cpu_conv2d_packed", "tcc_cpu_conv2d_pw", "tcc_cpu_set_inline",
-                              "tcc_cpu_rnn")}
+                              "tcc_cpu_rnn", "tcc_cpu_conv2d_pw_dw")}
             cpu.tcc_cpu_isa.restype = ctypes.c_char_p
             addr["isa"] = cpu.tcc_cpu_isa().decode()
             rt.tcc_tape_init.argtypes = [ctypes.c_void_p]
@@ -650,6 +650,56 @@ class _Builder:
         return i
 
 
+def _fuse_pw_dw(program, outs, b):
+    """A pointwise convolution record (packed weights) whose result only a
+    depthwise one reads, as one tcc_cpu_conv2d_pw_dw record: the expanded
+    tensor is never stored (the compiled code's cpu.conv_pw_dw)."""
+    from .toolkit import ConvParams
+    readers = {}
+    for k, p in enumerate(program):
+        slots = ([p[1].slot[q] for q in range(6) if p[1].slot[q] >= 0 and q != _written(p[1])]
+                 if p[0] == "native" else [i for i in p[2] if i])
+        for i in slots:
+            readers.setdefault(i, []).append(k)
+    fuse = {}
+    for k, p in enumerate(program):
+        if p[0] != "native" or p[1].op != T_CONV or p[1].esize != 2:
+            continue
+        mid = p[1].slot[2]
+        got = readers.get(mid, [])
+        if mid in outs or len(got) != 1:
+            continue
+        q = program[got[0]]
+        if q[0] != "native" or q[1].op != T_CONV or q[1].esize != 0 or q[1].slot[0] != mid:
+            continue
+        pp, pd = ConvParams.from_address(p[1].aux), ConvParams.from_address(q[1].aux)
+        if not (pd.group == pd.c == pd.m > 1 and pd.kh * pd.kw <= 64 and pd.sh * pd.sw <= 64 and pp.n == pd.n):
+            continue
+        fuse[k] = got[0]
+    if not fuse:
+        return program
+    out, gone = [], set(fuse.values())
+    for k, p in enumerate(program):
+        if k in gone:
+            continue
+        if k in fuse:
+            pw, dw = p[1], program[fuse[k]][1]
+            b.keep.append(program[fuse[k]])
+            p = ("native", _step(T_CONV_PW_DW, [pw.slot[0], pw.slot[1], dw.slot[2], dw.slot[1],
+                                                None if pw.slot[4] < 0 else pw.slot[4],
+                                                None if dw.slot[4] < 0 else dw.slot[4]],
+                                 kind=pw.kind, rank=int(pw.rank and dw.rank), f=[pw.f[0], pw.f[1], dw.f[0], dw.f[1]],
+                                 n=[dw.aux, dw.kind], fn=b.addr["tcc_cpu_conv2d_pw_dw"], aux=pw.aux))
+        out.append(p)
+    return out
+
+
+def _written(s):
+    """The slot index (0-5) a record writes its result to (the first one)."""
+    return {T_COPY: 1, T_ELT: 3, T_GEMM: 2, T_SOFTMAX: 1, T_LAYERNORM: 3, T_RMSNORM: 2, T_CONV: 2, T_REDUCE: 1,
+            T_GATHER: 2, T_RNN: 1, T_ARG: 1, T_GATHER_ND: 2, T_CONV_PW_DW: 2}[s.op]
+
+
 def _drop_dead_copies(program, outs):
     """The program without the copy records whose result nothing reads (a
     transpose a product reads through its operand's strides instead)."""
@@ -660,7 +710,7 @@ def _drop_dead_copies(program, outs):
                 s = p[1]
                 ins = {T_COPY: [0], T_ELT: [0, 1, 2], T_GEMM: [0, 1, 3], T_SOFTMAX: [0], T_LAYERNORM: [0, 1, 2],
                        T_RMSNORM: [0, 1], T_CONV: [0, 1, 4], T_REDUCE: [0], T_GATHER: [0, 1], T_RNN: [0, 3, 4, 5],
-                       T_ARG: [0], T_GATHER_ND: [0, 1]}[s.op]
+                       T_ARG: [0], T_GATHER_ND: [0, 1], T_CONV_PW_DW: [0, 1, 3, 4, 5]}[s.op]
                 read.update(s.slot[k] for k in ins if s.slot[k] >= 0)
             else:
                 read.update(i for i in p[2] if i)
@@ -703,6 +753,7 @@ class Tape:
                 program.append(("python", fn, tuple(b.c(i) if i else 0 for i in ins), ins, outs, multi))
             else:
                 program.extend(("native", r) for r in recs)
+        program = _fuse_pw_dw(program, {b.c(o) for o in plan._outs}, b)
         program = _drop_dead_copies(program, {b.c(o) for o in plan._outs})
         self.n_native = sum(1 for p in program if p[0] == "native")
         self.n_python = len(program) - self.n_native
@@ -723,7 +774,7 @@ class Tape:
                 slots = [x for x in s.slot if x >= 0]
                 out_pos = {T_COPY: [1], T_ELT: [3], T_GEMM: [2], T_SOFTMAX: [1], T_LAYERNORM: [3],
                            T_RMSNORM: [2], T_CONV: [2, 3], T_REDUCE: [1], T_GATHER: [2], T_RNN: [1, 2], T_ARG: [1],
-                           T_GATHER_ND: [2]}[s.op]
+                           T_GATHER_ND: [2], T_CONV_PW_DW: [2]}[s.op]
                 for q in out_pos:
                     written.setdefault(s.slot[q], k)
                 for x in slots:

@@ -28,7 +28,7 @@
 #define T_MAXR 6
 
 enum { T_COPY = 1, T_ELT = 2, T_GEMM = 3, T_SOFTMAX = 4, T_LAYERNORM = 5, T_RMSNORM = 6, T_CONV = 7,
-       T_REDUCE = 8, T_GATHER = 9, T_RNN = 10, T_ARG = 11, T_GATHER_ND = 12 };
+       T_REDUCE = 8, T_GATHER = 9, T_RNN = 10, T_ARG = 11, T_GATHER_ND = 12, T_CONV_PW_DW = 13 };
 
 /* elementwise kinds (T_ELT): binary float32, unary float32, others */
 enum { E_ADD = 1, E_SUB, E_MUL, E_DIV, E_MAX, E_MIN, E_POW,
@@ -75,6 +75,8 @@ typedef void (*layernorm_fn)(long, long, const float *, const float *, const flo
 typedef void (*conv_fn)(const void *, const float *, const float *, float *, float *, const tcc_epilogue_t *);
 typedef void (*rnn_fn)(const void *, const float *, const float *, const float *, const float *, const float *,
                        const float *, const int32_t *, const float *, const float *, float *, float *);
+typedef void (*conv_pw_dw_fn)(const void *, const float *, const float *, const tcc_epilogue_t *, const void *,
+                              const float *, float *, const tcc_epilogue_t *);
 typedef void (*conv_pw_fn)(const void *, const float *, const float *, float *, const tcc_epilogue_t *);
 
 /* the cpu library's tcc_cpu_set_inline (tape.py sets it once): a product
@@ -208,7 +210,8 @@ static void gather_nd(const tcc_step *s, const char *x, const int64_t *idx, char
 /* e^x with IEEE's edges (the Exp op): NaN stays NaN, past ln(FLT_MAX) inf
  * (mathfun.h's tcc_exp_ clamps there, which activations want) */
 static inline float exp1(float x) {
-    const float y = tcc_exp_(x);
+    const int top = x > 88.0f;  /* past tcc_exp_'s clamp (88.38): e^(x - ln 2) * 2 */
+    const float y = tcc_exp_(top ? x - 0.693147180559945f : x) * (top ? 2.0f : 1.0f);
     return x != x ? x : (x > 88.72283935546875f ? __builtin_inff() : y);
 }
 
@@ -591,6 +594,25 @@ void tcc_tape_run(const tcc_step *steps, long count, void **slots) {
             gather_nd(s, (const char *)slots[s->slot[0]], (const int64_t *)slots[s->slot[1]],
                       (char *)slots[s->slot[2]]);
             break;
+        case T_CONV_PW_DW: {  /* tcc_cpu_conv2d_pw_dw: a pointwise convolution whose output only the
+                               * depthwise one after it reads (tape.py fuses the two records, as the
+                               * compiled code's cpu.conv_pw_dw): aux the pointwise parameters, n[0]
+                               * the depthwise ones' address; slots 0 x, 1 packed pointwise weights,
+                               * 2 y, 3 depthwise weights (OIHW), 4 / 5 the biases or -1; kind / n[1]
+                               * the activations, f[0..1] / f[2..3] their parameters; rank 1: serial */
+            tcc_epilogue_t epp = {0}, epd = {0};
+            if (s->slot[4] >= 0) { epp.bias = (const float *)slots[s->slot[4]]; epp.bias_mode = 2; epp.bias_scale = 1.0f; }
+            if (s->slot[5] >= 0) { epd.bias = (const float *)slots[s->slot[5]]; epd.bias_mode = 2; epd.bias_scale = 1.0f; }
+            epp.act = (int)s->kind, epp.a0 = s->f[0], epp.a1 = s->f[1];
+            epd.act = (int)s->n[1], epd.a0 = s->f[2], epd.a1 = s->f[3];
+            const int serial = s->rank && set_inline;
+            const int was = serial ? set_inline(1) : 0;
+            ((conv_pw_dw_fn)s->fn)(s->aux, (const float *)slots[s->slot[0]], (const float *)slots[s->slot[1]], &epp,
+                                   (const void *)s->n[0], (const float *)slots[s->slot[3]], (float *)slots[s->slot[2]],
+                                   &epd);
+            if (serial) set_inline(was);
+            break;
+        }
         case T_REDUCE:
             reduce(s, (const float *)slots[s->slot[0]], (float *)slots[s->slot[1]]);
             break;

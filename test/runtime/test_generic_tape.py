@@ -247,6 +247,31 @@ def test_conv(case, act, rng, tmp_path):
     assert all(t.n_native == 1 for t in tapes)
 
 
+@pytest.mark.parametrize("act", [None, "Relu", "SiLU"])
+@pytest.mark.parametrize("stride", [1, 2])
+def test_pointwise_then_depthwise_is_one_record(act, stride, rng, tmp_path):
+    """A pointwise convolution (and its activation) read only by a depthwise
+    one: one tcc_cpu_conv2d_pw_dw record, as the compiled code's pair."""
+    from tcc.runtime.generic.tape import T_CONV_PW_DW, Step
+    c, hidden = 5, 12
+    nodes = [helper.make_node("Conv", ["x", "wp", "bp"], ["p" if act else "e"], kernel_shape=[1, 1])]
+    if act == "SiLU":
+        nodes += [helper.make_node("Sigmoid", ["p"], ["sg"]), helper.make_node("Mul", ["p", "sg"], ["e"])]
+    elif act:
+        nodes.append(helper.make_node(act, ["p"], ["e"]))
+    nodes.append(helper.make_node("Conv", ["e", "wd", "bd"], ["y0"], kernel_shape=[3, 3], pads=[1, 1, 1, 1],
+                                  group=hidden, strides=[stride, stride]))
+    inits = [("wp", rng.standard_normal((hidden, c, 1, 1)).astype(np.float32)),
+             ("bp", rng.standard_normal(hidden).astype(np.float32)),
+             ("wd", rng.standard_normal((hidden, 1, 3, 3)).astype(np.float32)),
+             ("bd", rng.standard_normal(hidden).astype(np.float32))]
+    m = _model(nodes, [("x", F, 4)], inits=inits)
+    _, tapes = check_tape(m, tmp_path, rng, [([1, c, 9, 8],), ([2, c, 6, 11],)], dict(rtol=1e-3, atol=1e-4))
+    for t in tapes:
+        ops = [r.op for seg in t._segments if seg[0] == "native" for r in (Step * seg[2]).from_address(seg[1])]
+        assert ops == [T_CONV_PW_DW], ops
+
+
 @pytest.mark.parametrize("op", ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin"])
 @pytest.mark.parametrize("axes,keepdims", [([-1], 0), ([1, 2], 1), ([0], 0), (None, 1), ([-2, -1], 0)],
                          ids=["last", "middle-keep", "first", "all", "last-two"])
