@@ -21,7 +21,8 @@ from tcc.dialects.ir.errors import TccError
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCES = ["threadpool.c", "gemm.c", "stream.c", "nms.c", "generic_ops.c", "tape.c"]
-HEADERS = ["../../accelerators/cpu/kernels/mathfun.h"]  # generic_ops.c's erf: an edit rebuilds the library too
+# generic_ops.c's and tape.c's math, threadpool.c's pinning: an edit rebuilds the library too
+HEADERS = ["../../accelerators/cpu/kernels/mathfun.h", "../../accelerators/cpu/kernels/pin.h"]
 # a symbol of every source: a library built from fewer sources is stale
 REQUIRED_SYMBOLS = [b"tcc_parallel_for", b"tcc_use_pool", b"tcc_gemm_bpacked_f32", b"tcc_conv_f32",
                     b"tcc_stream_copy", b"tcc_nms_f32", b"tcc_rmsnorm_f32",

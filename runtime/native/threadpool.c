@@ -25,6 +25,8 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "../../accelerators/cpu/kernels/pin.h"
+
 typedef void (*tcc_body_fn)(int64_t begin, int64_t end, void *ctx);
 void tcc_stream_fence(void); /* stream.c: bodies may have streamed stores */
 
@@ -68,8 +70,11 @@ static void work_on(job_t *j) {
     }
 }
 
+static int pin_cpu[256];
+static int pinned; /* pin.h */
+
 static void *worker(void *arg) {
-    (void)arg;
+    if (pinned) tcc_pin_self(pin_cpu[(intptr_t)arg]);
     uint_fast64_t seen = 0;
     in_parallel = 1;
     for (;;) {
@@ -98,12 +103,13 @@ static void pool_init(void) {
     if (n < 1) n = 1;
     if (n > 256) n = 256;
     num_threads = (int)n;
+    pinned = tcc_pin_plan(num_threads, pin_cpu);
     for (int i = 1; i < num_threads; i++) {
         pthread_t t;
         pthread_attr_t attr;
         pthread_attr_init(&attr);
         pthread_attr_setstacksize(&attr, 8 << 20);  /* bodies keep small buffers on the stack */
-        if (pthread_create(&t, &attr, worker, NULL) != 0) { num_threads = i; pthread_attr_destroy(&attr); break; }
+        if (pthread_create(&t, &attr, worker, (void *)(intptr_t)i) != 0) { num_threads = i; pthread_attr_destroy(&attr); break; }
         pthread_attr_destroy(&attr);
         pthread_detach(t);
     }

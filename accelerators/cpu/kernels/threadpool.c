@@ -23,6 +23,7 @@
 #define CPU_RELAX() ((void)0)
 #endif
 
+#include "pin.h"
 #include "tcc_cpu.h"
 
 #define MAX_THREADS 256
@@ -73,34 +74,12 @@ static void run_chunks(uint32_t gen, long self) {
     }
 }
 
-/* Worker i runs on the i-th CPU of the process's set when the pool has one
- * thread per CPU of it (the default), the caller left free (the scheduler
- * puts it on the CPU the workers leave). Unpinned, a worker woken after
- * ~50 ms idle was placed on the caller's CPU: on the 2-core Xeon (family 6
- * model 167) the next ~15 ms of calls ran at one thread's speed (the MLP of
- * `make bench` 1.58 ms a call after each pause, 0.82 pinned, 0.83 called
- * back to back). TCC_PIN_THREADS=0: never pinned. */
 static int g_pin_cpu[MAX_THREADS];
-static int g_pin = 0;
-
-static void pin_setup(int n) {
-    const char *env = getenv("TCC_PIN_THREADS");
-    cpu_set_t set;
-    if ((env && env[0] == '0') || sched_getaffinity(0, sizeof set, &set) != 0 || CPU_COUNT(&set) != n) return;
-    int k = 0;
-    for (int c = 0; c < CPU_SETSIZE && k < n; c++)
-        if (CPU_ISSET(c, &set)) g_pin_cpu[k++] = c;
-    g_pin = k == n;
-}
+static int g_pin = 0; /* pin.h */
 
 static void *worker(void *arg) {
     const long self = (long)arg;
-    if (g_pin) {
-        cpu_set_t one;
-        CPU_ZERO(&one);
-        CPU_SET(g_pin_cpu[self], &one);
-        pthread_setaffinity_np(pthread_self(), sizeof one, &one);
-    }
+    if (g_pin) tcc_pin_self(g_pin_cpu[self]);
     uint32_t seen = 0; /* workers start before the first job (pthread_once) */
     t_in_task = 1;
     for (;;) {
@@ -132,7 +111,7 @@ static void start(void) {
     if (n <= 0) n = 1;
     if (n > MAX_THREADS) n = MAX_THREADS;
     g_nthreads = n;
-    pin_setup(n);
+    g_pin = tcc_pin_plan(n, g_pin_cpu);
     for (long i = 1; i < n; i++) pthread_create(&g_workers[i], NULL, worker, (void *)i);
 }
 
