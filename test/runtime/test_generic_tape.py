@@ -474,6 +474,12 @@ def test_an_empty_product_keeps_the_numpy_path_at_its_key(rng, tmp_path):
     check_tape(m, tmp_path, rng, [([0, 5], [5, 4]), ([3, 5], [5, 4])], untaped=(0,))
 
 
+def test_a_product_over_an_empty_inner_dim_is_zeros(rng, tmp_path):
+    """K = 0: the sum of no products (numpy could not infer a reshape's -1 there)."""
+    m = _model([helper.make_node("MatMul", ["a", "b"], ["y0"])], [("a", F, 3), ("b", F, 2)])
+    check_tape(m, tmp_path, rng, [([2, 3, 5], [5, 4]), ([2, 3, 0], [0, 4])])
+
+
 def test_a_constant_weight_shared_by_a_matmul_and_a_transposed_gemm(rng, tmp_path):
     w = rng.standard_normal((6, 6)).astype(np.float32)
     m = _model([helper.make_node("MatMul", ["a", "W"], ["y0"]), helper.make_node("Gemm", ["b", "W"], ["y1"], transB=1)],
