@@ -26,7 +26,7 @@ native: runtime/native/libtccrt.so
 cpu-kernels: $(VENV)/.installed
 	$(PY) -m tcc.accelerators.cpu.build
 
-runtime/native/libtccrt.so: $(VENV)/.installed $(wildcard runtime/native/*.c runtime/native/*.h) accelerators/cpu/kernels/mathfun.h accelerators/cpu/kernels/pin.h
+runtime/native/libtccrt.so: $(VENV)/.installed $(wildcard runtime/native/*.c runtime/native/*.h) accelerators/cpu/kernels/mathfun.h accelerators/cpu/kernels/tcc_cpu.h accelerators/cpu/kernels/pin.h
 	$(PY) -m tcc.runtime.native $@
 
 # The suite, in an order pytest-randomly shuffles with the printed seed (see

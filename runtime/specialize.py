@@ -163,6 +163,7 @@ def _responsive():
 
 
 GENERIC_KEYS = 16  # fast keys whose tape a session keeps (the generic plan keeps 16 keys' tapes: executor.KEYS)
+FAST_KEYS = 1024  # fast keys a session remembers as checked or generic for good (then it forgets them all)
 
 
 class _Generic:
@@ -432,9 +433,16 @@ class SpecializingSession(SignatureMixin):
             return given
         arrays = self._check_dynamic(given)
         if fast is not None and all(a is b for a, b in zip(arrays, given)):
-            with self._lock:
-                self._fast_checked.add(fast)
+            self._remember(self._fast_checked, fast)
         return arrays
+
+    def _remember(self, keys, fast):
+        """fast added to one of the fast-key sets, which a server seeing a
+        new shape on most calls would otherwise grow without end."""
+        with self._lock:
+            if len(keys) >= FAST_KEYS:
+                keys.clear()
+            keys.add(fast)
 
     def _compile(self, inputs, path):
         from tcc.dialects.ir import parse_module
@@ -515,12 +523,11 @@ class SpecializingSession(SignatureMixin):
         if sess is None:
             sess = self._new_shape(key, arrays, output_names, output_device)
             if isinstance(sess, list):  # the generic path ran it
-                with self._lock:
-                    if fast is not None and key not in self._pending and key not in self._cache and \
-                            all(a is b for a, b in zip(arrays, given)):
-                        # no compile for this key (past the limit): the generic path for good
-                        self._fast_checked.add(fast)
-                        self._fast_generic.add(fast)
+                if fast is not None and key not in self._pending and key not in self._cache and \
+                        all(a is b for a, b in zip(arrays, given)):
+                    # no compile for this key (past the limit): the generic path for good
+                    self._remember(self._fast_checked, fast)
+                    self._remember(self._fast_generic, fast)
                 return sess
         if fast is not None and all(a is b for a, b in zip(arrays, given)):
             self._fast[fast] = sess

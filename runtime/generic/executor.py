@@ -235,7 +235,7 @@ class GenericPlan:
         """The outputs for these input arrays (in signature order). Raises
         GenericShapeError (a TccError) where an operand shape does not fit a
         node, another exception where a kernel fails."""
-        key = tuple(container_key(a) if a is None or isinstance(a, (list, dict)) else a.shape for a in arrays)
+        key = _key(arrays)
         with self._lock:
             table = self._keyed.get(key)
             if table is not None:
@@ -244,7 +244,7 @@ class GenericPlan:
             tape = self._tapes.get(key)
             if tape.__class__ is not Tape:
                 tape = self._tape_for(key, table)
-            if tape is not None and tape_enabled():
+            if tape is not None:
                 try:
                     outs = tape.run(arrays)  # owned outputs (tape.py)
                 except Exception:  # noqa: BLE001 - the numpy path below runs it, naming a failing node
@@ -290,12 +290,10 @@ class GenericPlan:
                     self._tapes.pop(self._keyed.popitem(last=False)[0], None)
         return _distinct([_owned(t[i], self._kinds[i] == DATA) for i in self._outs])
 
-
     def tape_at(self, arrays):
         """The tape of these inputs' key, where one is built (None else)."""
-        key = tuple(container_key(a) if a is None or isinstance(a, (list, dict)) else a.shape for a in arrays)
-        got = self._tapes.get(key)
-        return got if got.__class__ is Tape and tape_enabled() else None
+        got = self._tapes.get(_key(arrays))
+        return got if got.__class__ is Tape else None
 
     def _tape_for(self, key, table):
         """This key's native tape, built on its second run; None where there
@@ -319,6 +317,11 @@ class GenericPlan:
         finally:
             self._tape_lock.release()
         return got or None
+
+
+def _key(arrays):
+    """The input-shape key of a call: per input its shape (a container's structure)."""
+    return tuple(container_key(a) if a is None or isinstance(a, (list, dict)) else a.shape for a in arrays)
 
 
 def _straight_line(steps, outs):

@@ -209,7 +209,7 @@ class _Builder:
             if short in ALIAS and len(outs) == 1:
                 return self._alias(ins[0], outs[0])
             if short in BINARY or short in UNARY:
-                return self._elementwise(short, ins, outs[0], node, fn)
+                return self._elementwise(short, ins, outs[0])
             if short in REDUCE:
                 return self._reduce(short, ins, outs[0], node)
             if short in COMPARE:
@@ -264,7 +264,7 @@ class _Builder:
                               off=[off, 0]))
         return recs
 
-    def _elementwise(self, short, ins, y, node, fn):
+    def _elementwise(self, short, ins, y):
         ys, yd = self.info(y)
         args = [i for i in ins if i]
         if len(args) != len(ins) or not ys or math.prod(ys) == 0:
@@ -750,6 +750,7 @@ class Tape:
             if recs is None:
                 for o in outs:  # a Python result's own array
                     b.canon.pop(o, None)
+                    b.views.pop(o, None)
                 program.append(("python", fn, tuple(b.c(i) if i else 0 for i in ins), ins, outs, multi))
             else:
                 program.extend(("native", r) for r in recs)
@@ -892,7 +893,10 @@ class Tape:
         return x.reshape(got[0]) if got is not None and isinstance(x, np.ndarray) else x
 
     def run(self, arrays):
-        if not self._lock.acquire(blocking=False):
+        """The outputs (the caller owns them), or None: TCC_GENERIC_TAPE=0
+        (read per call, so it stops a built tape too), another thread in
+        this tape, or inputs it was not built for."""
+        if not enabled() or not self._lock.acquire(blocking=False):
             return None
         try:
             if self._pure is not None:  # one native call, each output a fresh buffer of its own

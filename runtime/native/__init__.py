@@ -3,8 +3,8 @@ outlined parallel loops, the fp32 GEMM/convolution kernels that
 `loop.call`s and library-call nests reach, gemm.c, and the streaming copies
 of `loop.store_block {nontemporal}`, stream.c; NonMaxSuppression for the
 host step between two stages, nms.c; Erf, Gelu and RMS normalization for
-the shape-generic executor, generic_ops.c, and its native tape, tape.c). `make native` builds it beside its source; when it
-is absent (a plain `pip install -e .`) it is built on first use with the
+the shape-generic executor, generic_ops.c, and its native tape, tape.c).
+`make native` builds it beside its source; when it is absent (a plain `pip install -e .`) it is built on first use with the
 system C compiler into `~/.cache/tcc/` (keyed by the source's hash, so an
 edited source is rebuilt). `load()` makes its symbols visible to JIT-loaded
 object code."""
@@ -21,8 +21,9 @@ from tcc.dialects.ir.errors import TccError
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCES = ["threadpool.c", "gemm.c", "stream.c", "nms.c", "generic_ops.c", "tape.c"]
-# generic_ops.c's and tape.c's math, threadpool.c's pinning: an edit rebuilds the library too
-HEADERS = ["../../accelerators/cpu/kernels/mathfun.h", "../../accelerators/cpu/kernels/pin.h"]
+# generic_ops.c's and tape.c's math, tape.c's kernel types, threadpool.c's pinning: an edit rebuilds the library too
+HEADERS = ["../../accelerators/cpu/kernels/mathfun.h", "../../accelerators/cpu/kernels/tcc_cpu.h",
+           "../../accelerators/cpu/kernels/pin.h"]
 # a symbol of every source: a library built from fewer sources is stale
 REQUIRED_SYMBOLS = [b"tcc_parallel_for", b"tcc_use_pool", b"tcc_gemm_bpacked_f32", b"tcc_conv_f32",
                     b"tcc_stream_copy", b"tcc_nms_f32", b"tcc_rmsnorm_f32",

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "../../accelerators/cpu/kernels/mathfun.h"
+#include "../../accelerators/cpu/kernels/tcc_cpu.h"
 
 /* the hot loops built twice, for x86-64-v3 (AVX2 + FMA) and the baseline,
  * picked at load time: the library itself runs on any x86-64. Gelu over
@@ -57,32 +58,40 @@ typedef struct {
     void *aux;                   /* op-specific pointer (parameter struct, epilogue, offsets) */
 } tcc_step;
 
-typedef struct {
-    const float *bias;
-    int bias_mode;
-    float bias_scale;
-    const float *residual;
-    int act;
-    float a0, a1;
-} tcc_epilogue_t;  /* tcc_cpu.h's tcc_epilogue */
-
-typedef void (*gemm_fn)(int, int, long, long, long, float, const float *, long, const float *, long, float *, long,
-                        const tcc_epilogue_t *);
-typedef void (*gemm_packed_fn)(long, long, long, float, const float *, long, long, const float *, float *, long,
-                               const tcc_epilogue_t *);
-typedef void (*softmax_fn)(long, long, long, const float *, float *, int);
-typedef void (*layernorm_fn)(long, long, const float *, const float *, const float *, float, float *);
-typedef void (*conv_fn)(const void *, const float *, const float *, float *, float *, const tcc_epilogue_t *);
-typedef void (*rnn_fn)(const void *, const float *, const float *, const float *, const float *, const float *,
-                       const float *, const int32_t *, const float *, const float *, float *, float *);
-typedef void (*conv_pw_dw_fn)(const void *, const float *, const float *, const tcc_epilogue_t *, const void *,
-                              const float *, float *, const tcc_epilogue_t *);
-typedef void (*conv_pw_fn)(const void *, const float *, const float *, float *, const tcc_epilogue_t *);
+/* The cpu library's kernels, called through the addresses tape.py puts in
+ * `fn` (this library does not link against that one): their types from its
+ * header, so a change there breaks this build, not a run. */
+typedef __typeof__(&tcc_cpu_gemm) gemm_fn;
+typedef __typeof__(&tcc_cpu_gemm_packed) gemm_packed_fn;
+typedef __typeof__(&tcc_cpu_softmax) softmax_fn;
+typedef __typeof__(&tcc_cpu_layernorm) layernorm_fn;
+typedef __typeof__(&tcc_cpu_conv2d) conv_fn;  /* tcc_cpu_conv2d_packed's type too */
+typedef __typeof__(&tcc_cpu_conv2d_pw) conv_pw_fn;
+typedef __typeof__(&tcc_cpu_conv2d_pw_dw) conv_pw_dw_fn;
+typedef __typeof__(&tcc_cpu_rnn) rnn_fn;
 
 /* the cpu library's tcc_cpu_set_inline (tape.py sets it once): a product
  * below codegen.SERIAL_WORK runs on the caller's thread, as generated code does */
 static int (*set_inline)(int) = 0;
 void tcc_tape_init(void *set_inline_fn) { set_inline = (int (*)(int))set_inline_fn; }
+
+/* a call on this thread alone where `on` (the record's flag): the previous setting, or -1 */
+static int serial_begin(int64_t on) { return on && set_inline ? set_inline(1) : -1; }
+static void serial_end(int was) { if (was >= 0) set_inline(was); }
+
+/* a convolution's epilogue: a bias per output channel in `bias_slot` (-1: none), an activation */
+static tcc_epilogue channel_epilogue(void **slots, int64_t bias_slot, int64_t act, float a0, float a1) {
+    tcc_epilogue ep = {0};
+    if (bias_slot >= 0) {
+        ep.bias = (const float *)slots[bias_slot];
+        ep.bias_mode = 2;
+        ep.bias_scale = 1.0f;
+    }
+    ep.act = (int)act;
+    ep.a0 = a0;
+    ep.a1 = a1;
+    return ep;
+}
 
 void tcc_rmsnorm_f32(long rows, long cols, const float *x, const float *w, float eps, float *y);
 
@@ -432,7 +441,7 @@ typedef float v8f __attribute__((vector_size(32)));
 VECTORIZED static void gemm_small(long M, long N, long K, const float *A, long lda, int ta, const float *B,
                                   long ldb, int tb, float *C) {
     const long NP = (N + 7) / 8 * 8;
-    if (K * NP > SMALL_B) {  /* (not reached: tape.py sends only M*N*K <= 32K here) */
+    if (K * NP > SMALL_B) {  /* a few rows against a wide or deep B (M*N*K <= 32K): plain dot products */
         for (long i = 0; i < M; i++)
             for (long j = 0; j < N; j++) {
                 float acc = 0.0f;
@@ -507,8 +516,7 @@ static void gemm(const tcc_step *s, void **slots) {
     float *C = (float *)slots[s->slot[2]];
     const float *bias = s->slot[3] >= 0 ? (const float *)slots[s->slot[3]] : 0;
     const int64_t *offs = (const int64_t *)s->aux;
-    const int serial = s->rank && set_inline && s->fn;
-    const int was = serial ? set_inline(1) : 0;
+    const int was = serial_begin(s->rank && s->fn);
     for (long q = 0; q < batch; q++) {
         const float *a = A + (offs ? offs[3 * q] : 0), *b = B + (offs ? offs[3 * q + 1] : 0);
         float *c = C + (offs ? offs[3 * q + 2] : 0);
@@ -522,7 +530,7 @@ static void gemm(const tcc_step *s, void **slots) {
         }
         if (bias || s->off[0]) epilogue(c, M, N, bias, (int)s->kind, s->f[1], (int)s->off[0], s->f[2], s->f[3]);
     }
-    if (serial) set_inline(was);
+    serial_end(was);
 }
 
 /* ---- the tape ---------------------------------------------------------------------- */
@@ -559,24 +567,15 @@ void tcc_tape_run(const tcc_step *steps, long count, void **slots) {
                          * esize 0 tcc_cpu_conv2d, 1 tcc_cpu_conv2d_packed (the same arguments),
                          * 2 tcc_cpu_conv2d_pw (no scratch), w packed by tape.py as codegen does;
                          * rank 1: on this thread alone */
-            tcc_epilogue_t ep = {0};
-            if (s->slot[4] >= 0) {
-                ep.bias = (const float *)slots[s->slot[4]];
-                ep.bias_mode = 2;
-                ep.bias_scale = 1.0f;
-            }
-            ep.act = (int)s->kind;
-            ep.a0 = s->f[0];
-            ep.a1 = s->f[1];
-            const int serial = s->rank && set_inline;  /* below codegen.SERIAL_WORK: this thread alone */
-            const int was = serial ? set_inline(1) : 0;
+            const tcc_epilogue ep = channel_epilogue(slots, s->slot[4], s->kind, s->f[0], s->f[1]);
+            const int was = serial_begin(s->rank);  /* below codegen.SERIAL_WORK */
             if (s->esize == 2)
                 ((conv_pw_fn)s->fn)(s->aux, (const float *)slots[s->slot[0]], (const float *)slots[s->slot[1]],
                                     (float *)slots[s->slot[2]], &ep);
             else
                 ((conv_fn)s->fn)(s->aux, (const float *)slots[s->slot[0]], (const float *)slots[s->slot[1]],
                                  (float *)slots[s->slot[2]], (float *)slots[s->slot[3]], &ep);
-            if (serial) set_inline(was);
+            serial_end(was);
             break;
         }
         case T_RNN:  /* tcc_cpu_rnn: aux its parameters; n[0..3] the constant WT, RT, bias, rbh (0: none);
@@ -600,17 +599,13 @@ void tcc_tape_run(const tcc_step *steps, long count, void **slots) {
                                * the depthwise ones' address; slots 0 x, 1 packed pointwise weights,
                                * 2 y, 3 depthwise weights (OIHW), 4 / 5 the biases or -1; kind / n[1]
                                * the activations, f[0..1] / f[2..3] their parameters; rank 1: serial */
-            tcc_epilogue_t epp = {0}, epd = {0};
-            if (s->slot[4] >= 0) { epp.bias = (const float *)slots[s->slot[4]]; epp.bias_mode = 2; epp.bias_scale = 1.0f; }
-            if (s->slot[5] >= 0) { epd.bias = (const float *)slots[s->slot[5]]; epd.bias_mode = 2; epd.bias_scale = 1.0f; }
-            epp.act = (int)s->kind, epp.a0 = s->f[0], epp.a1 = s->f[1];
-            epd.act = (int)s->n[1], epd.a0 = s->f[2], epd.a1 = s->f[3];
-            const int serial = s->rank && set_inline;
-            const int was = serial ? set_inline(1) : 0;
+            const tcc_epilogue epp = channel_epilogue(slots, s->slot[4], s->kind, s->f[0], s->f[1]);
+            const tcc_epilogue epd = channel_epilogue(slots, s->slot[5], s->n[1], s->f[2], s->f[3]);
+            const int was = serial_begin(s->rank);
             ((conv_pw_dw_fn)s->fn)(s->aux, (const float *)slots[s->slot[0]], (const float *)slots[s->slot[1]], &epp,
-                                   (const void *)s->n[0], (const float *)slots[s->slot[3]], (float *)slots[s->slot[2]],
-                                   &epd);
-            if (serial) set_inline(was);
+                                   (const tcc_conv_params *)s->n[0], (const float *)slots[s->slot[3]],
+                                   (float *)slots[s->slot[2]], &epd);
+            serial_end(was);
             break;
         }
         case T_REDUCE:

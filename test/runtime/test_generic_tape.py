@@ -748,9 +748,17 @@ def test_an_output_that_is_a_reshape_of_an_input_is_a_copy(rng, tmp_path):
     assert isinstance(plan._tapes[((3, 4),)], Tape) and not calls
 
 
-def test_two_outputs_a_reshape_of_each_other_do_not_share(rng, tmp_path):
-    m = _model([helper.make_node("Relu", ["x"], ["y0"]), helper.make_node("Reshape", ["y0", "s"], ["y1"]),
-                helper.make_node("Transpose", ["y0"], ["y2"])], [("x", F, 2)], 3, [("s", np.array([-1], np.int64))])
+SHARED_OUTPUTS = {  # outputs one value, or views of one value, would give
+    "reshape-transpose": ([helper.make_node("Relu", ["x"], ["y0"]), helper.make_node("Reshape", ["y0", "s"], ["y1"]),
+                           helper.make_node("Transpose", ["y0"], ["y2"])], 3),
+    "identity": ([helper.make_node("Relu", ["x"], ["y0"]), helper.make_node("Identity", ["y0"], ["y1"])], 2),
+}
+
+
+@pytest.mark.parametrize("case", list(SHARED_OUTPUTS))
+def test_outputs_of_one_value_do_not_share(case, rng, tmp_path):
+    nodes, n_out = SHARED_OUTPUTS[case]
+    m = _model(nodes, [("x", F, 2)], n_out, [("s", np.array([-1], np.int64))] if n_out == 3 else [])
     plan, ref = _plan(m, tmp_path), _ort(m)
     calls = _spy(plan)
     for run in range(3):
@@ -758,23 +766,9 @@ def test_two_outputs_a_reshape_of_each_other_do_not_share(rng, tmp_path):
         want = ref.run(None, {"x": x})
         got = plan.run([x])
         _close(got, want, **TOL)
-        assert not np.shares_memory(got[0], got[1]) and not np.shares_memory(got[0], got[2]), run
+        assert not any(np.shares_memory(got[0], g) for g in got[1:]), run
         got[0][...] = -5.0
         _close(got[1:], want[1:], **TOL)
-    assert isinstance(plan._tapes[((3, 4),)], Tape) and not calls
-
-
-def test_two_outputs_of_the_same_value_do_not_share(rng, tmp_path):
-    m = _model([helper.make_node("Relu", ["x"], ["y0"]), helper.make_node("Identity", ["y0"], ["y1"])],
-               [("x", F, 2)], 2)
-    plan, ref = _plan(m, tmp_path), _ort(m)
-    calls = _spy(plan)
-    for run in range(3):
-        x = rng.standard_normal((3, 4)).astype(np.float32)
-        want = ref.run(None, {"x": x})
-        got = plan.run([x])
-        _close(got, want, **TOL)
-        assert not np.shares_memory(got[0], got[1]), f"run {run + 1}"
     assert isinstance(plan._tapes[((3, 4),)], Tape) and not calls
 
 
@@ -857,6 +851,23 @@ def test_tape_switched_off(rng, tmp_path, monkeypatch):
             _close(plan.run([x["a"], x["b"]]), ref.run(None, x), **TOL)
         assert not isinstance(plan._tapes.get(tuple(tuple(s) for s in shapes)), Tape)
     assert not any(isinstance(v, Tape) for v in plan._tapes.values())
+
+
+def test_tape_switched_off_after_it_served(rng, tmp_path, monkeypatch):
+    """The switch stops a built tape too, also where a session calls it
+    straight by its fast key (run_generic)."""
+    m = _model([helper.make_node("MatMul", ["a", "b"], ["m"]), helper.make_node("Relu", ["m"], ["y0"])],
+               [("a", F, 2), ("b", F, 2)])
+    sess, ref = tcc.load(tcc.compile(m, output=str(tmp_path / "m.tcc"), cache=False)), _ort(m)
+    for _ in range(3):
+        x = _draw(rng, m, ([3, 4], [4, 5]))
+        _close(sess.run_generic(x), ref.run(None, x), **TOL)
+    assert sess._fast_tapes
+    tape = next(iter(sess._fast_tapes.values()))
+    monkeypatch.setenv("TCC_GENERIC_TAPE", "0")
+    x = _draw(rng, m, ([3, 4], [4, 5]))
+    assert tape.run(sess._arrange(x)) is None  # the tape itself declines
+    _close(sess.run_generic(x), ref.run(None, x), **TOL)
 
 
 # ---- the tape reuses a key's recorded shapes: values whose shape is data ------------
