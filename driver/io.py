@@ -7,6 +7,7 @@ import sys
 
 from tcc.dialects.ir import print_module
 from tcc.dialects.ir.errors import TccError
+from tcc.dialects.ir.files import atomic_open
 
 
 class CLIError(TccError):
@@ -41,10 +42,8 @@ def write_ir(module, output: str | None):
 
 def write_bytes(data: bytes, output: str):
     _check_writable(output)
-    tmp = output + ".tmp"
-    with open(tmp, "wb") as f:
+    with atomic_open(output) as f:
         f.write(data)
-    os.replace(tmp, output)
 
 
 def write_text(text: str, output: str | None):

@@ -24,7 +24,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 import zipfile
 import zlib
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tcc.dialects.ir.errors import TccError
+from tcc.dialects.ir.files import atomic_open
 from tcc.dialects.ir.types import parse_element_name, to_numpy_dtype
 
 FORMAT = "tcc-artifact"
@@ -141,12 +141,8 @@ def write_zip(path, manifest, members: dict, weights_blob: bytes):
     d = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(d):
         raise ArtifactError(f"{path}: directory {d} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=".tcc-", suffix=".tmp", dir=d)
-    try:
-        # mkstemp makes the file 0600; the artifact gets what `cc -o` gives:
-        # 0666 less the umask.
-        os.fchmod(fd, 0o666 & ~_umask())
-        with os.fdopen(fd, "wb") as f, zipfile.ZipFile(f, "w") as z:
+    with atomic_open(path) as f:
+        with zipfile.ZipFile(f, "w") as z:
             z.writestr(MANIFEST, json.dumps(manifest, indent=1, sort_keys=True), zipfile.ZIP_DEFLATED)
             for name, data in members.items():
                 # large members are mostly packed float weights (an accelerator's
@@ -161,27 +157,7 @@ def write_zip(path, manifest, members: dict, weights_blob: bytes):
             zi.extra = _PAD_ID.to_bytes(2, "little") + ((-start) % ALIGN).to_bytes(2, "little") + \
                 b"\0" * ((-start) % ALIGN)
             z.writestr(zi, weights_blob)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
     return path
-
-
-def _umask() -> int:
-    """The process's umask, read without changing it (os.umask sets it, which
-    would race with other threads creating files)."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    old = os.umask(0o022)
-    os.umask(old)
-    return old
 
 
 @dataclass

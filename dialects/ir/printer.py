@@ -113,6 +113,7 @@ def print_module(module, print_locations=True, path=None) -> str:
 
 def write_module(module, path, text, resource_names):
     import os
+    from .files import atomic_open
     from .resources import SUFFIX
     res_path = path + SUFFIX
     if resource_names:
@@ -124,7 +125,5 @@ def write_module(module, path, text, resource_names):
         module.resources.write(res_path, elements)
     elif os.path.exists(res_path):
         os.remove(res_path)
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
+    with atomic_open(path, "w") as f:
         f.write(text)
-    os.replace(tmp, path)

@@ -12,6 +12,7 @@ import struct
 import numpy as np
 
 from .errors import IRError
+from .files import atomic_open
 from .types import parse_element_name, to_numpy_dtype
 
 SUFFIX = ".resources"
@@ -65,14 +66,12 @@ class ResourceTable:
             offset += a.nbytes + (-a.nbytes) % _ALIGN
         blob = json.dumps(header, separators=(",", ":")).encode()
         blob += b" " * ((-len(blob) - 8) % _ALIGN)
-        tmp = path + ".tmp"
-        with open(tmp, "wb") as f:
+        with atomic_open(path) as f:
             f.write(struct.pack("<Q", len(blob)))
             f.write(blob)
             for a in order:
                 f.write(memoryview(a.reshape(-1).view(np.uint8)))
                 f.write(b"\0" * ((-a.nbytes) % _ALIGN))
-        os.replace(tmp, path)
 
     def read(self, path: str):
         try:
