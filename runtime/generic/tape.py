@@ -655,12 +655,7 @@ def _fuse_pw_dw(program, outs, b):
     depthwise one reads, as one tcc_cpu_conv2d_pw_dw record: the expanded
     tensor is never stored (the compiled code's cpu.conv_pw_dw)."""
     from .toolkit import ConvParams
-    readers = {}
-    for k, p in enumerate(program):
-        slots = ([p[1].slot[q] for q in range(6) if p[1].slot[q] >= 0 and q != _written(p[1])]
-                 if p[0] == "native" else [i for i in p[2] if i])
-        for i in slots:
-            readers.setdefault(i, []).append(k)
+    readers = _readers(program)
     fuse = {}
     for k, p in enumerate(program):
         if p[0] != "native" or p[1].op != T_CONV or p[1].esize != 2:
@@ -694,6 +689,75 @@ def _fuse_pw_dw(program, outs, b):
     return out
 
 
+# an activation record that can become a convolution's epilogue: ELT kind -> tcc_epilogue act
+CONV_ACTS = {E_RELU: 1, E_SIGMOID: 3, E_TANH: 4, E_LEAKY: 5}
+
+
+def _readers(program):
+    """slot -> the program indices that read it."""
+    readers = {}
+    for k, p in enumerate(program):
+        slots = ([p[1].slot[q] for q in range(6) if p[1].slot[q] >= 0 and q != _written(p[1])]
+                 if p[0] == "native" else [i for i in p[2] if i])
+        for i in slots:
+            readers.setdefault(i, []).append(k)
+    return readers
+
+
+def _flat_elt(s, arity):
+    """An elementwise record over equal-shaped contiguous float32 operands."""
+    return s.op == T_ELT and s.n[0] == arity and s.rank == 1 and s.n[4] == 4 and \
+        all(s.n[1 + q] == 4 and s.st[q][0] == 1 and s.off[q] == 0 for q in range(arity))
+
+
+def _fuse_conv_residual(program, outs):
+    """A convolution record with no activation whose result only an Add of
+    an equal-shaped tensor reads, and that sum's single activation record,
+    as one record with the residual and the activation in the kernel's
+    epilogue (the compiled code's cpu.conv with has_residual: ResNet's and
+    ShuffleNet's blocks). Two passes over the block's output saved."""
+    readers = _readers(program)
+    writer = {}
+    for k, p in enumerate(program):
+        for o in ([p[1].slot[_written(p[1])]] if p[0] == "native" else p[4]):
+            writer[o] = k
+    fused, gone = {}, set()
+    for k, p in enumerate(program):
+        s = p[1] if p[0] == "native" else None
+        if s is None or s.op != T_CONV or s.kind != 0 or s.slot[5] >= 0 or s.slot[2] in outs:
+            continue
+        got = readers.get(s.slot[2], [])
+        if len(got) != 1 or program[got[0]][0] != "native":
+            continue
+        a = program[got[0]][1]
+        if not (_flat_elt(a, 2) and a.kind == E_ADD) or a.slot[0] == a.slot[1]:
+            continue
+        r = a.slot[1] if a.slot[0] == s.slot[2] else a.slot[0]
+        if writer.get(r, -1) > k:  # the residual must exist when the convolution runs
+            continue
+        y, act, f, drop = a.slot[3], 0, (0.0, 0.0), [got[0]]
+        after = readers.get(y, [])
+        if y not in outs and len(after) == 1 and program[after[0]][0] == "native":
+            u = program[after[0]][1]
+            if _flat_elt(u, 1) and u.kind in CONV_ACTS and u.slot[0] == y:
+                y, act, f = u.slot[3], CONV_ACTS[u.kind], (u.f[0], u.f[1])
+                drop.append(after[0])
+        fused[k] = (r, y, act, f)
+        gone.update(drop)
+    if not fused:
+        return program
+    out = []
+    for k, p in enumerate(program):
+        if k in gone:
+            continue
+        if k in fused:
+            r, y, act, f = fused[k]
+            s = p[1]
+            s.slot[5], s.slot[2], s.kind, s.f[0], s.f[1] = r, y, act, f[0], f[1]
+        out.append(p)
+    return out
+
+
 def _written(s):
     """The slot index (0-5) a record writes its result to (the first one)."""
     return {T_COPY: 1, T_ELT: 3, T_GEMM: 2, T_SOFTMAX: 1, T_LAYERNORM: 3, T_RMSNORM: 2, T_CONV: 2, T_REDUCE: 1,
@@ -709,7 +773,7 @@ def _drop_dead_copies(program, outs):
             if p[0] == "native":
                 s = p[1]
                 ins = {T_COPY: [0], T_ELT: [0, 1, 2], T_GEMM: [0, 1, 3], T_SOFTMAX: [0], T_LAYERNORM: [0, 1, 2],
-                       T_RMSNORM: [0, 1], T_CONV: [0, 1, 4], T_REDUCE: [0], T_GATHER: [0, 1], T_RNN: [0, 3, 4, 5],
+                       T_RMSNORM: [0, 1], T_CONV: [0, 1, 4, 5], T_REDUCE: [0], T_GATHER: [0, 1], T_RNN: [0, 3, 4, 5],
                        T_ARG: [0], T_GATHER_ND: [0, 1], T_CONV_PW_DW: [0, 1, 3, 4, 5]}[s.op]
                 read.update(s.slot[k] for k in ins if s.slot[k] >= 0)
             else:
@@ -755,6 +819,7 @@ class Tape:
             else:
                 program.extend(("native", r) for r in recs)
         program = _fuse_pw_dw(program, {b.c(o) for o in plan._outs}, b)
+        program = _fuse_conv_residual(program, {b.c(o) for o in plan._outs})
         program = _drop_dead_copies(program, {b.c(o) for o in plan._outs})
         self.n_native = sum(1 for p in program if p[0] == "native")
         self.n_python = len(program) - self.n_native

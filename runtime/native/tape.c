@@ -566,8 +566,9 @@ void tcc_tape_run(const tcc_step *steps, long count, void **slots) {
         case T_CONV: {  /* aux: the tcc_conv_params; slot 0 x, 1 w, 2 y, 3 scratch, 4 bias or -1;
                          * esize 0 tcc_cpu_conv2d, 1 tcc_cpu_conv2d_packed (the same arguments),
                          * 2 tcc_cpu_conv2d_pw (no scratch), w packed by tape.py as codegen does;
-                         * rank 1: on this thread alone */
-            const tcc_epilogue ep = channel_epilogue(slots, s->slot[4], s->kind, s->f[0], s->f[1]);
+                         * rank 1: on this thread alone; slot 5 a residual (y's shape) or -1 */
+            tcc_epilogue ep = channel_epilogue(slots, s->slot[4], s->kind, s->f[0], s->f[1]);
+            if (s->slot[5] >= 0) ep.residual = (const float *)slots[s->slot[5]];
             const int was = serial_begin(s->rank);  /* below codegen.SERIAL_WORK */
             if (s->esize == 2)
                 ((conv_pw_fn)s->fn)(s->aux, (const float *)slots[s->slot[0]], (const float *)slots[s->slot[1]],

@@ -272,6 +272,77 @@ def test_pointwise_then_depthwise_is_one_record(act, stride, rng, tmp_path):
         assert ops == [T_CONV_PW_DW], ops
 
 
+RESIDUAL_CASES = dict(CONV, packed=(dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1]), [[1, 16, 10, 9], [2, 16, 7, 12]]))
+
+
+def _records(tape):
+    from tcc.runtime.generic.tape import Step
+    return [r for seg in tape._segments if seg[0] == "native" for r in (Step * seg[2]).from_address(seg[1])]
+
+
+@pytest.mark.parametrize("act", [None, "Relu", "Sigmoid", "LeakyRelu"])
+@pytest.mark.parametrize("case", list(RESIDUAL_CASES))
+def test_conv_plus_a_residual_and_its_activation_is_one_record(case, act, rng, tmp_path):
+    """act(Conv(x) + r), r another branch's result of the same shape (left
+    or right of the Add): one convolution record with the residual and the
+    activation in its epilogue, on every kernel the tape calls."""
+    from tcc.runtime.generic.tape import T_CONV
+    attrs, shapes = RESIDUAL_CASES[case]
+    group, ks, c = attrs.get("group", 1), attrs["kernel_shape"], shapes[0][1]
+    m_out = 32 if case == "packed" else 6
+    left = len(case) % 2 == 0  # the residual on either side, by case
+    nodes = [helper.make_node("Conv", ["x", "w2", "b2"], ["c2"], **attrs),
+             helper.make_node("Relu", ["c2"], ["r"]),
+             helper.make_node("Conv", ["x", "w", "b"], ["c"], **attrs),
+             helper.make_node("Add", ["c", "r"] if left else ["r", "c"], ["s" if act else "y0"])]
+    if act:
+        nodes.append(helper.make_node(act, ["s"], ["y0"], **({"alpha": 0.2} if act == "LeakyRelu" else {})))
+    inits = [(n, rng.standard_normal((m_out, c // group) + tuple(ks)).astype(np.float32)) for n in ("w", "w2")]
+    inits += [(n, rng.standard_normal(m_out).astype(np.float32)) for n in ("b", "b2")]
+    m = _model(nodes, [("x", F, len(shapes[0]))], inits=inits)
+    _, tapes = check_tape(m, tmp_path, rng, [(s,) for s in shapes], dict(rtol=1e-3, atol=1e-4))
+    for t in tapes:
+        recs = _records(t)
+        assert [r.op for r in recs] == [T_CONV, T_CONV], [r.op for r in recs]
+        assert recs[1].slot[5] >= 0 and recs[1].kind == {None: 0, "Relu": 1, "Sigmoid": 3, "LeakyRelu": 5}[act]
+
+
+@pytest.mark.parametrize("case", ["conv-is-an-output", "sum-is-an-output", "residual-after", "broadcast",
+                                  "conv-has-act"])
+def test_conv_and_add_that_cannot_be_one_record(case, rng, tmp_path):
+    """Where the sum cannot go in the convolution's epilogue (the conv's own
+    result or the sum is also an output, the residual is computed after the
+    convolution, it broadcasts, the activation comes first), the records
+    stay apart and the results right."""
+    from tcc.runtime.generic.tape import T_CONV
+    w = lambda: rng.standard_normal((6, 4, 3, 3)).astype(np.float32)  # noqa: E731
+    conv = dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    branch = [helper.make_node("Conv", ["x", "w2"], ["c2"], **conv), helper.make_node("Relu", ["c2"], ["r"])]
+    main = [helper.make_node("Conv", ["x", "w"], ["c"], **conv)]
+    inits = [("w", w()), ("w2", w())]
+    if case == "residual-after":
+        nodes = main + branch + [helper.make_node("Add", ["c", "r"], ["s"]), helper.make_node("Relu", ["s"], ["y0"])]
+    elif case == "broadcast":
+        inits.append(("r", rng.standard_normal((6, 1, 1)).astype(np.float32)))
+        nodes = main + [helper.make_node("Add", ["c", "r"], ["s"]), helper.make_node("Relu", ["s"], ["y0"])]
+    elif case == "conv-has-act":
+        nodes = branch + main + [helper.make_node("Relu", ["c"], ["a"]), helper.make_node("Add", ["a", "r"], ["y0"])]
+    elif case == "conv-is-an-output":
+        main = [helper.make_node("Conv", ["x", "w"], ["y1"], **conv)]
+        nodes = branch + main + [helper.make_node("Add", ["y1", "r"], ["s"]), helper.make_node("Relu", ["s"], ["y0"])]
+    else:
+        nodes = branch + main + [helper.make_node("Add", ["c", "r"], ["y1"]), helper.make_node("Relu", ["y1"], ["y0"])]
+    m = _model(nodes, [("x", F, 4)], n_out=2 if case.endswith("output") else 1, inits=inits)
+    _, tapes = check_tape(m, tmp_path, rng, [([1, 4, 7, 6],), ([2, 4, 5, 9],)], dict(rtol=1e-3, atol=1e-4))
+    for t in tapes:
+        recs = [r for r in _records(t) if r.op == T_CONV]
+        fused = [r for r in recs if r.slot[5] >= 0]
+        if case == "sum-is-an-output":  # the Add fuses, the activation stays a record
+            assert len(fused) == 1 and fused[0].kind == 0, [(r.kind, r.slot[5]) for r in recs]
+        else:
+            assert not fused, case
+
+
 @pytest.mark.parametrize("op", ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin"])
 @pytest.mark.parametrize("axes,keepdims", [([-1], 0), ([1, 2], 1), ([0], 0), (None, 1), ([-2, -1], 0)],
                          ids=["last", "middle-keep", "first", "all", "last-two"])
