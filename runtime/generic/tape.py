@@ -10,7 +10,9 @@ arithmetic and Cast; MatMul/Gemm with their fused bias and activation (a
 constant B packed once per session as the compiled code packs it, a
 batched operand read through a view op's strides); Softmax,
 LayerNormalization, the fused RMS normalization; Conv (packed weights where
-the compiled code packs them); LSTM and GRU; reductions over contiguous
+the compiled code packs them, and as the compiled code fuses them: a
+pointwise+depthwise pair as one record, a residual Add and its activation in
+the epilogue, a channel shuffle folded into the weights); LSTM and GRU; reductions over contiguous
 axes, ArgMax/ArgMin, Gather, GatherND, Concat; and every layout op numpy
 answers with a view (Transpose, Slice, Expand, Split, Squeeze...: run once
 on a probe, the view's offset and strides read off it). A reshape of a
@@ -173,6 +175,7 @@ class _Builder:
         # a view op's result -> (its operand's slot, element offset, strides): a
         # batched product reads it there (attention's K^T) instead of its copy
         self.views = {}
+        self.conv_src = {}  # id(conv record) -> (record, OIHW weights, bias, parameters, weight slot)
         self.keep = []  # objects the records point into (offset tables, parameter structs, constants)
 
     def c(self, i):
@@ -545,25 +548,37 @@ class _Builder:
         b = ins[2] if len(ins) > 2 and ins[2] else None
         if b is not None:
             self.f32(b)
-        w_slot, variant, fn = self.c(ins[1]), 0, self.addr["tcc_cpu_conv2d"]
         w = self.fixed(ins[1]) if self.plan._kinds[ins[1]] == 0 else None
-        if w is not None and w.ndim == 4:  # constant weights: packed once per plan, as the compiled code's
-            geom = (p.kh, p.kw, p.sh, p.sw, p.pt, p.pl, p.pb, p.pr, p.group)
-            xs4, ys4 = (p.n, p.c, p.h, p.w), (p.n, p.m, p.oh, p.ow)
-            if geom == (1, 1, 1, 1, 0, 0, 0, 0, 1) and (p.dh, p.dw) == (1, 1):
-                variant, fn, make = 2, self.addr["tcc_cpu_conv2d_pw"], lambda: packing.pack_pw(w)
-            elif packing.conv_packed(xs4, w.shape, ys4, (p.sh, p.sw), (p.pt, p.pl, p.pb, p.pr), p.group,
-                                     self.addr["isa"]) and (p.dh, p.dw) == (1, 1):
-                variant, fn, make = 1, self.addr["tcc_cpu_conv2d_packed"], lambda: packing.pack_conv(w, p.group)
-            if variant:
-                got = self.plan._packed.get((ins[1], "conv", variant))
-                if got is None:
-                    got = np.ascontiguousarray(make(), np.float32)
-                    self.plan._packed[(ins[1], "conv", variant)] = got
-                w_slot = self.const_slot(got)
-        work = p.n * p.m * p.oh * p.ow * (p.c // p.group) * p.kh * p.kw
-        return [_step(T_CONV, [self.c(ins[0]), w_slot, outs[0], scratch, b and self.c(b)], kind=code,
-                      esize=variant, rank=int(work < SERIAL_WORK), f=[a0, a1], fn=fn, aux=ctypes.addressof(p))]
+        variant, fn, w_slot = self.conv_weights(p, w, ins[1])
+        step = _step(T_CONV, [self.c(ins[0]), w_slot, outs[0], scratch, b and self.c(b)], kind=code,
+                     esize=variant, rank=_serial(p), f=[a0, a1], fn=fn, aux=ctypes.addressof(p))
+        if w is not None and w.ndim == 4 and (b is None or self.fixed(b) is not None):
+            self.conv_src[id(step)] = (step, w, None if b is None else self.fixed(b), p, ins[1])
+        return [step]
+
+    def conv_weights(self, p, w, key, tag="conv"):
+        """(variant, kernel, weights slot) for a convolution of parameters p:
+        constant 2-D weights packed once per plan (under `key`, `tag`) as the
+        compiled code packs them, for tcc_cpu_conv2d_pw (variant 2) or
+        tcc_cpu_conv2d_packed (1); anything else tcc_cpu_conv2d's own (0)."""
+        variant, fn = 0, self.addr["tcc_cpu_conv2d"]
+        own = lambda: self.c(key) if tag == "conv" else self.const_slot(np.ascontiguousarray(w))  # noqa: E731
+        if w is None or w.ndim != 4 or (p.dh, p.dw) != (1, 1):
+            return variant, fn, own()
+        geom = (p.kh, p.kw, p.sh, p.sw, p.pt, p.pl, p.pb, p.pr, p.group)
+        xs4, ys4 = (p.n, p.c, p.h, p.w), (p.n, p.m, p.oh, p.ow)
+        if geom == (1, 1, 1, 1, 0, 0, 0, 0, 1):
+            variant, fn, make = 2, self.addr["tcc_cpu_conv2d_pw"], lambda: packing.pack_pw(w)
+        elif packing.conv_packed(xs4, w.shape, ys4, (p.sh, p.sw), (p.pt, p.pl, p.pb, p.pr), p.group,
+                                 self.addr["isa"]):
+            variant, fn, make = 1, self.addr["tcc_cpu_conv2d_packed"], lambda: packing.pack_conv(w, p.group)
+        else:
+            return variant, fn, own()
+        got = self.plan._packed.get((key, tag, variant))
+        if got is None:
+            got = np.ascontiguousarray(make(), np.float32)
+            self.plan._packed[(key, tag, variant)] = got
+        return variant, fn, self.const_slot(got)
 
     def _rnn(self, fn, ins, outs, node):
         """LSTM / GRU through tcc_cpu_rnn (rnn.py's native path: constant
@@ -648,6 +663,92 @@ class _Builder:
         i = self.n_slots + len(self.extra) - 1
         self.scratch[i] = max(int(n_floats), 1) * 4
         return i
+
+
+def _serial(p):
+    """A convolution record's rank flag: 1 where its work is below
+    codegen.SERIAL_WORK (the caller's thread alone)."""
+    return int(p.n * p.m * p.oh * p.ow * (p.c // p.group) * p.kh * p.kw < SERIAL_WORK)
+
+
+# lower.py's SHUFFLE_MAX_GROUP: a grouped 1x1 conv made dense to take a
+# channel shuffle does g times its work (a gain measured at g = 3)
+SHUFFLE_MAX_GROUP = 4
+
+
+def _channel_permutation(copy, shape):
+    """perm where the copy record writes dst[n, o, ...] = src[n, perm[o], ...]
+    over an (N, C, ...) float32 value of `shape` (ShuffleNet's Reshape,
+    Transpose, Reshape as the tape's one copy), else None."""
+    if copy.esize != 4 or len(shape) != 4:
+        return None
+    size = math.prod(shape)
+    r = copy.rank
+    dims = [copy.dims[k] for k in range(r)]
+    if math.prod(dims) != size:
+        return None
+    grid = np.indices(dims, dtype=np.int64).reshape(r, -1)
+    src = copy.off[0] + sum(grid[k] * copy.st[0][k] for k in range(r))
+    dst = copy.off[1] + sum(grid[k] * copy.st[1][k] for k in range(r))
+    if src.min() < 0 or src.max() >= size or dst.min() < 0 or dst.max() >= size:
+        return None
+    got = np.full(size, -1, np.int64)
+    got[dst] = src
+    n, c = shape[0], shape[1]
+    hw = size // (n * c)
+    got = got.reshape(n, c, hw)
+    perm = got[0, :, 0] // hw
+    want = (np.arange(n)[:, None, None] * c + perm[None, :, None]) * hw + np.arange(hw)[None, None, :]
+    if not np.array_equal(got, want) or sorted(perm.tolist()) != list(range(c)):
+        return None
+    return perm
+
+
+def _fold_channel_shuffles(program, outs, b):
+    """A channel shuffle's copy record of a constant convolution's result
+    (ungrouped, or 1x1 with at most SHUFFLE_MAX_GROUP groups, made dense) as
+    a permutation of that convolution's output channels: no copy, and a
+    1x1 one then pairs with the depthwise convolution after the shuffle
+    (_fuse_pw_dw). The compiled code's lower.fold_channel_shuffles."""
+    from .toolkit import ConvParams
+    readers = _readers(program)
+    fold = {}
+    for k, p in enumerate(program):
+        if p[0] != "native" or p[1].op != T_CONV or id(p[1]) not in b.conv_src:
+            continue
+        s = p[1]
+        _, w, bias, cp, key = b.conv_src[id(s)]
+        g = cp.group
+        if s.slot[2] in outs or (g > 1 and (cp.kh, cp.kw) != (1, 1)) or g > SHUFFLE_MAX_GROUP:
+            continue
+        got = readers.get(s.slot[2], [])
+        if len(got) != 1 or program[got[0]][0] != "native" or program[got[0]][1].op != T_COPY or \
+                program[got[0]][1].slot[0] != s.slot[2]:
+            continue
+        copy = program[got[0]][1]
+        perm = _channel_permutation(copy, (cp.n, cp.m, cp.oh, cp.ow))
+        if perm is None:
+            continue
+        if g > 1:  # block-diagonal: group j's outputs read its own input channels only
+            cg, mg = w.shape[1], w.shape[0] // g
+            dense = np.zeros((w.shape[0], cg * g) + w.shape[2:], np.float32)
+            for j in range(g):
+                dense[j * mg:(j + 1) * mg, j * cg:(j + 1) * cg] = w[j * mg:(j + 1) * mg]
+            w = dense
+        q = ConvParams.from_buffer_copy(cp)
+        q.group = 1
+        b.keep.append(q)
+        variant, fn, w_slot = b.conv_weights(q, np.ascontiguousarray(w[perm]), key, ("shuffled",) + tuple(perm))
+        scratch = s.slot[3]
+        if variant != 2 and g > 1:
+            scratch = b.scratch_slot(int(c_kernels().tcc_cpu_conv2d_scratch(ctypes.byref(q))))
+        bias_slot = None if bias is None else b.const_slot(np.ascontiguousarray(np.asarray(bias, np.float32)[perm]))
+        new = _step(T_CONV, [s.slot[0], w_slot, copy.slot[1], scratch, bias_slot], kind=s.kind, esize=variant,
+                    rank=_serial(q), f=[s.f[0], s.f[1]], fn=fn, aux=ctypes.addressof(q))
+        fold[k], fold[got[0]] = new, None
+    if not fold:
+        return program
+    return [p if k not in fold else ("native", fold[k]) for k, p in enumerate(program) if fold.get(k, p) is not None]
 
 
 def _fuse_pw_dw(program, outs, b):
@@ -818,6 +919,7 @@ class Tape:
                 program.append(("python", fn, tuple(b.c(i) if i else 0 for i in ins), ins, outs, multi))
             else:
                 program.extend(("native", r) for r in recs)
+        program = _fold_channel_shuffles(program, {b.c(o) for o in plan._outs}, b)
         program = _fuse_pw_dw(program, {b.c(o) for o in plan._outs}, b)
         program = _fuse_conv_residual(program, {b.c(o) for o in plan._outs})
         program = _drop_dead_copies(program, {b.c(o) for o in plan._outs})

@@ -343,6 +343,61 @@ def test_conv_and_add_that_cannot_be_one_record(case, rng, tmp_path):
             assert not fused, case
 
 
+def _shuffle_nodes(src, dst, g, c, perm=(0, 2, 1, 3, 4)):
+    """ShuffleNet's channel shuffle of src (N, c, H, W) as exporters write it:
+    Reshape to (N, g, c/g, H, W) with the dims read by Shape, Transpose, Reshape back."""
+    return [helper.make_node("Shape", [src], [src + "_s"]),
+            helper.make_node("Slice", [src + "_s", "i0", "i1"], [src + "_n"]),
+            helper.make_node("Slice", [src + "_s", "i2", "i4"], [src + "_hw"]),
+            helper.make_node("Concat", [src + "_n", "gc", src + "_hw"], [src + "_t"], axis=0),
+            helper.make_node("Reshape", [src, src + "_t"], [src + "_5"]),
+            helper.make_node("Transpose", [src + "_5"], [src + "_p"], perm=list(perm)),
+            helper.make_node("Reshape", [src + "_p", src + "_s"], [dst])]
+
+
+def _shuffle_inits(g, c):
+    return [("i0", np.array([0], np.int64)), ("i1", np.array([1], np.int64)), ("i2", np.array([2], np.int64)),
+            ("i4", np.array([4], np.int64)), ("gc", np.array([g, c // g], np.int64))]
+
+
+@pytest.mark.parametrize("case", ["grouped-1x1-g2", "grouped-1x1-g3", "grouped-1x1-g4", "dense-3x3", "dense-1x1",
+                                  "grouped-1x1-g6", "not-a-shuffle", "conv-is-an-output"])
+def test_a_channel_shuffle_after_a_conv_is_its_output_channels_permuted(case, rng, tmp_path):
+    """Conv -> Relu -> channel shuffle -> depthwise Conv: the shuffle's copy
+    folds into the first convolution's weights (a grouped 1x1 one made dense,
+    up to 4 groups), and a 1x1 one then pairs with the depthwise one; where it
+    cannot fold (6 groups, a Transpose that is no channel shuffle, the conv's
+    result also an output) the copy stays. Right results either way."""
+    from tcc.runtime.generic.tape import T_CONV, T_CONV_PW_DW, T_COPY
+    c = 12
+    g = int(case.rsplit("g", 1)[1]) if "-g" in case else 1
+    ks = [3, 3] if case == "dense-3x3" else [1, 1]
+    shuffle_g = 3 if case in ("dense-3x3", "dense-1x1", "not-a-shuffle", "conv-is-an-output") else g
+    first = "y1" if case == "conv-is-an-output" else "c1"
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], [first], kernel_shape=ks, group=g,
+                              pads=[k // 2 for k in ks] * 2),
+             helper.make_node("Relu", [first], ["a"])]
+    nodes += _shuffle_nodes("a", "sh", shuffle_g, c, perm=(0, 1, 2, 4, 3) if case == "not-a-shuffle" else
+                            (0, 2, 1, 3, 4))
+    nodes.append(helper.make_node("Conv", ["sh", "wd", "bd"], ["y0"], kernel_shape=[3, 3], pads=[1, 1, 1, 1],
+                                  group=c))
+    inits = [("w1", rng.standard_normal((c, c // g) + tuple(ks)).astype(np.float32)),
+             ("b1", rng.standard_normal(c).astype(np.float32)),
+             ("wd", rng.standard_normal((c, 1, 3, 3)).astype(np.float32)),
+             ("bd", rng.standard_normal(c).astype(np.float32))] + _shuffle_inits(shuffle_g, c)
+    m = _model(nodes, [("x", F, 4)], n_out=2 if first == "y1" else 1, inits=inits)
+    shapes = [([1, c, 6, 6],), ([2, c, 5, 7],)] if case != "not-a-shuffle" else [([1, c, 6, 6],), ([2, c, 5, 5],)]
+    _, tapes = check_tape(m, tmp_path, rng, shapes, dict(rtol=1e-3, atol=1e-4))
+    for t in tapes:
+        ops = [r.op for r in _records(t)]
+        if case in ("grouped-1x1-g6", "not-a-shuffle", "conv-is-an-output"):
+            assert T_COPY in ops, ops
+        elif ks == [1, 1]:
+            assert ops == [T_CONV_PW_DW], ops
+        else:
+            assert ops == [T_CONV, T_CONV], ops
+
+
 @pytest.mark.parametrize("op", ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin"])
 @pytest.mark.parametrize("axes,keepdims", [([-1], 0), ([1, 2], 1), ([0], 0), (None, 1), ([-2, -1], 0)],
                          ids=["last", "middle-keep", "first", "all", "last-two"])
