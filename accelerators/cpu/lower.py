@@ -39,6 +39,7 @@ from tcc.dialects.ir import PURE, TERMINATOR, ISOLATED, Block, Dialect, OpDef, O
 from tcc.dialects.ir import attributes as A
 from tcc.dialects.ir.types import NONE, TensorType, f32
 
+from . import packing
 from .support import ELEMENTWISE, const_value, opset, reduce_mean_start
 
 ACTS = {"onnx.Relu": "relu", "onnx.Sigmoid": "sigmoid", "onnx.Tanh": "tanh", "onnx.LeakyRelu": "leaky",
@@ -246,12 +247,8 @@ class Lowering:
             if conv is None:
                 continue
             wt, g = const_value(conv.operands[1]), int(self.attr(conv, "group", 1))
-            if g > 1:  # block-diagonal: group k's outputs read its own input channels only
-                cg, mg = wt.shape[1], wt.shape[0] // g
-                dense = np.zeros((wt.shape[0], cg * g, 1, 1), np.float32)
-                for k in range(g):
-                    dense[k * mg:(k + 1) * mg, k * cg:(k + 1) * cg] = wt[k * mg:(k + 1) * mg]
-                wt = dense
+            if g > 1:
+                wt = packing.dense_groups(wt, g)
                 conv.set_attr("group", A.IntegerAttr(1))
             # the shuffle's output channel o is its input channel (o % a) * b + o // a
             perm = np.array([(o % a) * b + o // a for o in range(c)])

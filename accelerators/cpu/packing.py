@@ -90,3 +90,14 @@ def pack_pw(w):
     out = np.zeros((blocks * PW_ROWS, c), np.float32)
     out[:m] = w.reshape(m, c)
     return out.reshape(blocks, PW_ROWS, c).transpose(0, 2, 1)
+
+
+def dense_groups(w, g):
+    """A grouped conv's (M, C/g, KH, KW) weights as an ungrouped conv's
+    (M, C, KH, KW): block-diagonal, group k's outputs reading its own input
+    channels only (a channel shuffle folds into dense weights)."""
+    cg, mg = w.shape[1], w.shape[0] // g
+    dense = np.zeros((w.shape[0], cg * g) + tuple(w.shape[2:]), np.float32)
+    for k in range(g):
+        dense[k * mg:(k + 1) * mg, k * cg:(k + 1) * cg] = w[k * mg:(k + 1) * mg]
+    return dense

@@ -729,12 +729,8 @@ def _fold_channel_shuffles(program, outs, b):
         perm = _channel_permutation(copy, (cp.n, cp.m, cp.oh, cp.ow))
         if perm is None:
             continue
-        if g > 1:  # block-diagonal: group j's outputs read its own input channels only
-            cg, mg = w.shape[1], w.shape[0] // g
-            dense = np.zeros((w.shape[0], cg * g) + w.shape[2:], np.float32)
-            for j in range(g):
-                dense[j * mg:(j + 1) * mg, j * cg:(j + 1) * cg] = w[j * mg:(j + 1) * mg]
-            w = dense
+        if g > 1:
+            w = packing.dense_groups(w, g)
         q = ConvParams.from_buffer_copy(cp)
         q.group = 1
         b.keep.append(q)
