@@ -14,6 +14,8 @@ generated loop nest), with their epilogues fused:
     cpu.global_avgpool(x) {[axis]}       (the mean over the axes from `axis`, default 2)
     cpu.softmax(x) {axis, log}           cpu.layernorm(x, scale, [bias]) {axis, epsilon, [softmax]}
     cpu.transpose(x) {perm}              cpu.reshape(x)   (a view: no copy unless it is an output)
+    cpu.strided(x) {offset, strides}     (y[i...] = x[offset + sum i_d * strides_d]: Slice, Expand)
+    cpu.concat(xs...) {axis}
     cpu.rnn(x, W^T, R^T, bias, [rb_h], [P], [sequence_lens], [initial_h], [initial_c])
                                          {kind, nd, reverse, layout, linear_before_reset, ..., has_*}  (LSTM, GRU)
     cpu.elementwise(inputs...) ({^bb0(args): onnx elementwise ops ... cpu.yield(r)})
@@ -40,7 +42,7 @@ from tcc.dialects.ir import attributes as A
 from tcc.dialects.ir.types import NONE, TensorType, f32
 
 from . import packing
-from .support import ELEMENTWISE, const_value, opset, reduce_mean_start
+from .support import ELEMENTWISE, const_value, opset, reduce_mean_start, slice_view
 
 ACTS = {"onnx.Relu": "relu", "onnx.Sigmoid": "sigmoid", "onnx.Tanh": "tanh", "onnx.LeakyRelu": "leaky",
         "onnx.Clip": "clip"}
@@ -51,7 +53,8 @@ def dialect():
         return OpDef(name, [OperandDef("inputs", "variadic")], [OperandDef("result")], traits=traits,
                      num_regions=regions)
     ops = [op(f"cpu.{n}") for n in ("conv", "conv_pw_dw", "conv_dw_pw", "gemm", "matmul", "maxpool", "avgpool",
-                                     "global_avgpool", "softmax", "layernorm", "transpose", "reshape", "rnn")]
+                                     "global_avgpool", "softmax", "layernorm", "transpose", "reshape", "rnn",
+                                     "strided", "concat")]
     ops.append(op("cpu.elementwise", 1, frozenset({PURE, ISOLATED})))
     ops.append(OpDef("cpu.yield", [OperandDef("values", "variadic")], traits=frozenset({TERMINATOR, PURE})))
     return Dialect("cpu", ops, "the cpu accelerator's kernel calls")
@@ -444,6 +447,10 @@ class Lowering:
         op.results[0].replace_all_uses_with(new.results[0])
         op.erase()
 
+    def _strided(self, op, offset, strides):
+        self._replace_simple(op, "cpu.strided", [op.operands[0]],
+                             {"offset": A.IntegerAttr(int(offset)), "strides": A.DenseArrayAttr([int(s) for s in strides])})
+
     def lower_softmax(self, op):
         x = op.operands[0]
         rank = x.type.rank
@@ -619,6 +626,15 @@ class Lowering:
                 self._replace_simple(op, "cpu.transpose", [op.operands[0]], {"perm": A.DenseArrayAttr(list(perm))})
             elif n in ("onnx.Reshape", "onnx.Flatten", "onnx.Squeeze", "onnx.Unsqueeze"):
                 self._replace_simple(op, "cpu.reshape", [op.operands[0]])
+            elif n == "onnx.Slice":
+                offset, strides = slice_view(op, self.module)
+                self._strided(op, offset, strides)
+            elif n == "onnx.Expand":
+                self._strided(op, 0, _broadcast_strides(op.operands[0].type.shape, op.results[0].type.shape))
+            elif n == "onnx.Concat":
+                axis = int(self.attr(op, "axis", 0))
+                axis = axis + op.results[0].type.rank if axis < 0 else axis
+                self._replace_simple(op, "cpu.concat", list(op.operands), {"axis": A.IntegerAttr(axis)})
         self.fuse_elementwise()
         for op in list(self.block.ops):
             if op.name.startswith("onnx.") and op.name not in ("onnx.Constant", "onnx.NoValue"):
@@ -628,6 +644,14 @@ class Lowering:
             if op.name in ("onnx.Constant", "onnx.NoValue") and not any(r.uses for r in op.results):
                 op.erase()
         return left
+
+
+def _broadcast_strides(shape, out_shape):
+    """Source strides (elements) per output dim of `shape` broadcast to
+    `out_shape` (numpy's rule, right-aligned): 0 where a dim repeats."""
+    shape = [1] * (len(out_shape) - len(shape)) + list(shape)
+    cstride = [int(np.prod(shape[d + 1:], dtype=np.int64)) for d in range(len(shape))]
+    return [0 if n == 1 and o != 1 else c for n, o, c in zip(shape, out_shape, cstride)]
 
 
 def _bias_mode(shape, m, n):

@@ -16,12 +16,17 @@ BINARY = {"Add", "Sub", "Mul", "Div", "Pow", "PRelu"}
 VARIADIC = {"Max", "Min", "Sum", "Mean"}
 ELEMENTWISE = {f"onnx.{n}" for n in UNARY | BINARY | VARIADIC}
 LAYOUT = {"onnx.Reshape", "onnx.Flatten", "onnx.Squeeze", "onnx.Unsqueeze", "onnx.Transpose"}
+# strided copies (kernels/copy.c): the exporters' rotary halves and box
+# decodes (Slice, Concat) and broadcast keys/values (Expand) kept a host
+# partition between two cpu ones, each boundary a call of its own
+COPIES = {"onnx.Slice", "onnx.Concat", "onnx.Expand"}
 KERNELS = {"onnx.Conv", "onnx.Gemm", "onnx.MatMul", "onnx.BatchNormalization", "onnx.MaxPool", "onnx.AveragePool",
            "onnx.GlobalAveragePool", "onnx.ReduceMean", "onnx.Softmax", "onnx.LogSoftmax", "onnx.LayerNormalization"}
 RECURRENT = {"onnx.LSTM", "onnx.GRU"}  # kernels/rnn.c
-SUPPORTED = ELEMENTWISE | LAYOUT | KERNELS | RECURRENT
+SUPPORTED = ELEMENTWISE | LAYOUT | KERNELS | RECURRENT | COPIES
 # operand positions that are not data (int64 shapes/axes): any dtype, ignored
-NON_DATA = {"onnx.Reshape": {1}, "onnx.Squeeze": {1}, "onnx.Unsqueeze": {1}, "onnx.ReduceMean": {1}}
+NON_DATA = {"onnx.Reshape": {1}, "onnx.Squeeze": {1}, "onnx.Unsqueeze": {1}, "onnx.ReduceMean": {1},
+            "onnx.Slice": {1, 2, 3, 4}, "onnx.Expand": {1}}
 
 
 def const_value(v):
@@ -57,6 +62,45 @@ def reduce_mean_start(op, module):
         return None if op.get_attr("noop_with_empty_axes", 0) else 0
     axes = sorted(a + rank if a < 0 else a for a in axes)
     return axes[0] if axes == list(range(axes[0], rank)) else None
+
+
+def slice_view(op, module):
+    """A Slice as a strided view of its input: (element offset, [source
+    stride per output dim]), or None unless starts/ends/axes/steps are
+    constants. Python's slice rules are ONNX's (a negative index counts from
+    the end, then clamping to the dim, -1 meaning before the first for a
+    negative step), so slice.indices clamps."""
+    shape = list(op.operands[0].type.shape)
+    rank = len(shape)
+    if opset(module) < 10:
+        vals = [op.get_attr(k) for k in ("starts", "ends", "axes")] + [None]
+        vals = [None if v is None else [int(getattr(x, "value", x)) for x in v] for v in vals]
+    else:
+        vals = []
+        for i in range(1, 5):
+            v = op.operands[i] if i < len(op.operands) else None
+            if v is None or v.type is NONE:
+                vals.append(None)
+                continue
+            c = const_value(v)
+            if c is None:
+                return None
+            vals.append([int(x) for x in np.asarray(c).ravel()])
+    starts, ends, axes, steps = vals
+    if starts is None or ends is None or len(starts) != len(ends):
+        return None
+    axes = list(range(len(starts))) if axes is None else [a + rank if a < 0 else a for a in axes]
+    steps = [1] * len(starts) if steps is None else steps
+    if len(axes) != len(starts) or len(steps) != len(starts) or 0 in steps or \
+            any(not 0 <= a < rank for a in axes) or len(set(axes)) != len(axes):
+        return None
+    cstride = [int(np.prod(shape[d + 1:], dtype=np.int64)) for d in range(rank)]
+    offset, strides = 0, list(cstride)
+    for a, b, e, st in zip(axes, starts, ends, steps):
+        b, _, st = slice(b, e, st).indices(shape[a])
+        offset += b * cstride[a]
+        strides[a] = st * cstride[a]
+    return offset, strides
 
 
 def _check_types(op):
@@ -186,6 +230,14 @@ def check(op, module):
         if op.get_attr("approximate", "none") not in ("none", "tanh"):
             return Support.no("attribute: approximate")
     elif name == "Transpose":
+        if rank > 8:
+            return Support.no("shape: rank > 8")
+    elif name == "Slice":
+        if slice_view(op, module) is None:
+            return Support.no("attribute: starts/ends/axes/steps must be constants")
+        if rank > 8:
+            return Support.no("shape: rank > 8")
+    elif name in ("Concat", "Expand"):
         if rank > 8:
             return Support.no("shape: rank > 8")
     elif name in ("Sin", "Cos", "Round") and rank is None:

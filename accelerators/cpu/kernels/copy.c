@@ -1,6 +1,9 @@
-/* Data movement: parallel copy and N-d transpose (the output in order, row
- * by row; rows whose elements are strided in the source but whose sources
- * are adjacent go 16 at a time, transposed in 16 x 16 blocks). */
+/* Data movement: parallel copy; strided gathers (the output in order, row
+ * by row, each output dim with its source stride: Transpose, Slice with
+ * any steps, Expand's zero strides; rows whose elements are strided in the
+ * source but whose sources are adjacent go 16 at a time, transposed in
+ * 16 x 16 blocks); and row copies between two leading dimensions
+ * (Concat's parts). */
 #include <string.h>
 
 #include "tcc_cpu.h"
@@ -85,8 +88,9 @@ static void tr_task(void *arg, long b, long e) {
     tr_job *j = arg;
     const int r = j->rank;
     const long last = j->oshape[r - 1], ls = j->istride[r - 1];
-    if (r == 1) {
-        memcpy(j->dst + b * last, j->src, last * sizeof(float));
+    if (r == 1) { /* one row (b = 0) */
+        if (ls == 1) memcpy(j->dst, j->src, last * sizeof(float));
+        else for (long k = 0; k < last; k++) j->dst[k] = j->src[k * ls];
         return;
     }
     /* source offset of row b, then an odometer over the row dims (no
@@ -123,25 +127,62 @@ static void tr_task(void *arg, long b, long e) {
     }
 }
 
-void tcc_cpu_transpose(int rank, const long *in_shape, const long *perm, const float *src, float *dst) {
+/* Rows of the output below this many floats are not worth a second thread
+ * (a wake-up costs a few us; a 16 KB copy ~1 us). */
+#define COPY_GRAIN (1 << 14)
+
+static void strided(int rank, const long *out_shape, const long *in_stride, const float *src, float *dst,
+                    long grain_rows) {
     tr_job j;
-    long istr[8], s = 1;
-    for (int d = rank - 1; d >= 0; d--) {
-        istr[d] = s;
-        s *= in_shape[d];
-    }
-    j.rank = rank;
-    long rows = 1;
-    for (int d = 0; d < rank; d++) {
-        j.oshape[d] = in_shape[perm[d]];
-        j.istride[d] = istr[perm[d]];
-        if (d < rank - 1) rows *= j.oshape[d];
-    }
-    j.src = src;
-    j.dst = dst;
     if (rank == 0) {
         dst[0] = src[0];
         return;
     }
-    tcc_cpu_parallel_for(rows, 64, tr_task, &j);
+    j.rank = rank;
+    long rows = 1;
+    for (int d = 0; d < rank; d++) {
+        if (out_shape[d] == 0) return;
+        j.oshape[d] = out_shape[d];
+        j.istride[d] = in_stride[d];
+        if (d < rank - 1) rows *= out_shape[d];
+    }
+    j.src = src;
+    j.dst = dst;
+    tcc_cpu_parallel_for(rows, grain_rows, tr_task, &j);
+}
+
+void tcc_cpu_strided(int rank, const long *out_shape, const long *in_stride, const float *src, float *dst) {
+    const long last = rank > 0 && out_shape[rank - 1] > 0 ? out_shape[rank - 1] : 1;
+    strided(rank, out_shape, in_stride, src, dst, (COPY_GRAIN + last - 1) / last);
+}
+
+void tcc_cpu_transpose(int rank, const long *in_shape, const long *perm, const float *src, float *dst) {
+    long istr[8], oshape[8], ostr[8], s = 1;
+    for (int d = rank - 1; d >= 0; d--) {
+        istr[d] = s;
+        s *= in_shape[d];
+    }
+    for (int d = 0; d < rank; d++) {
+        oshape[d] = in_shape[perm[d]];
+        ostr[d] = istr[perm[d]];
+    }
+    strided(rank, oshape, ostr, src, dst, 64);
+}
+
+typedef struct {
+    const float *src;
+    float *dst;
+    long cols, src_ld, dst_ld;
+} rows_job;
+
+static void rows_task(void *arg, long b, long e) {
+    rows_job *j = arg;
+    for (long r = b; r < e; r++) memcpy(j->dst + r * j->dst_ld, j->src + r * j->src_ld, j->cols * sizeof(float));
+}
+
+void tcc_cpu_copy_rows(long rows, long cols, const float *src, long src_ld, float *dst, long dst_ld) {
+    if (rows <= 0 || cols <= 0) return;
+    rows_job j = {src, dst, cols, src_ld, dst_ld};
+    const long grain = cols >= COPY_GRAIN ? 1 : (COPY_GRAIN + cols - 1) / cols;
+    tcc_cpu_parallel_for(rows, grain, rows_task, &j);
 }

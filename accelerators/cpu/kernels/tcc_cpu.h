@@ -177,6 +177,11 @@ void tcc_cpu_softmax_layernorm(long rows, long cols, const float *x, const float
 void tcc_cpu_copy(float *dst, const float *src, long n);
 /* dst[i] = src transposed: in_shape/perm of rank <= 8, element size 4. */
 void tcc_cpu_transpose(int rank, const long *in_shape, const long *perm, const float *src, float *dst);
+/* dst (contiguous, out_shape) from src read with in_stride (elements, any
+ * sign, 0 to repeat) per output dim: rank <= 8. */
+void tcc_cpu_strided(int rank, const long *out_shape, const long *in_stride, const float *src, float *dst);
+/* rows x cols floats: row r from src + r * src_ld to dst + r * dst_ld. */
+void tcc_cpu_copy_rows(long rows, long cols, const float *src, long src_ld, float *dst, long dst_ld);
 
 /* ---- scalar math usable by generated elementwise code ------------------------ */
 float tcc_cpu_expf(float x);
