@@ -141,16 +141,11 @@ def cli(artifact, inputs, random_inputs, repeat, output_dir, profile, debug):
 def _profile_table(sess, feeds, runs):
     """Each step's median time over `runs` runs: the partitions of a placed
     model; a host-only model is one step."""
-    inner = sess.session_for(feeds) if hasattr(sess, "session_for") else sess
-    if hasattr(inner, "profile_steps"):
-        rows = inner.profile_steps(feeds, runs)
-    else:  # one native call: the whole model is one step
-        times = []
-        for _ in range(runs):
-            t0 = time.perf_counter()
-            inner.run(feeds)
-            times.append(time.perf_counter() - t0)
-        rows = [("main_graph", "host", times)]
+    from tcc.runtime.staged import profile_rows
+    if hasattr(sess, "session_for"):  # the specialization these inputs run, fed as it is fed: in order
+        rows = profile_rows(sess.session_for(feeds), sess._arrange(feeds), runs)
+    else:
+        rows = profile_rows(sess, feeds, runs)
     med = [(name, where, statistics.median(ts)) for name, where, ts in rows]
     total = sum(m for _, _, m in med) or 1e-12
     width = max([len("step")] + [len(n) for n, _, _ in med])

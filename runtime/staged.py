@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
 import warnings
 
 import numpy as np
@@ -278,8 +279,31 @@ class StagedRun:
         return list(ev.inputs), [feeds.get(n, (None, None)) if n else (None, None) for n in ev.inputs], ev.fn
 
     def run(self, inputs, output_names=None, output_device=None):
-        names, where_from, kernel = self._plan
         pre = self.prefix.run(_pick(inputs, self.prefix_args)) if self.prefix is not None else []
+        return self._finish(inputs, pre, self._between(inputs, pre), output_names, output_device)
+
+    def profile_steps(self, inputs, runs):
+        """The prefix's steps, the host op between the stages, the suffix's
+        steps: PlanSession.profile_steps' rows, in the order they run."""
+        pre_in = _pick(inputs, self.prefix_args)
+        pre = self.prefix.run(pre_in) if self.prefix is not None else []
+        rows = profile_rows(self.prefix, pre_in, runs) if self.prefix is not None else []
+        times = []
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            values = self._between(inputs, pre)
+            times.append(time.perf_counter() - t0)
+        node = getattr(self.evaluator, "node", None)  # a HostOpRunner's
+        op = node.op if node is not None else self.evaluator.proto_.graph.node[0].op_type  # onnx.reference's
+        rows.append((op, "host", times))
+        if self.suffix is not None:
+            rows += profile_rows(self.suffix, _pick(values, self.suffix_args), runs)
+        return rows
+
+    def _between(self, inputs, pre):
+        """The data-dependent op on the prefix's values: the suffix's possible
+        arguments (the inputs, the op's results, the prefix's results)."""
+        names, where_from, kernel = self._plan
         operands = [None if kind is None else inputs[w] if kind == "arg" else w if kind == "const" else
                     np.asarray(pre[w]) for kind, w in where_from]
         if kernel is not None:
@@ -289,7 +313,9 @@ class StagedRun:
                 warnings.simplefilter("ignore")
                 outs = self.evaluator.run(None, {n: v for n, v in zip(names, operands) if n is not None})
         outs = [o if r == "value" else _to_rank(np.asarray(o), r) for o, r in zip(outs, self.ranks)]
-        values = list(inputs) + outs + [np.asarray(v) for v in pre]  # the suffix's arguments (see build)
+        return list(inputs) + outs + [np.asarray(v) for v in pre]  # the suffix's arguments (see build)
+
+    def _finish(self, inputs, pre, values, output_names, output_device):
         if self.outmap is None:
             return self.suffix.run(_pick(values, self.suffix_args), output_names, output_device)
         res = self.suffix.run(_pick(values, self.suffix_args), None, output_device) if self.suffix is not None else []
@@ -312,6 +338,19 @@ def _fresh_name(attrs, base):
     while name in taken:
         name, j = f"{base}_{j}", j + 1
     return name
+
+
+def profile_rows(sess, inputs, runs):
+    """[(step, where it runs, [seconds per run])] for any session: its own
+    profile_steps where it has one, else its whole run as one step."""
+    if hasattr(sess, "profile_steps"):
+        return sess.profile_steps(inputs, runs)
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        sess.run(inputs)
+        times.append(time.perf_counter() - t0)
+    return [("main_graph", "host", times)]
 
 
 def _pick(values, indices):
@@ -476,6 +515,9 @@ class ForwardRun:
 
     def specializations(self):
         return [self.inner] if self.inner is not None else []
+
+    def profile_steps(self, inputs, runs):
+        return profile_rows(self.inner, [inputs[i] for i in self.keep], runs) if self.inner is not None else []
 
     def run(self, inputs, output_names=None, output_device=None):
         outs = self.inner.run([inputs[i] for i in self.keep], None, output_device) \

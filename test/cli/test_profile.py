@@ -91,3 +91,22 @@ def test_profile_of_a_dynamic_model_profiles_its_specialization(tmp_path, rng):
     assert r.returncode == 0, r.stderr
     rows, _ = _run_and_check(tmp_path / "d.tcc", model, rng)
     assert {w for _, w, _ in rows} == {"cpu", "host"} and len(rows) == 3
+
+
+def test_profile_of_a_staged_model(tmp_path, rng):
+    """A data-dependent op (NonZero) cuts the run in stages: the prefix's
+    partitions, the op on the host, the suffix, each a row."""
+    w1 = numpy_helper.from_array(rng.standard_normal((64, 8)).astype(np.float32), "w1")
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["a"]), helper.make_node("Relu", ["a"], ["b"]),
+             helper.make_node("NonZero", ["b"], ["nz"]), helper.make_node("Cast", ["nz"], ["f"], to=TensorProto.FLOAT),
+             helper.make_node("Transpose", ["f"], ["t"], perm=[1, 0]), helper.make_node("Tanh", ["t"], ["y"])]
+    g = helper.make_graph(nodes, "staged", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [16, 64])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 2])], initializer=[w1])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "s.onnx")
+    r = run_tool("tcc", "--maccel=cpu", tmp_path / "s.onnx", "-o", tmp_path / "s.tcc")
+    assert r.returncode == 0, r.stderr
+    rows, total = _run_and_check(tmp_path / "s.tcc", model, rng)
+    assert ("NonZero", "host") in [(n, w) for n, w, _ in rows] and rows[0][1] == "cpu", rows
+    assert total == pytest.approx(sum(ms for _, _, ms in rows), abs=2e-3)
