@@ -98,6 +98,11 @@ def _submit(fn, *args):
     return _background().submit(_counted, fn, *args)
 
 
+def queued():
+    """How many background specializations are queued or compiling in this process."""
+    return _queued[0]
+
+
 def wait_all():
     """Waits for every background specialization of this process (the test
     suite does after each test, so none lands in the next one's time)."""
@@ -488,12 +493,18 @@ class SpecializingSession(SignatureMixin):
         return res if hasattr(res, "run") else None
 
     def wait(self):
-        """Waits for the specializations compiling in the background."""
+        """Waits for the specializations compiling in the background, those
+        of the stages inside them too (a staged run's suffix specializes on
+        the data-dependent op's output shape)."""
         with self._lock:
             pending = list(self._pending.values())
         for fut in pending:
             with contextlib.suppress(Exception):  # a failed compile raises at its next run
                 fut.result()
+        for sess in list(self._cache.values()):
+            for inner in getattr(sess, "specializations", lambda: [])():
+                if hasattr(inner, "wait"):
+                    inner.wait()
 
     def specializations(self):
         """The sessions compiled (one per input shape/value key), once those
