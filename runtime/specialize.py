@@ -27,7 +27,7 @@ path cannot run a call (an input the model cannot take), the call waits for
 the compile instead, which gives the one-line error. The plan is built at
 load (10-130 ms on the corpus), so the first run at a new shape is only a
 run. A specialization already in the compile cache on disk is loaded at
-once. A session compiles at most TCC_MAX_SPECIALIZATIONS keys (64) in the
+once (a staged one too: runtime/staged.py). A session compiles at most TCC_MAX_SPECIALIZATIONS keys (64) in the
 background; later keys stay on the generic path. `TCC_SPECIALIZE=sync` compiles on the caller's thread (as before;
 there, on the main thread, a plugin hook that hangs is also timed out:
 TCC_HOOK_TIMEOUT needs the main thread's SIGALRM).
@@ -56,14 +56,16 @@ import numpy as np
 from tcc.dialects.ir.errors import TccError
 
 from . import cache, containers
+from .artifact import read_artifact
 from .signature import InputError, SignatureMixin, check_index_range, format_specs
 
 IR_MEMBER, RES_MEMBER = "model.mlir", "model.mlir.resources"
 
 
 class _Staged(Exception):
-    """Carries a StagedRun out of the compile cache's build callback: a
-    specialization cut at a data-dependent op runs as an object, not a file."""
+    """Carries a StagedRun that cannot be saved (a constant numpy stores
+    only with pickle) out of the compile cache's build callback: it runs as
+    an object, uncached."""
 
 
 _worker = None
@@ -298,25 +300,41 @@ class SpecializingSession(SignatureMixin):
             path = os.path.join(self._tmpdir.name, key + ".tcc")
             return self._compile(inputs, path) or load(path)
 
+        built = []  # a staged run compiled here: the object (its stages are loaded already)
+
         def build(tmp):
             staged = self._compile(inputs, tmp)
-            if staged is not None:
+            if staged is None:
+                return
+            try:
+                saved = staged.save(tmp)  # then cached as a file like any specialization
+            finally:
+                for side in (".prefix.tcc", ".suffix.tcc"):  # loaded (mapped) already: the files may go
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(tmp + side)
+            if not saved:
                 raise _Staged(staged, tmp)
+            built.append(staged)
+
+        def load_entry(path):
+            if built:
+                return built[0]
+            art = read_artifact(path)
+            from .staged import StagedRun, is_staged
+            if is_staged(art.manifest):
+                return StagedRun.from_artifact(art, self._compiler, len(self._inputs))
+            return load(path, art)
         try:
             path, hit = cache.get_or_build(key, build)
         except _Staged as e:
-            sess, tmp = e.args
-            for side in (".prefix.tcc", ".suffix.tcc"):  # loaded (mapped) already: the files may go
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(tmp + side)
-            return sess
+            return e.args[0]
         try:
-            return load(path)
+            return load_entry(path)
         except TccError:
             if not hit:
                 raise
             cache.remove(key)  # stale or corrupt: compile again
-            return load(cache.get_or_build(key, build)[0])
+            return load_entry(cache.get_or_build(key, build)[0])
 
     def _specialize(self, key, inputs, root=None):
         with cache.pinned_root(root) if root is not None else contextlib.nullcontext():

@@ -156,3 +156,54 @@ def test_data_dependent_output_shapes(case, dynamic, maccel, rng, tmp_path):
             break
         check(shapes[0])
     assert len(sizes) > 1, "the data never changed an output size: the test checks nothing data-dependent"
+
+
+def _staged_entries(cache):
+    from tcc.runtime.artifact import read_artifact
+    from tcc.runtime.staged import is_staged
+    arts = [read_artifact(str(p)) for p in (cache / "artifacts").glob("*.tcc")]
+    return [a for a in arts if is_staged(a.manifest)]
+
+
+@pytest.mark.parametrize("case", ["nms", "nonzero", "loop"])
+def test_staged_specialization_is_cached(case, rng, tmp_path):
+    """A specialization cut at a data-dependent op is kept in the compile
+    cache like any other: a second session (as a new process would) at the
+    same shapes and data loads it and compiles nothing; one whose stored
+    step is tampered with (hashes recomputed) is refused as an invalid
+    artifact and compiled again."""
+    from tcc.runtime import specialize
+    from tcc.runtime.artifact import ArtifactError, read_artifact, write_zip
+    from tcc.runtime.staged import StagedRun
+    build, shapes = CASES[case]
+    m = build(["d%d" % i for i in range(len(shapes[0]))])
+    path = tcc.compile(m, output=str(tmp_path / "m.tcc"))
+    ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    feeds = [_feeds(m, s, rng) for s in shapes]
+
+    def run_all(sess):
+        for x in feeds:
+            for got, want in zip(sess.run(x), ref.run(None, x)):
+                assert got.shape == want.shape
+                np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    first = tcc.load(path)
+    for _ in range(3):  # the suffixes specialize at their own first runs
+        run_all(first)
+        specialize.wait_all()
+    cache = tmp_path / "cache"
+    staged = _staged_entries(cache)
+    assert staged, "no staged specialization was cached"
+    second = tcc.load(path)
+    run_all(second)
+    assert specialize.queued() == 0, "a cached staged specialization was compiled again"
+    assert isinstance(second.session_for(feeds[0]), StagedRun)
+
+    art = staged[0]
+    step = art.manifest["plan"][0]
+    src = next(i for i, s in enumerate(step["sources"]) if s is not None and s[0] in ("arg", "prefix"))
+    step["sources"][src] = [step["sources"][src][0], 99]
+    write_zip(art.path, art.manifest, {n: b for n, b in art.members.items() if n != "host.o"}, b"")
+    with pytest.raises(ArtifactError, match="staged step: source"):
+        StagedRun.from_artifact(read_artifact(art.path), None, len(m.graph.input))
+    run_all(tcc.load(path))  # the bad entry compiled again
+    specialize.wait_all()
