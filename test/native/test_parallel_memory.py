@@ -76,6 +76,31 @@ def test_parallel_large_1d_step():
     np.testing.assert_allclose(out[::3], np.exp(x[::3]), rtol=1e-6)
 
 
+def _scale_nest(n):
+    return _consts(0, n) + f'''
+    %two = "arith.constant"() {{value = 2.0 : f32}} : () -> f32
+    "loop.for"(%c0, %c{n}) ({{
+    ^bb1(%i: index):
+      %x = "loop.load"(%a0, %i) : (memref<{n}xf32>, index) -> f32
+      %y = "arith.mulf"(%x, %two) : (f32, f32) -> f32
+      "loop.store"(%y, %a1, %i) : (f32, memref<{n}xf32>, index) -> ()
+      "loop.yield"() : () -> ()
+    }}) {{parallel}} : (index, index) -> ()'''
+
+
+def test_small_parallel_nest_runs_on_the_caller():
+    """A parallel nest of fewer than SERIAL_OPS ops in all (bounds known at
+    compile time) is emitted serially: no pool call, no worker woken. Past
+    the threshold it is outlined for the pool; both compute the same."""
+    from tcc.dialects.conversions.loop_to_native.codegen import SERIAL_OPS
+    for n, parallel in ((1000, 0), (SERIAL_OPS, 1)):  # 3 ops per iteration
+        m = module_from_text(func_text([f"memref<{n}xf32>", f"memref<{n}xf32>"], _scale_nest(n)))
+        f = NativeFunction(m)
+        assert f.lowered.stats.get("parallel_loops", 0) == parallel, (n, f.lowered.stats)
+        x = rng.standard_normal(n).astype(np.float32)
+        np.testing.assert_array_equal(f(x)[0], x * 2)
+
+
 def test_thread_count_env():
     code = ("import ctypes; from tcc.runtime import native; "
             "print(ctypes.CDLL(native.load()).tcc_num_threads())")

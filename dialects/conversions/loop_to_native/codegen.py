@@ -47,6 +47,17 @@ WORKSPACE_SYMBOL = "tcc_workspace_bytes"
 EMBED_LIMIT = 4096      # constants up to this many bytes go into the object code, larger ones are weights
 STACK_LIMIT = 256 << 10  # unplanned buffers in parallel bodies up to this size live on the stack
 COLLAPSE_MIN = 64        # collapse parallel loops until at least this many iterations
+# A parallel nest whose bounds are constants and whose body runs fewer scalar
+# ops than this in all runs on the calling thread: a second thread's wake-up
+# (a few us) is more than such a nest takes, and the woken worker then spins
+# beside the caller. detection_nms's host suffix (gathers of 5 x 3 boxes)
+# woke a worker on every call; on the 2-core Intel Xeon the worker spinning
+# on the caller's CPU doubled the whole call (0.045 -> 0.09 ms) in runs where
+# the scheduler left the caller there. The host path of the corpus (2
+# threads, same machine, bench_corpus): llama 0.24 -> 0.16-0.19 ms, qwen2
+# 0.24 -> 0.15, t5_encoder 0.20 -> 0.12, rnn_tagger_torchscript 0.14 ->
+# 0.07; a threshold of 4096 left t5_encoder at 0.21, 16384 did as this one.
+SERIAL_OPS = 32 * 1024
 LIBRARY_CALL = "tcc.library_call"
 
 
@@ -149,6 +160,41 @@ def _unit_stride(op):
 
 def _defining(v):
     return getattr(v, "op", None)
+
+
+def _static_int(v, env):
+    """v's value where it is a compile-time integer, else None."""
+    x = env.vmap.get(v)
+    if isinstance(x, ir.Constant) and isinstance(x.constant, int):
+        return x.constant
+    d = _defining(v)
+    if d is not None and d.name == "arith.constant" and isinstance(d.get_attr("value"), int):
+        return d.get_attr("value")
+    return None
+
+
+def _static_ops(loop, env, limit=SERIAL_OPS):
+    """How many ops the nest under `loop` runs in all (each op once per
+    iteration of the loops around it), counted up to `limit`; `limit` where
+    a bound is not a compile-time constant (a dynamic dim) or the nest calls
+    out (loop.call, loop.copy)."""
+    def count(ops, mult):
+        total = 0
+        for o in ops:
+            if o.name == "loop.for":
+                lb, ub = _static_int(o.operands[0], env), _static_int(o.operands[1], env)
+                if lb is None or ub is None:
+                    return limit
+                trips = max(0, -(-(ub - lb) // (o.get_attr("step", 1) or 1)))
+                total += count(o.regions[0].blocks[0].ops, mult * trips)
+            elif o.name in ("loop.call", "loop.copy"):  # a cost this count does not see
+                return limit
+            else:
+                total += mult + sum(count(b.ops, mult) for r in o.regions for b in r.blocks)
+            if total >= limit:
+                return limit
+        return total
+    return count([loop], 1)
 
 
 def _is_x86():
@@ -307,7 +353,7 @@ class _Lowering:
             self.emit_library_call(op, env)
             return
         parallel = "parallel" in op.attributes
-        if parallel and env.kind != "par":
+        if parallel and env.kind != "par" and _static_ops(op, env) >= SERIAL_OPS:
             self.outline_parallel(op, env)
         elif env.kind == "main":
             self.outline_nest(op, env)
