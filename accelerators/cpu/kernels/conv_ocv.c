@@ -72,6 +72,8 @@ struct ov_job {
     long cb;                    /* input channels per block */
     long ntn;                   /* tile column groups: ceil(mg / TN) */
     const ov_fn (*fns)[2];      /* [width][rows - 1] */
+    const ov_fn (*fns_last)[2]; /* the same for the last group: half tiles where it holds at most TN / 2 channels */
+    int half_last;
 };
 
 #if defined(__AVX512F__)
@@ -150,13 +152,15 @@ CV_INLINE void ov_prefetch(const float *w) {
 }
 
 /* Tile of NR rows x W columns of outputs from (oh0, ow0), channels
- * [pn * TN, pn * TN + TN) (TN < PN: part of a panel); pixel i
+ * [pn * TN, pn * TN + TN) (TN < PN: part of a panel), or (HALF) the first
+ * TN / 2 of them: a last group holding no more (a 16-channel layer on
+ * AVX-512 computed 32 lanes a pixel, half of them on zero weights); pixel i
  * is (i / W, i % W). t9: 3x3, channels outer and the taps unrolled.
  * A > 0 (with NR = 1): W consecutive outputs in NCHW order that cross a row
  * end after A of them, pixel i >= A at (oh0 + 1, i - A) (ov_job.flat). */
 CV_INLINE void ov_tile(const ov_job *j, long pn, long oh0, long ow0, const ov_kr *kr, const int W, const int NR,
-                       const int t9, const int A) {
-    const int R = W * NR;
+                       const int t9, const int A, const int HALF) {
+    const int R = W * NR, nv = HALF ? NV / 2 : NV;
     const cv_layout *l = j->l;
     const long wq = l->wq, cs = l->cs, *off = l->off, T = l->taps;
     /* the second row pointer: the next row's column ow0, or (A > 0) its
@@ -168,7 +172,7 @@ CV_INLINE void ov_tile(const ov_job *j, long pn, long oh0, long ow0, const ov_kr
 #pragma GCC unroll 16
     for (int i = 0; i < R; i++)
 #pragma GCC unroll 8
-        for (int v = 0; v < NV; v++) acc[i][v] = kr->first ? (vf){0} : v_ld(kr->part + i * TN + v * VL);
+        for (int v = 0; v < nv; v++) acc[i][v] = kr->first ? (vf){0} : v_ld(kr->part + i * TN + v * VL);
     if (t9) {
         for (long c = kr->c0; c < kr->c1; c++, xs += cs, w += 9 * PN) {
 #pragma GCC unroll 9
@@ -178,12 +182,12 @@ CV_INLINE void ov_tile(const ov_job *j, long pn, long oh0, long ow0, const ov_kr
                 if (kr->pf) ov_prefetch(w + t * PN + kr->pf);
                 vf wv[NV];
 #pragma GCC unroll 8
-                for (int v = 0; v < NV; v++) wv[v] = v_ld(w + t * PN + v * VL);
+                for (int v = 0; v < nv; v++) wv[v] = v_ld(w + t * PN + v * VL);
 #pragma GCC unroll 16
                 for (int i = 0; i < R; i++) {
                     const float xv = A ? s[i >= A][i] : s[i / W][i % W];
 #pragma GCC unroll 8
-                    for (int v = 0; v < NV; v++) acc[i][v] += xv * wv[v];
+                    for (int v = 0; v < nv; v++) acc[i][v] += xv * wv[v];
                 }
             }
         }
@@ -200,12 +204,12 @@ CV_INLINE void ov_tile(const ov_job *j, long pn, long oh0, long ow0, const ov_kr
             if (kr->pf) ov_prefetch(w + kr->pf);
             vf wv[NV];
 #pragma GCC unroll 8
-            for (int v = 0; v < NV; v++) wv[v] = v_ld(w + v * VL);
+            for (int v = 0; v < nv; v++) wv[v] = v_ld(w + v * VL);
 #pragma GCC unroll 16
             for (int i = 0; i < R; i++) {
                 const float xv = A ? s[i >= A][i] : s[i / W][i % W];
 #pragma GCC unroll 8
-                for (int v = 0; v < NV; v++) acc[i][v] += xv * wv[v];
+                for (int v = 0; v < nv; v++) acc[i][v] += xv * wv[v];
             }
         }
     }
@@ -213,7 +217,7 @@ CV_INLINE void ov_tile(const ov_job *j, long pn, long oh0, long ow0, const ov_kr
 #pragma GCC unroll 16
         for (int i = 0; i < R; i++)
 #pragma GCC unroll 8
-            for (int v = 0; v < NV; v++) v_st(kr->part + i * TN + v * VL, acc[i][v]);
+            for (int v = 0; v < nv; v++) v_st(kr->part + i * TN + v * VL, acc[i][v]);
         return;
     }
     const tcc_conv_params *p = j->p;
@@ -225,7 +229,7 @@ CV_INLINE void ov_tile(const ov_job *j, long pn, long oh0, long ow0, const ov_kr
         const __mmask16 k1 = (__mmask16)((1u << W) - 1), k2 = NR == 2 ? (__mmask16)(k1 << W) : 0;
         const long o1 = o0 + OW - W;
 #pragma GCC unroll 2
-        for (int v = 0; v < NV; v++) {
+        for (int v = 0; v < nv; v++) {
             __m512 r[16];
 #pragma GCC unroll 16
             for (int i = 0; i < 16; i++) r[i] = (__m512)acc[i < R ? i : R - 1][v];
@@ -254,7 +258,7 @@ CV_INLINE void ov_tile(const ov_job *j, long pn, long oh0, long ow0, const ov_kr
         const __m256i k1 = lanes_in(0, W), k2 = lanes_in(W, NR == 2 ? 2 * W : W);
         const long o1 = o0 + OW - W;
 #pragma GCC unroll 2
-        for (int v = 0; v < NV; v++) {
+        for (int v = 0; v < nv; v++) {
             __m256 r[8];
 #pragma GCC unroll 8
             for (int i = 0; i < 8; i++) r[i] = (__m256)acc[i < R ? i : R - 1][v];
@@ -282,7 +286,7 @@ CV_INLINE void ov_tile(const ov_job *j, long pn, long oh0, long ow0, const ov_kr
 #pragma GCC unroll 16
     for (int i = 0; i < R; i++)
 #pragma GCC unroll 8
-        for (int v = 0; v < NV; v++) v_st(tb[i] + v * VL, acc[i][v]);
+        for (int v = 0; v < nv; v++) v_st(tb[i] + v * VL, acc[i][v]);
     for (long c = 0; c < TN && pn * TN + c < j->mg; c++) {
         const long m = pn * TN + c;
         float row[RMAX];
@@ -294,15 +298,14 @@ CV_INLINE void ov_tile(const ov_job *j, long pn, long oh0, long ow0, const ov_kr
     }
 }
 
-#define OV_INST(W, NR)                                                                                    \
-    __attribute__((noinline, unused)) static void ov_##W##x##NR(const ov_job *j, long pn, long oh0, long ow0,    \
-                                                        const ov_kr *kr) {                                \
-        ov_tile(j, pn, oh0, ow0, kr, W, NR, 0, 0);                                                        \
-    }                                                                                                     \
-    __attribute__((noinline, unused)) static void ov_##W##x##NR##_t9(const ov_job *j, long pn, long oh0, long ow0, \
-                                                             const ov_kr *kr) {                           \
-        ov_tile(j, pn, oh0, ow0, kr, W, NR, 1, 0);                                                        \
+#define OV_FN(NAME, W, NR, T9, A, HALF)                                                                   \
+    __attribute__((noinline, unused)) static void NAME(const ov_job *j, long pn, long oh0, long ow0,          \
+                                                       const ov_kr *kr) {                                 \
+        ov_tile(j, pn, oh0, ow0, kr, W, NR, T9, A, HALF);                                                 \
     }
+#define OV_INST(W, NR)                                                                                    \
+    OV_FN(ov_##W##x##NR, W, NR, 0, 0, 0) OV_FN(ov_##W##x##NR##_t9, W, NR, 1, 0, 0)                         \
+    OV_FN(ov_##W##x##NR##_h, W, NR, 0, 0, 1) OV_FN(ov_##W##x##NR##_t9_h, W, NR, 1, 0, 1)
 #define OV_PAIR(W) OV_INST(W, 1) OV_INST(W, 2)
 #define OV_ROW(W, S) [W] = {ov_##W##x1##S, ov_##W##x2##S}
 #define OV_ROW1(W, S) [W] = {ov_##W##x1##S, NULL}
@@ -313,32 +316,33 @@ OV_PAIR(1)
 #if RMAX == 14
 OV_PAIR(2) OV_PAIR(3) OV_PAIR(4) OV_PAIR(5) OV_PAIR(6) OV_PAIR(7)
 OV_INST(8, 1) OV_INST(9, 1) OV_INST(10, 1) OV_INST(11, 1) OV_INST(12, 1) OV_INST(13, 1) OV_INST(14, 1)
-/* [t9][width][rows - 1]; two rows only where 2 * width <= RMAX */
-static const ov_fn OV_FNS[2][RMAX + 1][2] = {OV_TAB(), OV_TAB(_t9)};
+/* [half][t9][width][rows - 1]; two rows only where 2 * width <= RMAX */
+static const ov_fn OV_FNS[2][2][RMAX + 1][2] = {{OV_TAB(), OV_TAB(_t9)}, {OV_TAB(_h), OV_TAB(_t9_h)}};
 #elif RMAX == 6
 OV_PAIR(2) OV_PAIR(3)
 OV_INST(4, 1) OV_INST(5, 1) OV_INST(6, 1)
 /* Six-pixel tiles keep the flat loop for 3x3 too: with the taps unrolled GCC
  * kept two of the 12 accumulators in memory (16 registers) */
-static const ov_fn OV_FNS[2][RMAX + 1][2] = {
-    {OV_ROW(1, ), OV_ROW(2, ), OV_ROW(3, ), OV_ROW1(4, ), OV_ROW1(5, ), OV_ROW1(6, )},
-    {OV_ROW(1, _t9), OV_ROW(2, _t9), [3] = {ov_3x1_t9, ov_3x2}, OV_ROW1(4, _t9), OV_ROW1(5, _t9), OV_ROW1(6, )}};
+#define OV_TAB6(H, T9H)                                                                                   \
+    {{OV_ROW(1, H), OV_ROW(2, H), OV_ROW(3, H), OV_ROW1(4, H), OV_ROW1(5, H), OV_ROW1(6, H)},                    \
+     {OV_ROW(1, T9H), OV_ROW(2, T9H), [3] = {ov_3x1##T9H, ov_3x2##H}, OV_ROW1(4, T9H), OV_ROW1(5, T9H),          \
+      OV_ROW1(6, H)}}
+static const ov_fn OV_FNS[2][2][RMAX + 1][2] = {OV_TAB6(, _t9), OV_TAB6(_h, _t9_h)};
 /* W outputs crossing a row end after A of them */
-#define OV_SPLIT(W, A)                                                                                     \
-    __attribute__((noinline)) static void ov_##W##s##A(const ov_job *j, long pn, long oh0, long ow0,          \
-                                                      const ov_kr *kr) {                                  \
-        ov_tile(j, pn, oh0, ow0, kr, W, 1, 0, A);                                                          \
-    }
+#define OV_SPLIT(W, A) OV_FN(ov_##W##s##A, W, 1, 0, A, 0) OV_FN(ov_##W##s##A##_h, W, 1, 0, A, 1)
 OV_SPLIT(2, 1) OV_SPLIT(3, 1) OV_SPLIT(3, 2) OV_SPLIT(4, 1) OV_SPLIT(4, 2) OV_SPLIT(4, 3)
 OV_SPLIT(5, 1) OV_SPLIT(5, 2) OV_SPLIT(5, 3) OV_SPLIT(5, 4)
 OV_SPLIT(6, 1) OV_SPLIT(6, 2) OV_SPLIT(6, 3) OV_SPLIT(6, 4) OV_SPLIT(6, 5)
-/* [width][outputs before the row end] */
-static const ov_fn OV_SPLIT_FNS[RMAX + 1][RMAX] = {
-    [2] = {NULL, ov_2s1}, [3] = {NULL, ov_3s1, ov_3s2}, [4] = {NULL, ov_4s1, ov_4s2, ov_4s3},
-    [5] = {NULL, ov_5s1, ov_5s2, ov_5s3, ov_5s4}, [6] = {NULL, ov_6s1, ov_6s2, ov_6s3, ov_6s4, ov_6s5}};
+/* [half][width][outputs before the row end] */
+#define OV_SPLIT_TAB(H)                                                                                   \
+    {[2] = {NULL, ov_2s1##H}, [3] = {NULL, ov_3s1##H, ov_3s2##H}, [4] = {NULL, ov_4s1##H, ov_4s2##H, ov_4s3##H},  \
+     [5] = {NULL, ov_5s1##H, ov_5s2##H, ov_5s3##H, ov_5s4##H},                                             \
+     [6] = {NULL, ov_6s1##H, ov_6s2##H, ov_6s3##H, ov_6s4##H, ov_6s5##H}}
+static const ov_fn OV_SPLIT_FNS[2][RMAX + 1][RMAX] = {OV_SPLIT_TAB(), OV_SPLIT_TAB(_h)};
 #else
 OV_INST(2, 1)
-static const ov_fn OV_FNS[2][RMAX + 1][2] = {{OV_ROW(1, ), OV_ROW1(2, )}, {OV_ROW(1, _t9), OV_ROW1(2, _t9)}};
+static const ov_fn OV_FNS[2][2][RMAX + 1][2] = {{{OV_ROW(1, ), OV_ROW1(2, )}, {OV_ROW(1, _t9), OV_ROW1(2, _t9)}},
+                                                 {{OV_ROW(1, _h), OV_ROW1(2, _h)}, {OV_ROW(1, _t9_h), OV_ROW1(2, _t9_h)}}};
 #endif
 
 /* Items are (panel, group of TG tiles), panel-major: a thread's panels stay
@@ -353,6 +357,8 @@ static void ov_task(void *arg, long b, long e) {
     float *part = cv_tls_buffer(1, TG * RMAX * TN);
     for (long it = b; it < e; it++) {
         const long pn = it / ng, t0 = it % ng * TG, t1 = t0 + TG < j->ntile ? t0 + TG : j->ntile;
+        const int last = pn == j->ntn - 1;
+        const ov_fn (*fns)[2] = last ? j->fns_last : j->fns;
         for (long c0 = 0; c0 < j->cg; c0 += j->cb) {
             ov_kr kr = {c0, c0 + j->cb < j->cg ? c0 + j->cb : j->cg, NULL, c0 == 0, c0 + j->cb >= j->cg, 0};
             for (long t = t0; t < t1; t++) {
@@ -366,13 +372,13 @@ static void ov_task(void *arg, long b, long e) {
                      * one-output tile runs its whole K for 2 multiply-adds a k) */
                     const long q0 = t * OH * OW / j->ntile, oh0 = q0 / OW, ow0 = q0 % OW;
                     const long w = (t + 1) * OH * OW / j->ntile - q0;
-                    (OW - ow0 >= w ? j->fns[w][0] : OV_SPLIT_FNS[w][OW - ow0])(j, pn, oh0, ow0, &kr);
+                    (OW - ow0 >= w ? fns[w][0] : OV_SPLIT_FNS[last && j->half_last][w][OW - ow0])(j, pn, oh0, ow0, &kr);
                     continue;
                 }
 #endif
                 const long oh0 = t / j->ncol * j->nrow, ow0 = t % j->ncol * j->cw;
                 const long nr = OH - oh0 < j->nrow ? OH - oh0 : j->nrow, w = OW - ow0 < j->cw ? OW - ow0 : j->cw;
-                j->fns[w][nr - 1](j, pn, oh0, ow0, &kr);
+                fns[w][nr - 1](j, pn, oh0, ow0, &kr);
             }
         }
     }
@@ -411,9 +417,11 @@ void tcc_cpu_conv2d_packed(const tcc_conv_params *p, const float *x, const float
         j.ntile = (ohw + RMAX - 1) / RMAX;
     }
 #endif
-    j.fns = OV_FNS[l.taps == 9];
     const long nkb = (K * TN * (long)sizeof(float) + KB_BYTES - 1) / KB_BYTES;
     j.ntn = (mg + TN - 1) / TN;
+    j.half_last = mg - (j.ntn - 1) * TN <= TN / 2;
+    j.fns = OV_FNS[0][l.taps == 9];
+    j.fns_last = OV_FNS[j.half_last][l.taps == 9];
     j.cb = (cg + nkb - 1) / nkb;
     for (long n = 0; n < p->n; n++) {
         for (long g = 0; g < G; g++) {
