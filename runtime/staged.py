@@ -340,7 +340,11 @@ class StagedRun:
             if src is None:
                 sources.append(None)
             elif src[0] == "const" and src[1] in m:
-                const = np.load(io.BytesIO(m[src[1]]), allow_pickle=False)
+                # a copy: np.load's array is a view of the member's bytes, and a
+                # host kernel parses only arrays owning their memory once
+                # (detection._params: a cached run parsed NonMaxSuppression's
+                # three parameters on every call)
+                const = np.load(io.BytesIO(m[src[1]]), allow_pickle=False).copy()
                 const.flags.writeable = False
                 sources.append(("const", const))
             elif src[0] in ("arg", "prefix") and type(src[1]) is int and \

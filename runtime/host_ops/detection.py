@@ -13,6 +13,7 @@ from tcc.runtime.signature import data_ptr
 from . import kernel
 
 _fn = None
+_F32 = np.dtype(np.float32)
 
 
 class _Params(ctypes.Structure):
@@ -64,9 +65,24 @@ def _params(node, extra):
 @kernel("onnx.NonMaxSuppression", warns=False)
 def non_max_suppression(node, inputs):
     boxes, scores = inputs[0], inputs[1]
+    extra = tuple(inputs[2:5]) if len(inputs) >= 5 else tuple(inputs[2:]) + (None,) * (5 - len(inputs))
+    # A staged run calls with the same shapes and the same constant
+    # parameter arrays every time: what the last call checked and built is
+    # reused after checking only what can differ (the arrays' identity,
+    # type, dtype, layout and shape). The full path below was ~4 us of
+    # Python around a ~4 us selection (3 classes x 64 boxes).
+    fast = node.cache.get("fast")
+    if (fast is not None and type(boxes) is np.ndarray and type(scores) is np.ndarray
+            and boxes.shape == fast[0] and scores.shape == fast[1] and boxes.dtype == _F32 and scores.dtype == _F32
+            and boxes.flags.c_contiguous and scores.flags.c_contiguous
+            and extra[0] is fast[2][0] and extra[1] is fast[2][1] and extra[2] is fast[2][2]):
+        out = np.empty(fast[4], np.int64)
+        count = _nms()(data_ptr(boxes), data_ptr(scores), fast[3], data_ptr(out))
+        if count < 0:
+            raise MemoryError(f"node '{node.name}' (NonMaxSuppression): out of memory")
+        return [out[:count]]
     if type(boxes) is not np.ndarray or type(scores) is not np.ndarray:
         boxes, scores = np.asarray(boxes), np.asarray(scores)
-    extra = inputs[2:5] if len(inputs) >= 5 else list(inputs[2:]) + [None] * (5 - len(inputs))
     if boxes.ndim != 3 or boxes.shape[2] != 4:
         raise node.error(f"boxes has shape {list(boxes.shape)}, expected [batches, boxes, 4]")
     if scores.ndim != 3 or scores.shape[0] != boxes.shape[0] or scores.shape[2] != boxes.shape[1]:
@@ -80,13 +96,16 @@ def non_max_suppression(node, inputs):
     nc = scores.shape[1]
     key = (nb, nc, n, max_out, iou, score_thr, center)
     hit = node.cache.get("call")
-    if hit is None or hit[0] != key:  # a staged run: the same shapes and parameters on every call
+    if hit is None or hit[0] != key:
         prm = _Params(nb, nc, n, max_out, 0.0 if iou is None else iou, 0.0 if score_thr is None else score_thr,
                       score_thr is not None, center)
-        hit = node.cache["call"] = (key, prm, ctypes.addressof(prm), nb * nc * max(0, min(max_out, n)))
+        hit = node.cache["call"] = (key, prm, ctypes.addressof(prm), (nb * nc * max(0, min(max_out, n)), 3))
+    held = node.cache.get("params")
+    if held is not None and all(a is b for a, b in zip(held[0], extra)):  # constant parameters (see _params)
+        node.cache["fast"] = (boxes.shape, scores.shape, extra[:3], hit[2], hit[3], hit[1])
     boxes = np.ascontiguousarray(boxes, np.float32)
     scores = np.ascontiguousarray(scores, np.float32)
-    out = np.empty((hit[3], 3), np.int64)
+    out = np.empty(hit[3], np.int64)
     count = _nms()(data_ptr(boxes), data_ptr(scores), hit[2], data_ptr(out))
     if count < 0:
         raise MemoryError(f"node '{node.name}' (NonMaxSuppression): out of memory")

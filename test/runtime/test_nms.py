@@ -139,3 +139,51 @@ def test_bad_shapes_are_one_line_errors(rng):
         non_max_suppression(node, [feeds["boxes"], feeds["scores"][:, :, :9], feeds["max_out"], None, None])
     with pytest.raises(HostOpError, match=r"boxes has shape \[1, 10, 3\]"):
         non_max_suppression(node, [feeds["boxes"][:, :, :3], feeds["scores"], None, None, None])
+
+
+@pytest.mark.parametrize("center", [0, 1])
+def test_tied_scores_match_onnxruntime(rng, center):
+    """Scores from a few values (and -0.0 beside 0.0, with a threshold below
+    both): equal scores are taken lower box index first, as onnxruntime does
+    (the kernel orders candidates by one integer made of score and index)."""
+    model = _model(5, center)
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    node = Node(model.graph.node[0])
+    for i in range(6):
+        feeds = _feeds(rng, 2, 3, 50, center, 7, 0.5, -1.0 if i % 2 else 0.2)
+        feeds["scores"] = (rng.integers(0, 5, feeds["scores"].shape) / 4).astype(np.float32)
+        feeds["scores"][rng.random(feeds["scores"].shape) < 0.2] = -0.0
+        want = ref.run(None, feeds)[0]
+        got = non_max_suppression(node, [feeds[k] for k in ["boxes", "scores", "max_out", "iou", "thr"]])[0]
+        np.testing.assert_array_equal(got, want)
+
+
+def test_repeated_calls_follow_every_change(rng):
+    """With constant parameters (read-only arrays owning their memory, as a
+    staged run holds them) a call reuses what the last one checked; a call
+    whose boxes or scores differ in shape, dtype or layout still gets the
+    full checks and a right answer."""
+    model = _model(5, 0)
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    node = Node(model.graph.node[0])
+    consts = [np.array([4], np.int64), np.array([0.5], np.float32), np.array([0.2], np.float32)]
+    for c in consts:
+        c.flags.writeable = False
+
+    def check(boxes, scores):
+        want = ref.run(None, {"boxes": np.ascontiguousarray(boxes, np.float32),
+                              "scores": np.ascontiguousarray(scores, np.float32), "max_out": consts[0],
+                              "iou": consts[1], "thr": consts[2]})[0]
+        np.testing.assert_array_equal(non_max_suppression(node, [boxes, scores, *consts])[0], want)
+
+    f = _feeds(rng, 1, 3, 40, 0, 4, 0.5, 0.2)
+    check(f["boxes"], f["scores"])
+    check(f["boxes"], f["scores"])
+    assert "fast" in node.cache  # the second call took the short path
+    g = _feeds(rng, 2, 2, 30, 0, 4, 0.5, 0.2)
+    check(g["boxes"], g["scores"])                                    # new shapes
+    wide = _feeds(rng, 1, 3, 80, 0, 4, 0.5, 0.2)
+    check(wide["boxes"][:, ::2], wide["scores"][:, :, ::2])           # strided views of the first shapes
+    check(f["boxes"].astype(np.float64), f["scores"])                 # another dtype
+    with pytest.raises(HostOpError, match=r"boxes has shape \[1, 40, 3\]"):
+        non_max_suppression(node, [f["boxes"][:, :, :3], f["scores"], *consts])
