@@ -43,8 +43,7 @@ def _ratio(a, b):
 
 def bench(names, threads, min_time, workdir):
     import tcc
-    from tcc.model_report import CORPUS, compare, feeds, manifest, reference
-    from tcc.runtime import specialize
+    from tcc.model_report import CORPUS, compare, feeds, manifest, reference, settle
     from tcc.dialects.ir.errors import TccError
     entries = manifest()
     rows = []
@@ -69,15 +68,7 @@ def bench(names, threads, min_time, workdir):
         ok = True
         for s in sessions:
             ok = ok and compare(s.run(x), want)[0]  # also the untimed first run at this shape
-            # until no run starts a compile: a staged specialization (detection_nms) is
-            # compiled in every process (not cached on disk) and its suffix specializes at
-            # its own first run; timed at once, the first ~1 s of calls ran the generic path
-            # beside those compiles (~0.25 ms a call against 0.05)
-            for _ in range(4):
-                specialize.wait_all()
-                s.run(x)
-                if not specialize.queued():
-                    break
+            settle(lambda s=s: s.run(x))  # every stage's specialization compiled (model_report.settle)
         fns = [lambda s=s: s.run(x) for s in sessions] + [lambda: osess.run(None, x)]
         t0 = time.perf_counter()
         for f in fns:
