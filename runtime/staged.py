@@ -141,6 +141,10 @@ class StagedRun:
         # per result: ("out", k), the suffix's k-th, or ("arg", i), value i of the
         # inputs then the op's results (passed through); None: all the suffix's
         self.outmap, self.out_names = outmap, out_names
+        # the op's type, for profile rows (a HostOpRunner's node, or the
+        # one-node model onnx.reference runs)
+        node = getattr(evaluator, "node", None)
+        self.op_type = node.op if node is not None else getattr(evaluator, "op_type", "data-dependent op")
         self._plan = self._resolve()
 
     @classmethod
@@ -172,7 +176,7 @@ class StagedRun:
         refine_result_types(op)  # the suffix takes its results as arguments: they need a rank
         text, res = _print(module)
         model, values = _op_model(op, module)
-        evaluator = HostOpRunner(model) if is_host_op(op) else ReferenceEvaluator(model, new_ops=[Optional])
+        evaluator = HostOpRunner(model) if is_host_op(op) else _reference(model, ReferenceEvaluator)
         # where each operand (then each value a body captures) comes from:
         # ("arg", i), ("const", array), ("prefix", k), or None for an absent
         # optional operand
@@ -372,7 +376,7 @@ class StagedRun:
         import onnx
         try:
             model = onnx.load_from_string(m[STAGE_OP])
-            evaluator = HostOpRunner(model) if step["host_op"] is True else ReferenceEvaluator(model, new_ops=[Optional])
+            evaluator = HostOpRunner(model) if step["host_op"] is True else _reference(model, ReferenceEvaluator)
         except Exception as e:  # noqa: BLE001 - whatever onnx makes of a corrupt model
             raise bad(f"the op's model: {type(e).__name__}: {e}") from None
         return cls(prefix, sources, evaluator, suffix, ranks, step["prefix_args"], step["suffix_args"], outmap,
@@ -411,9 +415,7 @@ class StagedRun:
             t0 = time.perf_counter()
             values = self._between(inputs, pre)
             times.append(time.perf_counter() - t0)
-        node = getattr(self.evaluator, "node", None)  # a HostOpRunner's
-        op = node.op if node is not None else self.evaluator.proto_.graph.node[0].op_type  # onnx.reference's
-        rows.append((op, "host", times))
+        rows.append((self.op_type, "host", times))
         if self.suffix is not None:
             rows += profile_rows(self.suffix, _pick(values, self.suffix_args), runs)
         return rows
@@ -444,6 +446,13 @@ class StagedRun:
         if output_names is not None:
             full = [full[self.out_names.index(n)] for n in output_names]
         return full
+
+
+def _reference(model, evaluator_class):
+    """onnx.reference's evaluator of the op's one-node model, with the op's type."""
+    ev = evaluator_class(model, new_ops=[Optional])
+    ev.op_type = model.graph.node[0].op_type
+    return ev
 
 
 def _fresh_name(attrs, base):
