@@ -37,6 +37,7 @@ import threading
 import numpy as np
 
 from tcc.accelerators.cpu import packing
+from tcc.accelerators.cpu.codegen import ACT_WORK, SERIAL_WORK
 
 from .toolkit import RnnParams, c_kernels, ptr, rt_kernels
 
@@ -61,7 +62,9 @@ ALIAS = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"}
 # ops numpy answers with a view of their first operand (the rest fixed per key)
 VIEW_OPS = {"Transpose", "Slice", "Expand", "Split", "Squeeze", "Unsqueeze", "Flatten", "Reshape", "Identity"}
 SMALL_GEMM = 32768  # M*N*K up to which tape.c's own loop beats a tcc_cpu_gemm call (~3 us)
-SERIAL_WORK = 768 * 1024  # codegen.SERIAL_WORK: products below it run on the caller's thread
+# products below codegen.SERIAL_WORK multiply-adds (ACT_WORK per output of
+# an activation) run on the caller's thread, as in the compiled code
+ACT_NAMES = {3: "sigmoid", 4: "tanh", 6: "silu"}  # tcc_epilogue act codes ACT_WORK counts
 # A key's arena larger than this gets no tape (its numpy path allocates per
 # call instead): past it the per-step cost the tape saves is noise beside the
 # compute, and up to executor.KEYS tapes stay allocated between calls.
@@ -665,10 +668,35 @@ class _Builder:
         return i
 
 
-def _serial(p):
-    """A convolution record's rank flag: 1 where its work is below
-    codegen.SERIAL_WORK (the caller's thread alone)."""
-    return int(p.n * p.m * p.oh * p.ow * (p.c // p.group) * p.kh * p.kw < SERIAL_WORK)
+def _conv_work(p, act):
+    """codegen._conv_work for a record's parameters and activation code."""
+    outs = p.n * p.m * p.oh * p.ow
+    return outs * (p.c // p.group) * p.kh * p.kw + outs * ACT_WORK.get(ACT_NAMES.get(act), 0)
+
+
+def _serial(p, act=0):
+    """A convolution record's rank flag: 1 where its work, activation
+    included, is below codegen.SERIAL_WORK (the caller's thread alone)."""
+    return int(_conv_work(p, act) < SERIAL_WORK)
+
+
+def _set_serial(program):
+    """Each convolution record's rank flag set again once the fusions are
+    done, from the work codegen.call_work counts for the call the compiled
+    code makes: the activation it took on, and a pointwise+depthwise pair's
+    two halves together. Each half alone is below SERIAL_WORK in
+    efficientnet's blocks (0.26M and 0.15M multiply-adds, 1.2M with the two
+    SiLUs): the compiled code runs the pair on both threads, the tape ran it
+    on one (20 us against 11 at 1x16x16x16 -> 64)."""
+    from .toolkit import ConvParams
+    for p in program:
+        s = p[1] if p[0] == "native" else None
+        if s is not None and s.op == T_CONV:
+            s.rank = _serial(ConvParams.from_address(s.aux), s.kind)
+        elif s is not None and s.op == T_CONV_PW_DW:
+            pw, dw = ConvParams.from_address(s.aux), ConvParams.from_address(s.n[0])
+            s.rank = int(_conv_work(pw, s.kind) + _conv_work(dw, s.n[1]) < SERIAL_WORK)
+    return program
 
 
 # lower.py's SHUFFLE_MAX_GROUP: a grouped 1x1 conv made dense to take a
@@ -919,6 +947,7 @@ class Tape:
         program = _fuse_pw_dw(program, {b.c(o) for o in plan._outs}, b)
         program = _fuse_conv_residual(program, {b.c(o) for o in plan._outs})
         program = _drop_dead_copies(program, {b.c(o) for o in plan._outs})
+        program = _set_serial(program)
         self.n_native = sum(1 for p in program if p[0] == "native")
         self.n_python = len(program) - self.n_native
         self._plan_buffers(plan, table, infos, b, program, outs_set)

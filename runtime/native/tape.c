@@ -387,24 +387,25 @@ static void elementwise(const tcc_step *s, void **slots) {
 VECTORIZED static void reduce(const tcc_step *s, const float *x, float *y) {
     const long outer = s->n[0], n = s->n[1], inner = s->n[2];
     if (inner == 1) {  /* over contiguous rows (a global pool): 16 partial results a row, which vectorize */
-        for (long o = 0; o < outer; o++) {
-            const float *xo = x + o * n;
-            float acc[16];
-            for (int l = 0; l < 16; l++) acc[l] = s->kind <= 2 ? 0.0f : xo[0];
-            long j = 0;
-            for (; j + 16 <= n; j += 16)
-                for (int l = 0; l < 16; l++) {
-                    const float v = xo[j + l];
-                    acc[l] = s->kind <= 2 ? acc[l] + v : s->kind == 3 ? (v > acc[l] ? v : acc[l])
-                                                                   : (v < acc[l] ? v : acc[l]);
-                }
-            float r = acc[0];
-            for (int l = 1; l < 16; l++)
-                r = s->kind <= 2 ? r + acc[l] : s->kind == 3 ? (acc[l] > r ? acc[l] : r) : (acc[l] < r ? acc[l] : r);
-            for (; j < n; j++)
-                r = s->kind <= 2 ? r + xo[j] : s->kind == 3 ? (xo[j] > r ? xo[j] : r) : (xo[j] < r ? xo[j] : r);
-            y[o] = s->kind == 2 ? r / (float)n : r;
+        /* one loop per kind: with the kind tested inside, gcc kept the loop
+         * scalar (64 rows of 256 took 4.9 us, the compiled code's
+         * tcc_cpu_global_avgpool ~1 us) */
+#define ROWS(INIT, STEP)                                                        \
+        for (long o = 0; o < outer; o++) {                                      \
+            const float *xo = x + o * n;                                        \
+            float acc[16];                                                      \
+            for (int l = 0; l < 16; l++) acc[l] = INIT;                         \
+            long j = 0;                                                         \
+            for (; j + 16 <= n; j += 16)                                        \
+                for (int l = 0; l < 16; l++) { const float v = xo[j + l]; float *a = &acc[l]; STEP; } \
+            for (int l = 1; l < 16; l++) { const float v = acc[l]; float *a = &acc[0]; STEP; } \
+            for (; j < n; j++) { const float v = xo[j]; float *a = &acc[0]; STEP; } \
+            y[o] = s->kind == 2 ? acc[0] / (float)n : acc[0];                   \
         }
+        if (s->kind <= 2) { ROWS(0.0f, *a += v) }
+        else if (s->kind == 3) { ROWS(xo[0], *a = v > *a ? v : *a) }
+        else { ROWS(xo[0], *a = v < *a ? v : *a) }
+#undef ROWS
         return;
     }
     for (long o = 0; o < outer; o++) {

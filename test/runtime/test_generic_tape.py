@@ -272,6 +272,29 @@ def test_pointwise_then_depthwise_is_one_record(act, stride, rng, tmp_path):
         assert ops == [T_CONV_PW_DW], ops
 
 
+@pytest.mark.parametrize("c,hidden,hw,serial", [(16, 64, 16, 0), (4, 8, 6, 1)], ids=["both-threads", "caller"])
+def test_a_pointwise_depthwise_pair_runs_on_one_thread_by_their_work_together(c, hidden, hw, serial, rng,
+                                                                            tmp_path):
+    """The pair's record runs on the caller's thread alone where the two
+    convolutions' work with their SiLUs (codegen.call_work: 24 multiply-adds
+    an activated output) is below codegen.SERIAL_WORK, as the compiled code
+    decides: 16 -> 64 channels on 16x16 is 0.26M + 0.15M multiply-adds,
+    1.2M with the SiLUs (both threads); 4 -> 8 on 6x6 is 20K (the caller's)."""
+    nodes = [helper.make_node("Conv", ["x", "wp", "bp"], ["p"], kernel_shape=[1, 1]),
+             helper.make_node("Sigmoid", ["p"], ["sp"]), helper.make_node("Mul", ["p", "sp"], ["e"]),
+             helper.make_node("Conv", ["e", "wd", "bd"], ["d"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], group=hidden),
+             helper.make_node("Sigmoid", ["d"], ["sd"]), helper.make_node("Mul", ["d", "sd"], ["y0"])]
+    inits = [("wp", rng.standard_normal((hidden, c, 1, 1)).astype(np.float32)),
+             ("bp", rng.standard_normal(hidden).astype(np.float32)),
+             ("wd", rng.standard_normal((hidden, 1, 3, 3)).astype(np.float32)),
+             ("bd", rng.standard_normal(hidden).astype(np.float32))]
+    m = _model(nodes, [("x", F, 4)], inits=inits)
+    _, tapes = check_tape(m, tmp_path, rng, [([1, c, hw, hw],)], dict(rtol=1e-3, atol=1e-4))
+    from tcc.runtime.generic.tape import T_CONV_PW_DW
+    recs = _records(tapes[0])
+    assert [r.op for r in recs] == [T_CONV_PW_DW] and recs[0].rank == serial, [(r.op, r.rank) for r in recs]
+
+
 RESIDUAL_CASES = dict(CONV, packed=(dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1]), [[1, 16, 10, 9], [2, 16, 7, 12]]))
 
 
@@ -405,7 +428,8 @@ def test_reductions_over_contiguous_axes(op, axes, keepdims, rng, tmp_path):
     ins = ["x"] + (["axes"] if axes is not None else [])
     inits = [("axes", np.array(axes, np.int64))] if axes is not None else []
     m = _model([helper.make_node(op, ins, ["y0"], keepdims=keepdims)], [("x", F, 3)], inits=inits)
-    check_tape(m, tmp_path, rng, [([2, 3, 4],), ([3, 5, 2],)])
+    # rows of 37 and 111: tape.c's 16-lane loop, its lanes' combination and the tail
+    check_tape(m, tmp_path, rng, [([2, 3, 4],), ([3, 5, 2],), ([2, 3, 37],)])
 
 
 @pytest.mark.parametrize("op,opset", [("ReduceSum", 13), ("ReduceMean", 13)])
