@@ -185,6 +185,13 @@ def _index(ndim, starts, ends, axes, steps):
 @kernel("Gather")
 def _gather(node):
     axis = node.get("axis", 0)
+    idx = node.consts[1] if len(node.consts) > 1 else None
+    if isinstance(idx, np.ndarray) and idx.ndim == 0 and idx.dtype.kind in "iu":
+        # a constant scalar index (a column of NonMaxSuppression's triples):
+        # a basic-indexing view (0.2 us where np.take took 1.0), negative
+        # and out-of-range indices as np.take takes them
+        i = int(idx)
+        return lambda x, _: x[(slice(None),) * axis_of(axis, x.ndim) + (i, Ellipsis)]
     return lambda x, idx: np.take(x, idx, axis=axis_of(axis, x.ndim))
 
 
@@ -204,6 +211,12 @@ def _gather_nd(node):
 
     def gather_nd(x, idx):
         k = idx.shape[-1]
+        if b == 0 and 0 < k <= x.ndim:
+            # numpy's own indexing: negative indices counted from the end
+            # and an out-of-range one an IndexError, as GatherND defines
+            # them; 1.2 us where the general path below took 6.3 (boxes
+            # [2, 60, 4] picked by NonMaxSuppression's 6 selections)
+            return x[tuple(idx[..., j] for j in range(k))]
         batch = x.shape[:b]
         nb = math.prod(batch)
         xs = x.reshape((nb,) + x.shape[b:])

@@ -11,6 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 import tcc
+from tcc.dialects.ir.errors import TccError
 from tcc.runtime.generic import GenericPlan, GenericShapeError
 
 F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
@@ -257,6 +258,11 @@ def test_shape_math_chain_in_int64(rng, tmp_path):
     ([helper.make_node("Gather", ["x", "neg"], ["y0"], axis=-2)], [("x", F, 3)], [[2, 3, 4], [1, 5, 2]]),
     ([helper.make_node("GatherElements", ["x", "ge"], ["y0"], axis=1)], [("x", F, 2)], [[2, 3], [2, 5]]),
     ([helper.make_node("GatherND", ["x", "gnd"], ["y0"], batch_dims=1)], [("x", F, 3)], [[2, 3, 4], [2, 4, 2]]),
+    ([helper.make_node("Gather", ["x", "s1"], ["y0"], axis=1)], [("x", F, 3)], [[2, 3, 4], [1, 2, 5]]),
+    ([helper.make_node("Gather", ["x", "sneg"], ["y0"], axis=-1)], [("x", F, 2)], [[2, 3], [4, 2]]),
+    ([helper.make_node("Gather", ["x", "s1"], ["y0"])], [("x", F, 1)], [[3], [2]]),
+    ([helper.make_node("GatherND", ["x", "rows"], ["y0"])], [("x", F, 3)], [[2, 3, 4], [3, 5, 1]]),
+    ([helper.make_node("GatherND", ["x", "one"], ["y0"])], [("x", F, 2)], [[2, 3], [4, 1]]),
     ([helper.make_node("Tile", ["x", "rep"], ["y0"])], [("x", F, 2)], [[2, 3], [1, 0]]),
     ([helper.make_node("Pad", ["x", "pads", "pv"], ["y0"], mode="constant")], [("x", F, 2)], [[2, 3], [4, 1]]),
     ([helper.make_node("Pad", ["x", "pads"], ["y0"], mode="reflect")], [("x", F, 2)], [[3, 3], [4, 5]]),
@@ -265,17 +271,30 @@ def test_shape_math_chain_in_int64(rng, tmp_path):
      [[[2, 3, 4], [2, 4, 5]], [[1, 2, 2], [1, 2, 3]]]),
 ], ids=["transpose", "flatten-neg", "squeeze", "unsqueeze-neg-of-a-view", "expand", "concat-empty", "split",
         "gather-neg", "gather-elements",
-        "gathernd-batch", "tile", "pad-constant", "pad-reflect", "trilu", "einsum"])
+        "gathernd-batch", "gather-scalar-middle", "gather-scalar-negative", "gather-scalar-of-a-vector",
+        "gathernd-rows", "gathernd-whole-rows", "tile", "pad-constant", "pad-reflect", "trilu", "einsum"])
 def test_layout_ops(nodes, spec, shapes, rng, tmp_path):
     inits = [("a1", np.array([1], np.int64)), ("neg", np.array([[-1, 0], [1, -2]], np.int64)),
              ("ge", np.array([[1, -1, 0], [0, 1, 1]], np.int64)), ("gnd", np.array([[[1], [-1]], [[0], [1]]], np.int64)),
              ("rep", np.array([2, 3], np.int64)), ("pads", np.array([1, 2, 2, 1], np.int64)),
              ("pv", np.array(3.5, np.float32)), ("k1", np.array(1, np.int64)),
-             ("ua", np.array([-1, 0, 3], np.int64)), ("es", np.array([2, 4, 1], np.int64))]
+             ("ua", np.array([-1, 0, 3], np.int64)), ("es", np.array([2, 4, 1], np.int64)),
+             ("s1", np.array(1, np.int64)), ("sneg", np.array(-2, np.int64)),
+             ("rows", np.array([[1, -1], [0, 0], [-2, 1], [1, 1]], np.int64)),
+             ("one", np.array([[[1]], [[-1]], [[0]]], np.int64))]
     used = {i for n in nodes for i in n.input}
     m = _model(nodes, spec, len(nodes[0].output), [i for i in inits if i[0] in used])
     shapes_list = [s if isinstance(s[0], list) else [s] for s in shapes]
     check(m, feeds_of(rng, spec, shapes_list), tmp_path, "onnx." + nodes[0].op_type)
+
+
+def test_gathernd_out_of_range_names_the_node(rng, tmp_path):
+    m = _model([helper.make_node("GatherND", ["x", "rows"], ["y0"], name="pick")], [("x", F, 3)], 1,
+               [("rows", np.array([[1, 0], [0, 3]], np.int64))])
+    plan = _plan(m, tmp_path)
+    assert plan.run([rng.standard_normal((2, 4, 2)).astype(np.float32)])[0].shape == (2, 2)
+    with pytest.raises(TccError, match=r"node 'pick' \(onnx.GatherND\): IndexError: index 3 is out of bounds"):
+        plan.run([rng.standard_normal((2, 3, 2)).astype(np.float32)])
 
 
 def test_reshape_that_does_not_fit_names_the_node(rng, tmp_path):
