@@ -3,8 +3,8 @@
 #include "conv_vec.h"
 
 float *cv_tls_buffer(int which, size_t n) {
-    static __thread float *buf[4] = {NULL, NULL, NULL, NULL};
-    static __thread size_t cap[4] = {0, 0, 0, 0};
+    static __thread float *buf[5] = {NULL, NULL, NULL, NULL, NULL};
+    static __thread size_t cap[5] = {0, 0, 0, 0, 0};
     if (n > cap[which]) {
         free(buf[which]);
         cap[which] = n + n / 4;

@@ -291,7 +291,7 @@ static void pwdw_task(void *arg, long b, long e) {
 
 void cv_pointwise_depthwise(const tcc_conv_params *p, const float *x, const float *wp, const cv_ep *e,
                             const cv_dw *dw, float *y) {
-    if (cv_pwdw8(p, x, wp, e, dw->p, dw->w, dw->e, y)) return; /* AVX2: channels in the lanes (conv_pwdw8.c) */
+    if (cv_pwdw8(p, x, wp, e, dw->p, dw->w, dw->e, y)) return; /* AVX2, AVX-512: channels in the lanes (conv_pwdw8.c) */
     const long C = p->c, M = p->m, P = p->oh * p->ow, rest = P % VL;
     pwdw_job f = {{.x = x, .wp = wp, .e = e, .C = C, .M = M, .P = P, .xs = C * P, .wc = C, .ys = P, .qmain = P,
                    .qchunk = P, .nqc = 1, .nblk = (M + PR - 1) / PR, .pf = C * P * (long)sizeof(float) > L2_BUDGET},

@@ -89,7 +89,7 @@ CV_INLINE vf v_max(vf a, vf b) { return v_sel(a > b, a, b); }
 CV_INLINE vf v_min(vf a, vf b) { return v_sel(a < b, a, b); }
 #endif
 
-#if defined(__AVX2__) && !defined(__AVX512F__)
+#if defined(__AVX2__)
 /* r[i] lane l -> r[l] lane i (8 x 8): conv_ocv.c's tile stores, conv_pwdw8.c's. */
 CV_INLINE void cv_tr8(__m256 r[8]) {
     __m256 t[8], s[8];
@@ -261,7 +261,7 @@ void cv_pointwise_split_c(const tcc_conv_params *p, const float *x, const float 
 /* The same fused with the depthwise convolution `dw` that reads its output (tcc_cpu_conv2d_pw_dw). */
 void cv_pointwise_depthwise(const tcc_conv_params *p, const float *x, const float *wp, const cv_ep *e,
                             const cv_dw *dw, float *y) CV_HIDDEN;
-/* The AVX2 build's kernel for that pair, expanded channels in the lanes
+/* The AVX2 and AVX-512 builds' kernel for that pair, expanded channels in the lanes
  * (conv_pwdw8.c): 0 when it does not take it (then the planar one runs). */
 int cv_pwdw8(const tcc_conv_params *p, const float *x, const float *wp, const cv_ep *e, const tcc_conv_params *pd,
              const float *wd, const cv_ep *ed, float *y) CV_HIDDEN;
@@ -286,5 +286,6 @@ void cv_copy_rows(const cv_layout *l, const tcc_conv_params *p, float *y, const 
 
 /* Per-thread buffer (which: 0..3) that only grows (pool threads live for the process). */
 float *cv_tls_buffer(int which, size_t n) CV_HIDDEN;
+int cv_pool_width(void) CV_HIDDEN; /* threadpool.c: the threads a parallel_for here would use */
 
 #endif

@@ -133,6 +133,10 @@ void tcc_cpu_set_num_threads(int n) {
     g_limit = n;
 }
 
+/* The threads a parallel_for called here now would use: 1 inside a task or
+ * an inline section (conv_pwdw8.c sizes its items by it). */
+__attribute__((visibility("hidden"))) int cv_pool_width(void) { return t_in_task ? 1 : tcc_cpu_num_threads(); }
+
 int tcc_cpu_set_inline(int on) {
     const int was = t_in_task;
     t_in_task = on;

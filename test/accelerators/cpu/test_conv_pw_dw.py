@@ -1,8 +1,9 @@
 """A pointwise conv read only by a depthwise one runs as one kernel
 (kernels/conv_pw.c's cv_pointwise_depthwise: each 8-channel block of the
 expanded tensor is computed into a per-thread buffer, then convolved
-depthwise straight from it; on AVX2 kernels/conv_pwdw8.c, two blocks with
-the channels in the lanes), against onnxruntime on fresh random data:
+depthwise straight from it; on AVX2 and AVX-512 kernels/conv_pwdw8.c, two
+or four blocks with the channels in the lanes), against onnxruntime on
+fresh random data:
 called directly on every ISA build at 1 and 2 threads through each
 depthwise path (in place at stride 1, stride-2 rows, phase-plane packing),
 and end to end through the lowering, which fuses only what it may."""
@@ -72,6 +73,11 @@ CASES = [
     ((2, 7, 16, 15, 27, 3), {"s": (2, 2), "act1": "SiLU", "act2": "SiLU"}),       # efficientnet's stride 2
     ((1, 9, 7, 7, 13, 3), {"act1": "SiLU", "act2": "SiLU", "pads": (1, 0, 1, 0)}),  # 7x7, SiLU, one-sided pad
     ((1, 6, 9, 10, 17, 3), {"d": (1, 2), "pads": (1, 2, 1, 2), "act2": "SiLU"}),  # dilated columns: any-tap SiLU
+    # AVX-512's items of four blocks, also on 2 threads (even or many items): 2 per image, a
+    # partial last item of 3 blocks (the last half of 4 channels), a batch of 2
+    ((1, 8, 14, 14, 64, 3), {"s": (2, 2)}),                                       # 2 items
+    ((1, 6, 5, 5, 500, 3), {"act2": "Relu", "residual": True}),                   # 16 items, 63 blocks
+    ((2, 7, 9, 8, 72, 3), {"act1": "SiLU", "act2": "SiLU"}),                      # 2 x 3 items, 9 blocks
     # large planes: expanded blocks of 25 to 100 KB
     ((1, 8, 56, 56, 24, 3), {}),                                                  # MobileNetV2's 56x56
     ((1, 6, 60, 58, 16, 3), {"s": (2, 2)}),                                       # stride-2 rows

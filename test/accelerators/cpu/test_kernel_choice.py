@@ -155,9 +155,10 @@ print(json.dumps([lib.tcc_cpu_isa().decode(), out]))
 """
 
 
-def _paths_in_build(isa, script, cases):
+def _paths_in_build(isa, script, cases, threads=None):
     """`script`'s answers for `cases` from the library built for `isa`, loaded
-    in a fresh process (TCC_CPU_ISA is read once)."""
+    in a fresh process (TCC_CPU_ISA is read once), its pool of `threads`
+    (TCC_NUM_THREADS; the default: this machine's CPUs)."""
     import json
     import os
     import subprocess
@@ -165,6 +166,8 @@ def _paths_in_build(isa, script, cases):
     if not build.ISA_NEEDS[isa] <= build.cpu_flags():
         pytest.skip(f"this CPU cannot run the {isa} kernel library")
     env = dict(os.environ, TCC_CPU_ISA=isa)
+    if threads is not None:
+        env["TCC_NUM_THREADS"] = str(threads)
     r = subprocess.run([sys.executable, "-c", script, json.dumps(cases)], env=env, capture_output=True, text=True,
                        check=True)
     got_isa, paths = json.loads(r.stdout)
@@ -204,19 +207,31 @@ def test_packed_conv_path_per_isa(isa):
 
 
 # A pointwise conv fused with the depthwise one reading it (tcc_cpu_conv2d_pw_dw) runs, per build,
-# on conv_pwdw8.c (AVX2: the expanded channels in the lanes, while its padded buffer of two 8-channel
-# blocks stays under 2 MB) or plane by plane (conv_pw.c, with conv_dw.c's paths above):
-# (c, h, w, hidden, k, stride, pad) -> {isa: path}.
+# on conv_pwdw8.c (the expanded channels in the lanes, while its padded buffers stay under 2 MB: AVX2
+# in items of two 8-channel blocks; AVX-512 in items of four, unless the pool's threads cannot share
+# that few items evenly) or plane by plane (conv_pw.c, with conv_dw.c's paths above):
+# (c, h, w, hidden, k, stride, pad) -> {isa: path at 1 thread, "avx512/2": AVX-512 at 2 threads}.
 PWDW_CASES = [
-    ((16, 112, 112, 96, 3, 2, 1), {"avx512": "planes", "avx2": "blocked8", "generic": "planes"}),  # MobileNetV2
-    ((24, 56, 56, 144, 3, 1, 1), {"avx512": "planes", "avx2": "blocked8", "generic": "planes"}),
-    ((96, 14, 14, 576, 3, 1, 1), {"avx512": "planes", "avx2": "blocked8", "generic": "planes"}),
-    ((160, 7, 7, 960, 3, 1, 1), {"avx512": "planes", "avx2": "blocked8", "generic": "planes"}),
-    ((5, 9, 11, 20, 5, 2, 2), {"avx512": "planes", "avx2": "blocked8", "generic": "planes"}),
-    ((16, 16, 16, 64, 3, 1, 1), {"avx512": "planes", "avx2": "blocked8", "generic": "planes"}),    # efficientnet
-    ((16, 16, 16, 64, 3, 2, 1), {"avx512": "planes", "avx2": "blocked8", "generic": "planes"}),
-    ((24, 8, 8, 96, 3, 1, 1), {"avx512": "planes", "avx2": "blocked8", "generic": "planes"}),
-    ((8, 200, 200, 16, 3, 1, 1), {"avx512": "planes", "avx2": "planes", "generic": "planes"}),      # 2.6 MB
+    ((16, 112, 112, 96, 3, 2, 1), {"avx512": "blocked8", "avx512/2": "planes", "avx2": "blocked8",
+                                   "generic": "planes"}),  # MobileNetV2: 3 items
+    ((24, 56, 56, 144, 3, 1, 1), {"avx512": "blocked8", "avx512/2": "planes", "avx2": "blocked8",
+                                  "generic": "planes"}),   # 5 items
+    ((96, 14, 14, 576, 3, 1, 1), {"avx512": "blocked8", "avx512/2": "blocked8", "avx2": "blocked8",
+                                  "generic": "planes"}),   # 18 items
+    ((160, 7, 7, 960, 3, 1, 1), {"avx512": "blocked8", "avx512/2": "blocked8", "avx2": "blocked8",
+                                 "generic": "planes"}),
+    ((5, 9, 11, 20, 5, 2, 2), {"avx512": "blocked8", "avx512/2": "planes", "avx2": "blocked8",
+                               "generic": "planes"}),
+    ((16, 16, 16, 64, 3, 1, 1), {"avx512": "blocked8", "avx512/2": "blocked8", "avx2": "blocked8",
+                                 "generic": "planes"}),    # efficientnet: 2 items
+    ((16, 16, 16, 64, 3, 2, 1), {"avx512": "blocked8", "avx512/2": "blocked8", "avx2": "blocked8",
+                                 "generic": "planes"}),
+    ((24, 8, 8, 96, 3, 1, 1), {"avx512": "blocked8", "avx512/2": "planes", "avx2": "blocked8",
+                               "generic": "planes"}),
+    ((8, 20, 9, 520, 3, 1, 1), {"avx512": "blocked8", "avx512/2": "blocked8", "avx2": "blocked8",
+                                "generic": "planes"}),     # 17 items: 8 a thread or more, uneven is fine
+    ((8, 200, 200, 16, 3, 1, 1), {"avx512": "planes", "avx512/2": "planes", "avx2": "planes",
+                                  "generic": "planes"}),   # 2.6 MB (AVX-512: 5.2)
 ]
 _PWDW_PATHS = _LIB + """
 lib.tcc_cpu_conv2d_pw_dw_path.restype = ctypes.c_char_p
@@ -229,8 +244,10 @@ print(json.dumps([lib.tcc_cpu_isa().decode(), out]))
 """
 
 
+@pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("isa", build.ISA_ORDER)
-def test_pw_dw_path_per_isa(isa):
+def test_pw_dw_path_per_isa(isa, threads):
     """The library built for `isa` runs fused pointwise -> depthwise pairs on the kernel documented for it."""
-    paths = _paths_in_build(isa, _PWDW_PATHS, [c for c, _ in PWDW_CASES])
-    assert paths == [want[isa] for _, want in PWDW_CASES], list(zip(PWDW_CASES, paths))
+    paths = _paths_in_build(isa, _PWDW_PATHS, [c for c, _ in PWDW_CASES], threads)
+    key = f"{isa}/{threads}" if threads > 1 and f"{isa}/{threads}" in PWDW_CASES[0][1] else isa
+    assert paths == [want[key] for _, want in PWDW_CASES], list(zip(PWDW_CASES, paths))
