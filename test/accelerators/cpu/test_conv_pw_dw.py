@@ -73,8 +73,9 @@ CASES = [
     ((2, 7, 16, 15, 27, 3), {"s": (2, 2), "act1": "SiLU", "act2": "SiLU"}),       # efficientnet's stride 2
     ((1, 9, 7, 7, 13, 3), {"act1": "SiLU", "act2": "SiLU", "pads": (1, 0, 1, 0)}),  # 7x7, SiLU, one-sided pad
     ((1, 6, 9, 10, 17, 3), {"d": (1, 2), "pads": (1, 2, 1, 2), "act2": "SiLU"}),  # dilated columns: any-tap SiLU
-    # AVX-512's items of four blocks, also on 2 threads (even or many items): 2 per image, a
-    # partial last item of 3 blocks (the last half of 4 channels), a batch of 2
+    # AVX-512's items of four blocks, on 2 threads whole (even or many items) or in bands of
+    # output rows (the cases above with fewer items): 2 per image, a partial last item of 3 blocks
+    # (the last half of 4 channels), a batch of 2
     ((1, 8, 14, 14, 64, 3), {"s": (2, 2)}),                                       # 2 items
     ((1, 6, 5, 5, 500, 3), {"act2": "Relu", "residual": True}),                   # 16 items, 63 blocks
     ((2, 7, 9, 8, 72, 3), {"act1": "SiLU", "act2": "SiLU"}),                      # 2 x 3 items, 9 blocks

@@ -208,26 +208,29 @@ def test_packed_conv_path_per_isa(isa):
 
 # A pointwise conv fused with the depthwise one reading it (tcc_cpu_conv2d_pw_dw) runs, per build,
 # on conv_pwdw8.c (the expanded channels in the lanes, while its padded buffers stay under 2 MB: AVX2
-# in items of two 8-channel blocks; AVX-512 in items of four, unless the pool's threads cannot share
-# that few items evenly) or plane by plane (conv_pw.c, with conv_dw.c's paths above):
+# in items of two 8-channel blocks; AVX-512 in items of four, split into bands of output rows where
+# the pool's threads cannot share that few items evenly, unless the plane has under 4 rows a thread)
+# or plane by plane (conv_pw.c, with conv_dw.c's paths above):
 # (c, h, w, hidden, k, stride, pad) -> {isa: path at 1 thread, "avx512/2": AVX-512 at 2 threads}.
 PWDW_CASES = [
-    ((16, 112, 112, 96, 3, 2, 1), {"avx512": "blocked8", "avx512/2": "planes", "avx2": "blocked8",
-                                   "generic": "planes"}),  # MobileNetV2: 3 items
-    ((24, 56, 56, 144, 3, 1, 1), {"avx512": "blocked8", "avx512/2": "planes", "avx2": "blocked8",
-                                  "generic": "planes"}),   # 5 items
+    ((16, 112, 112, 96, 3, 2, 1), {"avx512": "blocked8", "avx512/2": "blocked8", "avx2": "blocked8",
+                                   "generic": "planes"}),  # MobileNetV2: 3 items, 2 bands each
+    ((24, 56, 56, 144, 3, 1, 1), {"avx512": "blocked8", "avx512/2": "blocked8", "avx2": "blocked8",
+                                  "generic": "planes"}),   # 5 items, 2 bands each
     ((96, 14, 14, 576, 3, 1, 1), {"avx512": "blocked8", "avx512/2": "blocked8", "avx2": "blocked8",
                                   "generic": "planes"}),   # 18 items
     ((160, 7, 7, 960, 3, 1, 1), {"avx512": "blocked8", "avx512/2": "blocked8", "avx2": "blocked8",
                                  "generic": "planes"}),
     ((5, 9, 11, 20, 5, 2, 2), {"avx512": "blocked8", "avx512/2": "planes", "avx2": "blocked8",
-                               "generic": "planes"}),
+                               "generic": "planes"}),      # 1 item of 5 output rows
     ((16, 16, 16, 64, 3, 1, 1), {"avx512": "blocked8", "avx512/2": "blocked8", "avx2": "blocked8",
                                  "generic": "planes"}),    # efficientnet: 2 items
     ((16, 16, 16, 64, 3, 2, 1), {"avx512": "blocked8", "avx512/2": "blocked8", "avx2": "blocked8",
                                  "generic": "planes"}),
-    ((24, 8, 8, 96, 3, 1, 1), {"avx512": "blocked8", "avx512/2": "planes", "avx2": "blocked8",
-                               "generic": "planes"}),
+    ((24, 8, 8, 96, 3, 1, 1), {"avx512": "blocked8", "avx512/2": "blocked8", "avx2": "blocked8",
+                               "generic": "planes"}),      # 3 items of 8 rows: 2 bands each
+    ((24, 7, 7, 96, 3, 1, 1), {"avx512": "blocked8", "avx512/2": "planes", "avx2": "blocked8",
+                               "generic": "planes"}),      # 3 items of 7 rows
     ((8, 20, 9, 520, 3, 1, 1), {"avx512": "blocked8", "avx512/2": "blocked8", "avx2": "blocked8",
                                 "generic": "planes"}),     # 17 items: 8 a thread or more, uneven is fine
     ((8, 200, 200, 16, 3, 1, 1), {"avx512": "planes", "avx512/2": "planes", "avx2": "planes",
