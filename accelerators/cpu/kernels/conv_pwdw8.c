@@ -66,6 +66,33 @@ typedef struct {
 
 typedef __m256 v8f;
 
+/* A depthwise tile's multiply-adds into acc[DWN] (vectors of type VT):
+ * DWN output positions from dt (offsets in the padded buffer buf), taps wt.
+ * 3x3 without column dilation: a pointer per position, the columns
+ * immediate offsets. */
+#define P8_DW_TAPS(VT, ZERO, LOAD, FMA)                                                                    \
+    do {                                                                                                   \
+        _Pragma("GCC unroll 8") for (int i = 0; i < DWN; i++) acc[i] = ZERO();                             \
+        if (T == 9 && j->pd->dw == 1) {                                                                    \
+            const float *s[DWN];                                                                           \
+            const long rs = j->pd->dh * j->Wp * CB;                                                        \
+            _Pragma("GCC unroll 8") for (int i = 0; i < DWN; i++) s[i] = buf + dt[i];                      \
+            _Pragma("GCC unroll 3") for (int ki = 0; ki < 3; ki++) {                                       \
+                _Pragma("GCC unroll 3") for (int kj = 0; kj < 3; kj++) {                                   \
+                    const VT wv = wt[ki * 3 + kj];                                                         \
+                    _Pragma("GCC unroll 8") for (int i = 0; i < DWN; i++) acc[i] = FMA(LOAD(s[i] + kj * CB), wv, acc[i]); \
+                }                                                                                          \
+                _Pragma("GCC unroll 8") for (int i = 0; i < DWN; i++) s[i] += rs;                          \
+            }                                                                                              \
+        } else {                                                                                           \
+            for (long t = 0; t < T; t++) {                                                                 \
+                const float *s = buf + j->toff[t];                                                         \
+                const VT wv = wt[t];                                                                       \
+                _Pragma("GCC unroll 8") for (int i = 0; i < DWN; i++) acc[i] = FMA(LOAD(s + dt[i]), wv, acc[i]); \
+            }                                                                                              \
+        }                                                                                                  \
+    } while (0)
+
 #if CB == 8
 /* Positions [q, q + n) (n <= PWN) of blocks (w0, w1) into buf0/buf1: the
  * pointwise part with its epilogue. full: n == PWN, positions contiguous
@@ -118,32 +145,7 @@ CV_INLINE void p8_dw_tile(const p8_job *j, const float *buf, const v8f *wt, cons
                           int n, long nc, float *y, const float *res, const int full, const int act) {
     const int *dt = j->dtab + o;
     v8f acc[DWN];
-#pragma GCC unroll 8
-    for (int i = 0; i < DWN; i++) acc[i] = _mm256_setzero_ps();
-    if (T == 9 && j->pd->dw == 1) { /* 3x3: a pointer per position, the columns immediate offsets */
-        const float *s[DWN];
-        const long rs = j->pd->dh * j->Wp * CB;
-#pragma GCC unroll 8
-        for (int i = 0; i < DWN; i++) s[i] = buf + dt[i];
-#pragma GCC unroll 3
-        for (int ki = 0; ki < 3; ki++) {
-#pragma GCC unroll 3
-            for (int kj = 0; kj < 3; kj++) {
-                const v8f wv = wt[ki * 3 + kj];
-#pragma GCC unroll 8
-                for (int i = 0; i < DWN; i++) acc[i] = _mm256_fmadd_ps(_mm256_loadu_ps(s[i] + kj * PR), wv, acc[i]);
-            }
-#pragma GCC unroll 8
-            for (int i = 0; i < DWN; i++) s[i] += rs;
-        }
-    } else {
-        for (long t = 0; t < T; t++) {
-            const float *s = buf + j->toff[t];
-            const v8f wv = wt[t];
-#pragma GCC unroll 8
-            for (int i = 0; i < DWN; i++) acc[i] = _mm256_fmadd_ps(_mm256_loadu_ps(s + dt[i]), wv, acc[i]);
-        }
-    }
+    P8_DW_TAPS(v8f, _mm256_setzero_ps, _mm256_loadu_ps, _mm256_fmadd_ps);
     cv_tr8(acc); /* acc[c]: channel m0 + c at positions o.. */
     const float e0 = j->ed->a0, e1 = j->ed->a1;
     const long OHW = j->OHW;
@@ -232,32 +234,7 @@ CV_INLINE void p16_dw_tile(const p8_job *j, const float *buf, const v16f *wt, co
                            int n, long nc, float *y, const float *res, const int full, const int act) {
     const int *dt = j->dtab + o;
     v16f acc[DWN];
-#pragma GCC unroll 8
-    for (int i = 0; i < DWN; i++) acc[i] = _mm512_setzero_ps();
-    if (T == 9 && j->pd->dw == 1) {
-        const float *s[DWN];
-        const long rs = j->pd->dh * j->Wp * CB;
-#pragma GCC unroll 8
-        for (int i = 0; i < DWN; i++) s[i] = buf + dt[i];
-#pragma GCC unroll 3
-        for (int ki = 0; ki < 3; ki++) {
-#pragma GCC unroll 3
-            for (int kj = 0; kj < 3; kj++) {
-                const v16f wv = wt[ki * 3 + kj];
-#pragma GCC unroll 8
-                for (int i = 0; i < DWN; i++) acc[i] = _mm512_fmadd_ps(_mm512_load_ps(s[i] + kj * CB), wv, acc[i]);
-            }
-#pragma GCC unroll 8
-            for (int i = 0; i < DWN; i++) s[i] += rs;
-        }
-    } else {
-        for (long t = 0; t < T; t++) {
-            const float *s = buf + j->toff[t];
-            const v16f wv = wt[t];
-#pragma GCC unroll 8
-            for (int i = 0; i < DWN; i++) acc[i] = _mm512_fmadd_ps(_mm512_load_ps(s + dt[i]), wv, acc[i]);
-        }
-    }
+    P8_DW_TAPS(v16f, _mm512_setzero_ps, _mm512_load_ps, _mm512_fmadd_ps);
     __m256 lo[DWN], hi[DWN];
 #pragma GCC unroll 8
     for (int i = 0; i < DWN; i++) {
