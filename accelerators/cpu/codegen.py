@@ -51,7 +51,9 @@ ACT_WORK = {"sigmoid": 24, "silu": 24, "tanh": 24}
 EW_OP_WORK = {"Exp": 16, "Log": 16, "Tanh": 24, "Sigmoid": 24, "Erf": 24, "Pow": 16, "Div": 4, "Sqrt": 4}
 
 
-def _conv_work(x_shape, w_shape, y_shape, act):
+def conv_work(x_shape, w_shape, y_shape, act):
+    """A convolution's multiply-adds and its activation's equivalents (also
+    the generic tape's thread choice, runtime/generic/tape.py)."""
     n, m, oh, ow = y_shape
     outs = n * m * oh * ow
     return outs * int(np.prod(w_shape[1:])) + outs * ACT_WORK.get(act, 0)
@@ -64,18 +66,18 @@ def call_work(op):
     on one thread already)."""
     n = op.name
     if n == "cpu.conv":
-        return _conv_work(op.operands[0].type.shape, op.operands[1].type.shape, op.results[0].type.shape,
+        return conv_work(op.operands[0].type.shape, op.operands[1].type.shape, op.results[0].type.shape,
                           op.get_attr("act"))
     if n in ("cpu.conv_pw_dw", "cpu.conv_dw_pw"):
         x, w1, w2 = op.operands[0], op.operands[1], op.operands[3 if op.get_attr(n[-5:-3] + "_has_bias") else 2]
         y = op.results[0].type.shape
         if n == "cpu.conv_pw_dw":
             mid = (x.type.shape[0], w1.type.shape[0]) + tuple(x.type.shape[2:])
-            first = _conv_work(x.type.shape, w1.type.shape, mid, op.get_attr("pw_act"))
+            first = conv_work(x.type.shape, w1.type.shape, mid, op.get_attr("pw_act"))
         else:
             mid = (y[0], x.type.shape[1]) + tuple(y[2:])
-            first = _conv_work(x.type.shape, w1.type.shape, mid, op.get_attr("dw_act"))
-        return first + _conv_work(mid, w2.type.shape, y, op.get_attr("act"))
+            first = conv_work(x.type.shape, w1.type.shape, mid, op.get_attr("dw_act"))
+        return first + conv_work(mid, w2.type.shape, y, op.get_attr("act"))
     if n in ("cpu.maxpool", "cpu.avgpool"):
         kh, kw = op.get_attr("kernel")
         return _size(op.results[0].type) * kh * kw

@@ -37,7 +37,7 @@ import threading
 import numpy as np
 
 from tcc.accelerators.cpu import packing
-from tcc.accelerators.cpu.codegen import ACT_WORK, SERIAL_WORK
+from tcc.accelerators.cpu.codegen import SERIAL_WORK, conv_work
 
 from .toolkit import RnnParams, c_kernels, ptr, rt_kernels
 
@@ -62,8 +62,8 @@ ALIAS = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"}
 # ops numpy answers with a view of their first operand (the rest fixed per key)
 VIEW_OPS = {"Transpose", "Slice", "Expand", "Split", "Squeeze", "Unsqueeze", "Flatten", "Reshape", "Identity"}
 SMALL_GEMM = 32768  # M*N*K up to which tape.c's own loop beats a tcc_cpu_gemm call (~3 us)
-# products below codegen.SERIAL_WORK multiply-adds (ACT_WORK per output of
-# an activation) run on the caller's thread, as in the compiled code
+# products below codegen.SERIAL_WORK multiply-adds (codegen.ACT_WORK per
+# output of an activation) run on the caller's thread, as in the compiled code
 ACT_NAMES = {3: "sigmoid", 4: "tanh", 6: "silu"}  # tcc_epilogue act codes ACT_WORK counts
 # A key's arena larger than this gets no tape (its numpy path allocates per
 # call instead): past it the per-step cost the tape saves is noise beside the
@@ -669,9 +669,9 @@ class _Builder:
 
 
 def _conv_work(p, act):
-    """codegen._conv_work for a record's parameters and activation code."""
-    outs = p.n * p.m * p.oh * p.ow
-    return outs * (p.c // p.group) * p.kh * p.kw + outs * ACT_WORK.get(ACT_NAMES.get(act), 0)
+    """codegen.conv_work for a record's parameters and activation code."""
+    return conv_work((p.n, p.c, p.h, p.w), (p.m, p.c // p.group, p.kh, p.kw), (p.n, p.m, p.oh, p.ow),
+                     ACT_NAMES.get(act))
 
 
 def _serial(p, act=0):
@@ -1166,19 +1166,6 @@ class Tape:
         arr = (Step * len(recs))(*recs)
         self._keep.append(arr)
         return ("native", ctypes.addressof(arr), len(recs))
-
-    def _value(self, i, vals):
-        """The array a Python step reads for slot i."""
-        v = self._views.get(i)
-        if v is not None:
-            return v
-        c = self._canon.get(i)
-        if c is None:
-            got = vals.get(i)
-            return got if got is not None else self._table[i]
-        x = self._value(c, vals)
-        got = self._infos.get(i)
-        return x.reshape(got[0]) if got is not None and isinstance(x, np.ndarray) else x
 
     def run(self, arrays):
         """The outputs (the caller owns them), or None: TCC_GENERIC_TAPE=0
