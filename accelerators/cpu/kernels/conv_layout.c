@@ -1,16 +1,40 @@
 /* Phase-plane packing, row copy-out with the fused epilogue, per-thread
  * buffers: the parts the direct and depthwise convolution kernels share. */
+#include <pthread.h>
+
 #include "conv_vec.h"
 
+/* The buffers of a thread that exits are freed (a caller's thread too:
+ * gemm_packed.c copies A in the calling thread, which a server may start
+ * per request). */
+typedef struct {
+    float *buf[6];
+    size_t cap[6];
+} tls_buffers;
+static pthread_key_t g_tls_key;
+static pthread_once_t g_tls_once = PTHREAD_ONCE_INIT;
+
+static void tls_free(void *p) {
+    tls_buffers *t = p;
+    for (int i = 0; i < 6; i++) free(t->buf[i]);
+    free(t);
+}
+
+static void tls_key(void) { pthread_key_create(&g_tls_key, tls_free); }
+
 float *cv_tls_buffer(int which, size_t n) {
-    static __thread float *buf[5] = {NULL, NULL, NULL, NULL, NULL};
-    static __thread size_t cap[5] = {0, 0, 0, 0, 0};
-    if (n > cap[which]) {
-        free(buf[which]);
-        cap[which] = n + n / 4;
-        buf[which] = aligned_alloc(64, (cap[which] * sizeof(float) + 63) / 64 * 64);
+    static __thread tls_buffers *t;
+    if (!t) {
+        pthread_once(&g_tls_once, tls_key);
+        t = calloc(1, sizeof *t);
+        pthread_setspecific(g_tls_key, t);
     }
-    return buf[which];
+    if (n > t->cap[which]) {
+        free(t->buf[which]);
+        t->cap[which] = n + n / 4;
+        t->buf[which] = aligned_alloc(64, (t->cap[which] * sizeof(float) + 63) / 64 * 64);
+    }
+    return t->buf[which];
 }
 
 static void act_inplace(float *d, long n, const cv_ep *e) {

@@ -79,19 +79,25 @@ def test_gemm_packed(isa, threads):
     ns, ks = [1, 10, 16, 17, 31, 32, 33, 70], [1, 7, 64, 300]
     cases = [(m, ns[m % len(ns)], ks[m % len(ks)], EPILOGUES[m % len(EPILOGUES)], m % 3) for m in range(1, 31)]
     cases += [(13, 45, 37, ep, a) for ep in EPILOGUES for a in range(3)] + [(64, 1024, 200, (1, True, RELU), 0)]
+    # rows a multiple of 4 KB apart, which gemm_panels copies further apart first
+    cases += [(30, 70, 1024, (1, True, RELU), 0), (17, 45, 1000, (2, False, CLIP), 3), (29, 33, 300, None, 3)]
     for m, n, k, epi, layout in cases:
         b = rng.standard_normal((k, n)).astype(np.float32)
         bp = np.ascontiguousarray(pack_b(b))
-        # A as it is, transposed (K x M), or every 2nd row and 3rd column of a larger matrix
+        # A as it is, transposed (K x M), every 2nd row and 3rd column of a larger matrix, or
+        # the first columns of one
         if layout == 0:
             a = rng.standard_normal((m, k)).astype(np.float32)
             buf, rsa, csa = a, k, 1
         elif layout == 1:
             buf = rng.standard_normal((k, m)).astype(np.float32)
             a, rsa, csa = buf.T, 1, m
-        else:
+        elif layout == 2:
             buf = rng.standard_normal((2 * m, 3 * k)).astype(np.float32)
             a, rsa, csa = buf[::2, ::3], 6 * k, 3
+        else:  # the first k columns of rows 2048 floats (8 KB) long
+            buf = rng.standard_normal((m, 2048)).astype(np.float32)
+            a, rsa, csa = buf[:, :k], 2048, 1
         alpha = 1.0 if m % 2 else -1.5
         ldc = n + 3
         c = np.full((m, ldc), 7, np.float32)
