@@ -27,12 +27,14 @@ float *cv_tls_buffer(int which, size_t n) {
     if (!t) {
         pthread_once(&g_tls_once, tls_key);
         t = calloc(1, sizeof *t);
+        if (!t) return NULL;
         pthread_setspecific(g_tls_key, t);
     }
     if (n > t->cap[which]) {
         free(t->buf[which]);
         t->cap[which] = n + n / 4;
         t->buf[which] = aligned_alloc(64, (t->cap[which] * sizeof(float) + 63) / 64 * 64);
+        if (!t->buf[which]) t->cap[which] = 0;
     }
     return t->buf[which];
 }

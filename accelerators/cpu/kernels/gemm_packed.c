@@ -440,10 +440,12 @@ static void gemm_panels(long M, long N, long K, float alpha, const float *A, lon
         const long rd = (K + 15) / 16 * 16 + 16; /* whole lines, then one more: consecutive rows in other sets */
         if (M * rd * (long)sizeof(float) <= A_COPY_MAX) {
             float *D = cv_tls_buffer(CV_TLS_GEMM_A, (size_t)(M * rd));
-            a_copy c = {A, D, rsa, rd, K};
-            tcc_cpu_parallel_for(M, M * K >= (1l << 16) ? 8 : M, copy_rows, &c);
-            A = D;
-            rsa = rd;
+            if (D) { /* without memory for it, A as it is */
+                a_copy c = {A, D, rsa, rd, K};
+                tcc_cpu_parallel_for(M, M * K >= (1l << 16) ? 8 : M, copy_rows, &c);
+                A = D;
+                rsa = rd;
+            }
         }
     }
     packed_job j = {M, N, K, rsa, csa, ldb, pstride, ldc, mb, padded, alpha, A, B, C, ep};
