@@ -28,6 +28,7 @@
 #define REST_MAX 4
 #define RB 4 /* packed blocks per rest pass */
 #define L2_BUDGET (512 * 1024) /* bytes of one image's input a chunk of positions may touch */
+#define PW_L1_COLUMN (32 * 1024) /* pw_block: bytes of a run's input column kept in L1 across a block's tiles */
 
 typedef float v8 __attribute__((vector_size(32)));
 
@@ -201,26 +202,46 @@ static void pw_rest_one(const pw_job *j, long img, long blk, float *yb) {
     }
 }
 
+/* The full run of TW positions from q of packed block blk's rows
+ * [h TR, (h + 1) TR); the next run's input prefetched where pf allows. */
+CV_INLINE void pw_run(const pw_job *j, long img, long blk, int h, long q, long q1, int pf, float *yb,
+                      const float *resb) {
+    const long m0 = blk * PR + h * TR, o = h * TR * j->ys + q;
+    const float *w = j->wp + blk * j->wc * PR + h * TR, *r = resb ? resb + o : NULL;
+    if (pf && j->pf && q + 2 * TW <= q1) pw_full_pf(j, img, m0, w, q, yb + o, r);
+    else pw_full(j, img, m0, w, q, yb + o, r);
+}
+
 /* Positions [q0, q1) of packed block blk: yb, resb its first row at
- * position 0 (rows P apart). */
+ * position 0 (rows P apart). Where a block is two tiles of rows (AVX2) and
+ * a run's input column (2 lines a channel) fits in L1, both tiles run on
+ * one run of positions before the next: the second reads the input where
+ * the first brought it. One half over the whole chunk, then the other,
+ * read it from L2 twice, and past ~128 input channels (the column no
+ * longer in L1 for the next run's shared line) the projections ran at
+ * 60-75 % of the FMA peak. AMD EPYC Zen 4, AVX2 library, 1 thread, before
+ * and after: 144 -> 24 at 56x56 65 -> 75 GFLOP/s, 192 -> 32 at 28x28 66 ->
+ * 74, 192 -> 64 at 28x28 76 -> 88; with a larger column (576 -> 96 at
+ * 14x14) the halves in turn were 2-5 % faster, so they stay so there. */
 static void pw_block(const pw_job *j, long img, long blk, long q0, long q1, float *yb, const float *resb) {
-    for (int h = 0; h < PR / TR; h++) {
-        const long m0 = blk * PR + h * TR;
-        if (m0 >= j->M) break;
-        const float *w = j->wp + blk * j->wc * PR + h * TR;
-        float *yh = yb + h * TR * j->ys;
-        const float *rh = resb ? resb + h * TR * j->ys : NULL;
-        long q = q0;
-        for (; q + TW <= q1; q += TW) {
-            if (j->pf && q + 2 * TW <= q1) pw_full_pf(j, img, m0, w, q, yh + q, rh ? rh + q : NULL);
-            else pw_full(j, img, m0, w, q, yh + q, rh ? rh + q : NULL);
-        }
-        if (q < q1) {
-            const long n = q1 - q;
-            const int nr = (int)((n + VL - 1) / VL), rem = (int)(n - (nr - 1) * VL);
-            if (nr == 1) pw_tail1(j, img, m0, w, q, yh + q, rh ? rh + q : NULL, rem);
-            else if (nr == 2) pw_tail2(j, img, m0, w, q, yh + q, rh ? rh + q : NULL, rem);
-            else pw_tail3(j, img, m0, w, q, yh + q, rh ? rh + q : NULL, rem);
+    int nh = 0;
+    while (nh < PR / TR && blk * PR + nh * TR < j->M) nh++;
+    const long qe = q0 + (q1 - q0) / TW * TW;
+    if (j->C * 128 <= PW_L1_COLUMN)
+        for (long q = q0; q < qe; q += TW)
+            for (int h = 0; h < nh; h++) pw_run(j, img, blk, h, q, q1, h == 0, yb, resb);
+    else
+        for (int h = 0; h < nh; h++)
+            for (long q = q0; q < qe; q += TW) pw_run(j, img, blk, h, q, q1, 1, yb, resb);
+    if (qe < q1) {
+        const long n = q1 - qe;
+        const int nr = (int)((n + VL - 1) / VL), rem = (int)(n - (nr - 1) * VL);
+        for (int h = 0; h < nh; h++) {
+            const long m0 = blk * PR + h * TR, o = h * TR * j->ys + qe;
+            const float *w = j->wp + blk * j->wc * PR + h * TR, *r = resb ? resb + o : NULL;
+            if (nr == 1) pw_tail1(j, img, m0, w, qe, yb + o, r, rem);
+            else if (nr == 2) pw_tail2(j, img, m0, w, qe, yb + o, r, rem);
+            else pw_tail3(j, img, m0, w, qe, yb + o, r, rem);
         }
     }
 }

@@ -401,6 +401,7 @@ def test_rows_kernel_direct_call(isa, offset):
     (1, 40, 60, 61, 12),     # input over the L2 budget: chunks, prefetch, 1 dot product per plane
     (1, 384, 14, 14, 64),    # input larger than the weights: positions split over threads
     (2, 32, 28, 28, 16),     # whole vectors, batch 2
+    (1, 144, 20, 20, 22),    # AVX2: a block's halves run by run (144 channels' column in L1), m tail
 ])
 def test_pointwise_packed(n, c, h, w, m):
     mdl, feeds = conv_model(n, c, h, w, m, 1, act="Clip", residual=True)
@@ -487,8 +488,9 @@ def test_pointwise_packed_isa_threads(isa, threads, pw_lib):
     from tcc.accelerators.cpu.codegen import pack_pw
     acts = {None: (0, 0.0, 0.0), "Relu": (1, 0.0, 0.0), "Clip": (2, -0.5, 0.7), "LeakyRelu": (5, 0.1, 0.0),
             "Sigmoid": (3, 0.0, 0.0)}
+    # (1, 200, 9, 13, 22): a block's two halves run by run (input column within PW_L1_COLUMN), an m tail
     for (n, c, h, w, m), act in zip([(1, 96, 7, 7, 160), (2, 13, 5, 7, 21), (1, 5, 2, 2, 3), (1, 40, 60, 61, 12),
-                                     (1, 384, 14, 14, 64)], acts):
+                                     (1, 384, 14, 14, 64), (1, 200, 9, 13, 22)], [*acts, "Clip"]):
         mdl, feeds = conv_model(n, c, h, w, m, 1, act=act, residual=True)
         ref = ort.InferenceSession(mdl.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
         inits = {i.name: numpy_helper.to_array(i) for i in mdl.graph.initializer}
