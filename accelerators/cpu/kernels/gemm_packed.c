@@ -393,18 +393,6 @@ static void packed_task(void *arg, long b, long e) {
     }
 }
 
-/* A copy of A with its rows moved apart in the L1 cache (below). */
-typedef struct {
-    const float *A;
-    float *D;
-    long rs, rd, K;
-} a_copy;
-
-static void copy_rows(void *arg, long b, long e) {
-    const a_copy *c = arg;
-    for (long i = b; i < e; i++) memcpy(c->D + i * c->rd, c->A + i * c->rs, (size_t)c->K * sizeof(float));
-}
-
 /* How many of a tile's MR_MAX rows of A, rs floats apart, start in the L1
  * set of the first (sets repeat every 4 KB: 64 sets of 64-byte lines). */
 static int rows_in_one_set(long rs) {
@@ -441,8 +429,7 @@ static void gemm_panels(long M, long N, long K, float alpha, const float *A, lon
         if (M * rd * (long)sizeof(float) <= A_COPY_MAX) {
             float *D = cv_tls_buffer(CV_TLS_GEMM_A, (size_t)(M * rd));
             if (D) { /* without memory for it, A as it is */
-                a_copy c = {A, D, rsa, rd, K};
-                tcc_cpu_parallel_for(M, M * K >= (1l << 16) ? 8 : M, copy_rows, &c);
+                tcc_cpu_copy_rows(M, K, A, rsa, D, rd);
                 A = D;
                 rsa = rd;
             }
