@@ -284,9 +284,9 @@ void cv_conv_rows(const tcc_conv_params *p, const cv_layout *l, const float *x, 
 void cv_copy_rows(const cv_layout *l, const tcc_conv_params *p, float *y, const float *src, long q0, long n)
     CV_HIDDEN;
 
-/* Per-thread buffer (which: 0..5; 5 is gemm_packed.c's copy of A) that only
- * grows while its thread lives. */
+/* Per-thread buffer (which: 0..5) that only grows while its thread lives. */
 float *cv_tls_buffer(int which, size_t n) CV_HIDDEN;
+#define CV_TLS_GEMM_A 5 /* gemm_packed.c's copy of A */
 int cv_pool_width(void) CV_HIDDEN; /* threadpool.c: the threads a parallel_for here would use */
 
 #endif

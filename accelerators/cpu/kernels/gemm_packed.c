@@ -16,6 +16,7 @@
  * library's pool; the epilogue runs on each tile right after its store. */
 #include <string.h>
 
+#include "conv_vec.h" /* cv_tls_buffer */
 #include "tcc_cpu.h"
 
 #if defined(__AVX2__) || defined(__AVX512F__)
@@ -23,9 +24,6 @@
 #endif
 
 void tcc_cpu_epilogue(const tcc_epilogue *ep, float *C, long ldc, long N, long r0, long r1, long c0, long c1);
-/* conv_layout.c's per-thread buffers (conv_vec.h), the slot of A's copy */
-float *cv_tls_buffer(int which, size_t n) __attribute__((visibility("hidden")));
-#define CV_TLS_GEMM_A 5
 
 #define PN 32 /* columns per panel */
 

@@ -10,9 +10,21 @@
 /* e^r - 1 and e^r for the reduced r, on a float or a GCC vector of them
  * (conv_vec.h's cv_exp_v) */
 #define TCC_EXPM1_POLY(r)                                                                                 \
-    (((((1.9875691500e-4f * (r) + 1.3981999507e-3f) * (r) + 8.3334519073e-3f) * (r) + 4.1665795894e-2f) * (r) + \
-      1.6666665459e-1f) * (r) + 5.0000001201e-1f) * (r) * (r) + (r)
-#define TCC_EXP_POLY(r) ((TCC_EXPM1_POLY(r)) + 1.0f)
+    ((((((1.9875691500e-4f * (r) + 1.3981999507e-3f) * (r) + 8.3334519073e-3f) * (r) + 4.1665795894e-2f) * (r) + \
+       1.6666665459e-1f) * (r) + 5.0000001201e-1f) * (r) * (r) + (r))
+#define TCC_EXP_POLY(r) (TCC_EXPM1_POLY(r) + 1.0f)
+
+/* x = n ln 2 + r with |r| <= ln 2 / 2 (ln 2 in two parts): returns r, and
+ * 2^n in *s (x within the callers' clamps, so 2^n is a normal float) */
+static inline float tcc_exp_reduce_(float x, float *s) {
+    float t = x * 1.44269504088896341f;
+    float n = __builtin_floorf(t + 0.5f);
+    float r = x - n * 0.693359375f;
+    r = r + n * 2.12194440e-4f;
+    int32_t e = ((int32_t)n + 127) << 23;
+    memcpy(s, &e, 4);
+    return r;
+}
 
 static inline float tcc_exp_(float x) {
     /* clamp: e^88.7 overflows; below ln(FLT_MIN) = -87.34 the result is 0,
@@ -23,15 +35,9 @@ static inline float tcc_exp_(float x) {
     const int under = x < -87.3365447504f;
     if (x > 88.3762626647949f) x = 88.3762626647949f;
     if (under) x = -87.3365447504f;
-    float t = x * 1.44269504088896341f;
-    float n = __builtin_floorf(t + 0.5f);
-    float r = x - n * 0.693359375f;
-    r = r + n * 2.12194440e-4f;
-    float p = TCC_EXP_POLY(r);
-    int32_t e = ((int32_t)n + 127) << 23;
     float s;
-    memcpy(&s, &e, 4);
-    return under ? 0.0f : p * s;
+    const float r = tcc_exp_reduce_(x, &s);
+    return under ? 0.0f : TCC_EXP_POLY(r) * s;
 }
 static inline float tcc_sigmoidf(float x) { return 1.0f / (1.0f + tcc_exp_(-x)); }
 /* tanh|x| = -m / (2 + m) with m = e^(-2|x|) - 1, computed as 2^n (e^r - 1)
@@ -45,15 +51,9 @@ static inline float tcc_sigmoidf(float x) { return 1.0f / (1.0f + tcc_exp_(-x));
 static inline float tcc_tanhf(float x) {
     float ax = x < 0 ? -x : x;
     ax = ax > 10.f ? 10.f : ax;
-    const float t = -2.f * ax;
-    const float n = __builtin_floorf(t * 1.44269504088896341f + 0.5f);
-    float r = t - n * 0.693359375f;
-    r = r + n * 2.12194440e-4f;
-    const float q = TCC_EXPM1_POLY(r);
-    int32_t e = ((int32_t)n + 127) << 23;
     float s;
-    memcpy(&s, &e, 4);
-    const float m = s * q + (s - 1.0f);
+    const float r = tcc_exp_reduce_(-2.f * ax, &s);
+    const float m = s * TCC_EXPM1_POLY(r) + (s - 1.0f);
     return __builtin_copysignf(__builtin_fabsf(m) / (2.0f + m), x);
 }
 /* erf: rational approximation (as in Eigen's generic_fast_erf_float),
