@@ -189,7 +189,7 @@ typedef __m512 v16f;
  * per position and channel. The tail has its own N: a 7x7 plane is 4 tiles
  * of 12 and one of 1, which as a whole tile of 12 was 18 % of the work. */
 CV_INLINE void p16_pw_tile(const p8_job *j, const float *x, const float *wi, long q, const int N, float *buf,
-                           vf bias0, vf bias1) {
+                           vf bias0, vf bias1, const float *pf) {
     const long C = j->C, P = j->P, blkf = j->Hp * j->Wp * CB;
     const float *xq = x + q;
     v16f a[PWN], b[PWN];
@@ -197,6 +197,7 @@ CV_INLINE void p16_pw_tile(const p8_job *j, const float *x, const float *wi, lon
     for (int i = 0; i < N; i++) a[i] = b[i] = _mm512_setzero_ps();
     for (long c = 0; c < C; c++, xq += P) {
         const v16f u = _mm512_load_ps(wi + c * 2 * CB), v = _mm512_load_ps(wi + c * 2 * CB + CB);
+        if (pf) __builtin_prefetch(pf + c * 16);
 #pragma GCC unroll 12
         for (int i = 0; i < N; i++) {
             const v16f xb = _mm512_set1_ps(xq[i]);
@@ -215,11 +216,11 @@ CV_INLINE void p16_pw_tile(const p8_job *j, const float *x, const float *wi, lon
     }
 }
 
-typedef void (*p16_pw_fn)(const p8_job *, const float *, const float *, long, float *, vf, vf);
+typedef void (*p16_pw_fn)(const p8_job *, const float *, const float *, long, float *, vf, vf, const float *);
 #define P16_PW(N)                                                                                              \
     __attribute__((noinline)) static void p16_pw_##N(const p8_job *j, const float *x, const float *wi, long q,  \
-                                                     float *buf, vf b0, vf b1) {                               \
-        p16_pw_tile(j, x, wi, q, N, buf, b0, b1);                                                              \
+                                                     float *buf, vf b0, vf b1, const float *pf) {              \
+        p16_pw_tile(j, x, wi, q, N, buf, b0, b1, pf);                                                          \
     }
 P16_PW(1) P16_PW(2) P16_PW(3) P16_PW(4) P16_PW(5) P16_PW(6) P16_PW(7) P16_PW(8) P16_PW(9) P16_PW(10) P16_PW(11)
 P16_PW(12)
@@ -245,15 +246,20 @@ CV_INLINE void p16_dw_tile(const p8_job *j, const float *buf, const v16f *wt, co
     cv_tr8(hi);
     const float e0 = j->ed->a0, e1 = j->ed->a1;
     const long OHW = j->OHW;
-    const int k = full ? DWN : n;
+    const __mmask8 km = full ? 0xff : (__mmask8)((1u << n) - 1);
+    /* the rows are 8 wide: their epilogue in ymm (a zmm op of 8 live lanes
+     * costs Zen 4's 256-bit units two), 512-bit only for SiLU's exp */
 #pragma GCC unroll 16
     for (int c = 0; c < CB; c++) {
         if (c >= nc) break;
         const long off = c * OHW + o;
-        vf a = (vf)_mm512_zextps256_ps512(c < 8 ? lo[c] : hi[c - 8]) + bc[c];
-        if (res) a += v_ld_n(res + off, k);
-        a = cv_act_v(a, act, e0, e1);
-        v_st_n(y + off, a, k);
+        __m256 a = _mm256_add_ps(c < 8 ? lo[c] : hi[c - 8], _mm256_set1_ps(bc[c]));
+        if (res) a = _mm256_add_ps(a, full ? _mm256_loadu_ps(res + off) : _mm256_maskz_loadu_ps(km, res + off));
+        if (act == TCC_ACT_CLIP) a = _mm256_min_ps(_mm256_max_ps(a, _mm256_set1_ps(e0)), _mm256_set1_ps(e1));
+        else if (act == TCC_ACT_RELU) a = _mm256_max_ps(a, _mm256_setzero_ps());
+        else if (act != TCC_ACT_NONE) a = _mm512_castps512_ps256((__m512)cv_act_v((vf)_mm512_castps256_ps512(a), act, e0, e1));
+        if (full) _mm256_storeu_ps(y + off, a);
+        else _mm256_mask_storeu_ps(y + off, km, a);
     }
 }
 
@@ -372,10 +378,16 @@ static void p8_task(void *arg, long b, long e) {
         float bb[2 * CB] __attribute__((aligned(64)));
         for (int i = 0; i < 2 * CB; i++) bb[i] = m0 + i < M ? cv_bias(j->e, m0 + i) : 0.f;
         const vf bias0 = v_ld(bb), bias1 = v_ld(bb + CB);
+        /* the next item's weights (another four blocks: 4 C x 8 floats, 2 C
+         * lines), prefetched a line per input channel over the first tiles */
+        const long nquad = (it + 1) / j->nband % j->npair;
+        const float *pf = it + 1 < e && nquad != quad ? j->wp + 4 * nquad * C * PR : NULL;
+        const float *pfe = pf ? j->wp + (4 * nquad + 4 < j->nblk ? 4 * nquad + 4 : j->nblk) * C * PR : NULL;
         long q = r0 * j->W;
         const long qe = r1 * j->W;
-        for (; q + PWN <= qe; q += PWN) p16_pw_12(j, x, wi, q, buf, bias0, bias1);
-        if (q < qe) p16_pw[qe - q](j, x, wi, q, buf, bias0, bias1);
+        for (; q + PWN <= qe; q += PWN, pf = pf && pf + C * 16 < pfe ? pf + C * 16 : NULL)
+            p16_pw_12(j, x, wi, q, buf, bias0, bias1, pf);
+        if (q < qe) p16_pw[qe - q](j, x, wi, q, buf, bias0, bias1, pf);
         for (int h = 0; h < 2; h++) {
             const long mh = m0 + h * CB;
             if (mh >= M) break;
