@@ -71,6 +71,7 @@ static void work_on(job_t *j) {
 }
 
 static int pin_cpu[256];
+static pthread_t pin_threads[256];
 static int pinned; /* pin.h */
 
 static void *worker(void *arg) {
@@ -110,6 +111,7 @@ static void pool_init(void) {
         pthread_attr_init(&attr);
         pthread_attr_setstacksize(&attr, 8 << 20);  /* bodies keep small buffers on the stack */
         if (pthread_create(&t, &attr, worker, (void *)(intptr_t)i) != 0) { num_threads = i; pthread_attr_destroy(&attr); break; }
+        pin_threads[i] = t;
         pthread_attr_destroy(&attr);
         pthread_detach(t);
     }
@@ -159,6 +161,7 @@ void tcc_parallel_for(int64_t n, tcc_body_fn body, void *ctx) {
         body(0, n, ctx);
         return;
     }
+    if (pinned) tcc_pin_follow_caller(num_threads, pin_cpu, pin_threads);
     int64_t chunks = (int64_t)num_threads * 4;  /* a little slack for uneven cores */
     int64_t chunk = (n + chunks - 1) / chunks;
     job_t job = {body, ctx, n, chunk < 1 ? 1 : chunk};

@@ -154,6 +154,7 @@ void tcc_cpu_parallel_for(long n, long grain, tcc_task_fn fn, void *ctx) {
     }
     if (nranges > nt) nranges = nt;
     pthread_mutex_lock(&g_call_mu);
+    if (g_pin) tcc_pin_follow_caller(g_nthreads, g_pin_cpu, g_workers);
     g_job.fn = fn;
     g_job.ctx = ctx;
     g_job.n = n;

@@ -138,3 +138,72 @@ def test_small_calls_run_inline(c, hw, serial, tmp_path):
         lines[-1] == "tcc_cpu_set_inline(inline_); }"
     assert wrapped == serial and body.count("tcc_cpu_set_inline(1)") == serial, body
     assert (c * c * hw * hw < codegen.SERIAL_WORK) == serial
+
+
+FOLLOW_SCRIPT = r"""
+import ctypes, os, sys
+pool = sys.argv[1]
+if pool == "kernels":
+    from tcc.accelerators.cpu import build
+    lib = build.load_kernels()
+    TASK = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_long, ctypes.c_long)
+    lib.tcc_cpu_parallel_for.argtypes = [ctypes.c_long, ctypes.c_long, TASK, ctypes.c_void_p]
+    def parallel_for(n, fn):
+        lib.tcc_cpu_parallel_for(n, 1, TASK(lambda ctx, b, e: fn(b, e)), None)
+else:  # the host runtime's own pool (no kernel library loaded in this process)
+    from tcc.runtime import native
+    rt = ctypes.CDLL(native.load())
+    BODY = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p)
+    rt.tcc_parallel_for.argtypes = [ctypes.c_int64, BODY, ctypes.c_void_p]
+    def parallel_for(n, fn):
+        rt.tcc_parallel_for(n, BODY(lambda b, e, ctx: fn(b, e)), None)
+
+def pinned_workers():
+    out = {}
+    for t in os.listdir("/proc/self/task"):
+        if int(t) == os.getpid():
+            continue
+        st = open(f"/proc/self/task/{t}/status").read()
+        cpus = [ln.split()[1] for ln in st.splitlines() if ln.startswith("Cpus_allowed_list")][0]
+        if cpus.isdigit():
+            out[int(t)] = int(cpus)
+    return out
+
+def run(n=64):
+    seen = [0] * n
+    def fn(b, e):
+        for i in range(b, e):
+            seen[i] += 1
+    parallel_for(n, fn)
+    assert seen == [1] * n, seen
+
+allowed = sorted(os.sched_getaffinity(0))
+run()
+workers = pinned_workers()
+assert len(workers) == len(allowed) - 1, (workers, allowed)
+caller_cpu = (set(allowed) - set(workers.values())).pop()
+tid, taken = next(iter(workers.items()))
+os.sched_setaffinity(0, {taken})  # the caller (this thread only) onto that worker's CPU
+run()
+os.sched_setaffinity(0, set(allowed))
+assert pinned_workers()[tid] == caller_cpu, (pinned_workers(), caller_cpu, taken)
+run()
+print("OK")
+"""
+
+
+@pytest.mark.parametrize("pool", ["kernels", "host"])
+def test_pinned_worker_leaves_the_callers_cpu(pool):
+    """The workers are pinned, the caller is not (pin.h): where the caller
+    has landed on a worker's CPU, the next parallel call moves that worker
+    to the CPU the caller left, and every item still runs once. In a fresh
+    process with one thread per CPU of its affinity set (what pins them)."""
+    import os
+    import subprocess
+    import sys
+    ncpu = len(os.sched_getaffinity(0))
+    if ncpu < 2:
+        pytest.skip("needs two CPUs for a pinned worker")
+    env = dict(os.environ, TCC_NUM_THREADS=str(ncpu), TCC_PIN_THREADS="1")
+    r = subprocess.run([sys.executable, "-c", FOLLOW_SCRIPT, pool], capture_output=True, text=True, env=env)
+    assert r.returncode == 0 and "OK" in r.stdout, r.stderr[-2000:]
