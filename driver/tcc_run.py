@@ -96,8 +96,8 @@ def _summary(a):
 @click.option("--output-dir", default=None, help="Write each output to DIR/<name>.npy (a sequence: <name>.npz of its elements; "
               "a sequence of maps, ZipMap's: <name>.json).")
 @click.option("--profile", is_flag=True, help="Then time each step of the plan (every partition, on its "
-              "accelerator or the host, with the copies into it) over --repeat runs (at least 5) and print "
-              "their medians as a table.")
+              "accelerator or the host, with the copies into it; a cpu partition per kernel call, its C "
+              "rebuilt with the calls timed) over --repeat runs (at least 5) and print their medians as a table.")
 @click.option("--debug", is_flag=True, help="Show Python tracebacks on errors.")
 def cli(artifact, inputs, random_inputs, repeat, output_dir, profile, debug):
     from tcc.api import load  # with the run-time compiler, for models that specialize per shape

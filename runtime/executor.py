@@ -276,10 +276,11 @@ class PlanSession(SignatureMixin):
             specs = {t.name: t for t in self._outputs}
             return [self._result(specs[n], where, target) for n in wanted]
 
-    def _run_steps(self, arrays, times=None):
+    def _run_steps(self, arrays, times=None, replace=None):
         """Runs every step on the staged inputs; -> {value: buffer}. With
         `times` (a list, one float per step), adds each step's seconds to its
-        entry: its input copies and its work, the device synchronised after it."""
+        entry: its input copies and its work, the device synchronised after it.
+        `replace`: {step index: function run instead of the step's own}."""
         where = {}
         for v, spec in zip(arrays, self._inputs):
             self._stage_input(v, spec, where)
@@ -293,6 +294,8 @@ class PlanSession(SignatureMixin):
                 entry(args, wptrs, ws.ctypes.data)
             else:
                 acc, device, stream, fn = state
+                if replace and k in replace:
+                    fn = replace[k]
                 bufs = [self._on(n, device, where, stream) for n in step["inputs"]]
                 outs = [self._buffer(n, device) for n in step["outputs"]]
                 fn(bufs + outs, stream)
@@ -306,16 +309,39 @@ class PlanSession(SignatureMixin):
 
     def profile_steps(self, inputs, runs):
         """[(step, where it runs, [seconds of each of `runs` runs])], one row per
-        step of the plan, in order (what `tcc-run --profile` prints)."""
+        step of the plan, in order (what `tcc-run --profile` prints). A step
+        whose function offers `op_profile()` (the cpu accelerator's: its
+        partition rebuilt with each kernel call timed) runs that build here
+        and gives a row per kernel call, then one for the rest of the step
+        (its input copies and the call itself)."""
         arrays = self._arrange(inputs)
-        per_run = []
+        inner = {}  # step index -> (function, labels, take)
+        for k, (kind, _step, state) in enumerate(self.steps):
+            op_profile = getattr(state[3], "op_profile", None) if kind == "accel" else None
+            if op_profile is not None:
+                try:
+                    inner[k] = op_profile()
+                except Exception:  # noqa: BLE001 (e.g. no C compiler where the artifact runs: the step as one row)
+                    pass
+        per_run, per_op = [], {k: [] for k in inner}
         with self._lock:
             for _ in range(runs):
                 times = [0.0] * len(self.steps)
-                self._run_steps(arrays, times)
+                self._run_steps(arrays, times, {k: v[0] for k, v in inner.items()})
                 per_run.append(times)
-        return [(step.get("function") or step.get("callee") or f"step {k}", step.get("accelerator") or "host",
-                 [t[k] for t in per_run]) for k, (_kind, step, _state) in enumerate(self.steps)]
+                for k, (_fn, _labels, take) in inner.items():
+                    per_op[k].append(take())
+        rows = []
+        for k, (_kind, step, _state) in enumerate(self.steps):
+            name, where = step.get("function") or step.get("callee") or f"step {k}", step.get("accelerator") or "host"
+            total = [t[k] for t in per_run]
+            if k not in inner:
+                rows.append((name, where, total))
+                continue
+            for i, label in enumerate(inner[k][1]):
+                rows.append((f"{name}: {label}", where, [r[i] for r in per_op[k]]))
+            rows.append((f"{name}: rest of the step", where, [max(t - sum(r), 0.0) for t, r in zip(total, per_op[k])]))
+        return rows
 
     def __repr__(self):
         steps = ", ".join(s.get("accelerator", "host") for _, s, _ in self.steps)

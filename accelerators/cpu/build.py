@@ -206,13 +206,14 @@ def codegen_flags(isa):
     return ["-O3", "-fPIC", "-shared", "-fno-math-errno", "-fno-trapping-math", "-std=gnu11", *ISA_FLAGS[isa]]
 
 
-def compile_partitions(c_source: str, isa: str) -> bytes:
-    """Generated C -> shared object bytes (tcc_cpu_* left undefined)."""
+def compile_partitions(c_source: str, isa: str, defines=()) -> bytes:
+    """Generated C -> shared object bytes (tcc_cpu_* left undefined);
+    `defines`: macros to define (TCC_PROFILE: each kernel call timed)."""
     with tempfile.TemporaryDirectory(prefix="tcc-cpu-") as d:
         src, out = os.path.join(d, "partitions.c"), os.path.join(d, "partitions.so")
         with open(src, "w") as f:
             f.write(c_source)
-        _run([_cc(), *codegen_flags(isa), f"-I{KERNELS}", "-o", out, src, "-lm"],
+        _run([_cc(), *codegen_flags(isa), *(f"-D{m}" for m in defines), f"-I{KERNELS}", "-o", out, src, "-lm"],
              "compiling the cpu partitions' C source")
         with open(out, "rb") as f:
             return f.read()

@@ -68,6 +68,7 @@ class CpuModule:
                 raise CpuRuntimeError(f"cpu payload format {manifest.get('format')!r} is not {FORMAT!r}")
             so = z.read("partitions.so")
             blob = z.read("weights.bin")
+            self._c_source = z.read("partitions.c").decode()  # rebuilt with TCC_PROFILE by _op_profile
         isa = manifest["isa"]
         if not build.ISA_NEEDS.get(isa, set()) <= build.cpu_flags():
             raise CpuRuntimeError(f"this cpu partition code was compiled for {isa}, which this CPU lacks")
@@ -90,6 +91,7 @@ class CpuModule:
         self._wptrs = (ctypes.c_void_p * max(len(index), 1))(*[base + w["offset"] for w in index])
         self._funcs = {}
         self._lock = threading.Lock()
+        self._profiled = None  # (lib, its functions): the TCC_PROFILE build, made on first use
 
     @property
     def functions(self):
@@ -100,10 +102,49 @@ class CpuModule:
             raise CpuRuntimeError(f"cpu module has no function '{name}' (has {', '.join(self.functions)})")
         with self._lock:
             if name not in self._funcs:
-                entry = _ENTRY(ctypes.cast(getattr(self.lib, f"tcc_part_{name}"), ctypes.c_void_p).value)
-                workspace = _aligned(int(self.manifest["functions"][name]))
-                self._funcs[name] = (entry, workspace, threading.Lock())
-        entry, workspace, lock = self._funcs[name]
+                self._funcs[name] = self._entry(self.lib, name)
+        run = self._runner(*self._funcs[name])
+        run.op_profile = lambda: self._op_profile(name)
+        return run
+
+    def _entry(self, lib, name):
+        entry = _ENTRY(ctypes.cast(getattr(lib, f"tcc_part_{name}"), ctypes.c_void_p).value)
+        return entry, _aligned(int(self.manifest["functions"][name])), threading.Lock()
+
+    def _op_profile(self, name):
+        """`tcc-run --profile`'s view inside the partition: (run, labels,
+        take) where run is the function built from the payload's C with
+        TCC_PROFILE (each kernel call timed; compiled on first use, a second
+        or so) and take() returns the seconds each call has spent since the
+        last take(), in the order of labels."""
+        with self._lock:
+            if self._profiled is None:
+                so = build.compile_partitions(self._c_source, self.manifest["isa"], ("TCC_PROFILE",))
+                d = tempfile.mkdtemp(prefix="tcc-cpu-")
+                try:
+                    path = os.path.join(d, "partitions.so")
+                    with open(path, "wb") as f:
+                        f.write(so)
+                    self._profiled = (ctypes.CDLL(path, mode=ctypes.RTLD_LOCAL), {})
+                finally:
+                    shutil.rmtree(d, ignore_errors=True)
+            lib, funcs = self._profiled
+            if name not in funcs:
+                funcs[name] = self._entry(lib, name)
+        n = ctypes.c_int.in_dll(lib, f"tcc_prof_count_{name}").value
+        names = (ctypes.c_char_p * max(n, 1)).in_dll(lib, f"tcc_prof_names_{name}")
+        seconds = (ctypes.c_double * max(n, 1)).in_dll(lib, f"tcc_prof_seconds_{name}")
+        labels = [names[i].decode() for i in range(n)]
+
+        def take():
+            out = [seconds[i] for i in range(n)]
+            for i in range(n):
+                seconds[i] = 0.0
+            return out
+        take()
+        return self._runner(*funcs[name]), labels, take
+
+    def _runner(self, entry, workspace, lock):
         wptrs = self._wptrs
 
         def run(buffers, stream=None):

@@ -1,8 +1,9 @@
 """`tcc-run --profile`: one row per step of the artifact's plan (each
-partition, where it runs), with measured medians, and a total; a host-only
-model is one step; a dynamic model profiles the plan compiled for the inputs'
-shapes. The outputs printed are still the model's (checked against
-onnxruntime on fresh random data)."""
+partition, where it runs), with measured medians, and a total; a cpu
+partition as a row per kernel call (its C rebuilt with TCC_PROFILE) and one
+for the rest of the step; a host-only model is one step; a dynamic model
+profiles the plan compiled for the inputs' shapes. The outputs printed are
+still the model's (checked against onnxruntime on fresh random data)."""
 import re
 
 import numpy as np
@@ -15,7 +16,7 @@ import tcc
 
 from ..conftest import run_tool
 
-ROW = re.compile(r"^(\S+)\s+(\S+)\s+(\d+\.\d{3})\s+(\d+\.\d)%$")
+ROW = re.compile(r"^(\S+(?:: .+?)?)\s+(\S+)\s+(\d+\.\d{3})\s+(\d+\.\d)%$")
 
 
 def _mixed_model(rng, batch=16):
@@ -43,6 +44,18 @@ def _rows(stdout):
     return [(m[1], m[2], float(m[3])) for m in rows], float(total.split()[-1])
 
 
+def _steps(rows):
+    """The rows with a cpu partition's kernel rows ("cpu_0: conv ...") summed into its step's."""
+    out = []
+    for name, where, ms in rows:
+        step = name.split(": ")[0]
+        if out and out[-1][0] == step and ": " in name:
+            out[-1] = (step, where, out[-1][2] + ms)
+        else:
+            out.append((step, where, ms))
+    return out
+
+
 @pytest.fixture(autouse=True)
 def _cache(tmp_path, monkeypatch):
     monkeypatch.setenv("TCC_CACHE_DIR", str(tmp_path / "cache"))
@@ -67,10 +80,47 @@ def test_profile_has_a_row_per_partition(tmp_path, rng):
     assert r.returncode == 0, r.stderr
     plan = tcc.load(str(tmp_path / "m.tcc")).manifest["plan"]
     rows, total = _run_and_check(tmp_path / "m.tcc", model, rng)
-    assert [(n, w) for n, w, _ in rows] == [(s["function"], s.get("accelerator", "host")) for s in plan]
-    assert {w for _, w, _ in rows} == {"cpu", "host"}
-    assert all(ms > 0 for _, _, ms in rows)
+    steps = _steps(rows)
+    assert [(n, w) for n, w, _ in steps] == [(s["function"], s.get("accelerator", "host")) for s in plan]
+    assert {w for _, w, _ in steps} == {"cpu", "host"}
+    assert all(ms > 0 for _, _, ms in steps)
     assert total == pytest.approx(sum(ms for _, _, ms in rows), abs=2e-3)
+
+
+def test_profile_times_each_kernel_call_of_a_cpu_partition(tmp_path, rng):
+    """A row per kernel call of the partition's generated C, in its order,
+    named by op and shapes, then the rest of the step; the shipped build
+    carries none of the timing (TCC_PROFILE only in the rebuilt one)."""
+    from tcc.accelerators.cpu.runtime import CpuModule
+    w = numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32), "w")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Flatten", ["p"], ["y"])]
+    g = helper.make_graph(nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 512])], initializer=[w])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(model, tmp_path / "c.onnx")
+    r = run_tool("tcc", "--maccel=cpu", tmp_path / "c.onnx", "--emit=c", "-o", tmp_path / "c.c")
+    assert r.returncode == 0, r.stderr
+    calls = len(re.findall(r"^\s+TCC_PROF_BEGIN\(\d+\)$", (tmp_path / "c.c").read_text(), re.M))
+    r = run_tool("tcc", "--maccel=cpu", tmp_path / "c.onnx", "-o", tmp_path / "c.tcc")
+    assert r.returncode == 0, r.stderr
+    x = rng.standard_normal((1, 3, 16, 16)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    r = run_tool("tcc-run", tmp_path / "c.tcc", "--input", f"x={tmp_path / 'x.npy'}", "--profile", "--repeat", 5,
+                 "--output-dir", tmp_path / "out")
+    assert r.returncode == 0, r.stderr
+    want, = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    np.testing.assert_allclose(np.load(tmp_path / "out" / "y.npy"), want, rtol=1e-4, atol=1e-4)
+    rows, total = _rows(r.stdout)
+    names = [n for n, _, _ in rows]
+    assert len(names) == calls + 1 >= 3 and all(n.startswith("cpu_0: ") for n in names), names
+    assert names[0] == "cpu_0: conv 1x3x16x16 -> 1x8x16x16" and names[-1] == "cpu_0: rest of the step", names
+    assert "maxpool 1x8x16x16 -> 1x8x8x8" in names[1], names
+    assert all(ms >= 0 for _, _, ms in rows) and rows[0][2] > 0
+    sess = tcc.load(str(tmp_path / "c.tcc"))
+    mods = [m for _a, _d, _s, m in sess._accel_modules.values() if isinstance(m, CpuModule)]
+    assert mods and not hasattr(mods[0].lib, "tcc_prof_count_cpu_0")
 
 
 def test_profile_of_a_host_only_model(tmp_path, rng):
@@ -90,7 +140,8 @@ def test_profile_of_a_dynamic_model_profiles_its_specialization(tmp_path, rng):
     r = run_tool("tcc", "--maccel=cpu", tmp_path / "d.onnx", "-o", tmp_path / "d.tcc")
     assert r.returncode == 0, r.stderr
     rows, _ = _run_and_check(tmp_path / "d.tcc", model, rng)
-    assert {w for _, w, _ in rows} == {"cpu", "host"} and len(rows) == 3
+    steps = _steps(rows)
+    assert {w for _, w, _ in steps} == {"cpu", "host"} and len(steps) == 3
 
 
 def test_profile_of_a_staged_model(tmp_path, rng):
@@ -108,5 +159,5 @@ def test_profile_of_a_staged_model(tmp_path, rng):
     r = run_tool("tcc", "--maccel=cpu", tmp_path / "s.onnx", "-o", tmp_path / "s.tcc")
     assert r.returncode == 0, r.stderr
     rows, total = _run_and_check(tmp_path / "s.tcc", model, rng)
-    assert ("NonZero", "host") in [(n, w) for n, w, _ in rows] and rows[0][1] == "cpu", rows
+    assert ("NonZero", "host") in [(n, w) for n, w, _ in _steps(rows)] and rows[0][1] == "cpu", rows
     assert total == pytest.approx(sum(ms for _, _, ms in rows), abs=2e-3)
