@@ -75,7 +75,7 @@ static pthread_t pin_threads[256];
 static int pinned; /* pin.h */
 
 static void *worker(void *arg) {
-    if (pinned) tcc_pin_self(pin_cpu[(intptr_t)arg]);
+    (void)arg; /* pinned by pool_init, before any call can re-pin it (pin.h) */
     uint_fast64_t seen = 0;
     in_parallel = 1;
     for (;;) {
@@ -112,6 +112,7 @@ static void pool_init(void) {
         pthread_attr_setstacksize(&attr, 8 << 20);  /* bodies keep small buffers on the stack */
         if (pthread_create(&t, &attr, worker, (void *)(intptr_t)i) != 0) { num_threads = i; pthread_attr_destroy(&attr); break; }
         pin_threads[i] = t;
+        if (pinned) tcc_pin_thread(t, pin_cpu[i]);
         pthread_attr_destroy(&attr);
         pthread_detach(t);
     }

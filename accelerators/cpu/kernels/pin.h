@@ -35,8 +35,6 @@ static inline void tcc_pin_thread(pthread_t t, int cpu) {
     pthread_setaffinity_np(t, sizeof one, &one);
 }
 
-static inline void tcc_pin_self(int cpu) { tcc_pin_thread(pthread_self(), cpu); }
-
 /* Called by the caller at each parallel call (cpus[0]: the CPU left for it).
  * The caller is free to move, and it does when it wakes from a sleep: the
  * scheduler may put it on a worker's CPU, which the pinned worker then

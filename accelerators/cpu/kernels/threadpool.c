@@ -79,8 +79,7 @@ static int g_pin_cpu[MAX_THREADS];
 static int g_pin = 0; /* pin.h */
 
 static void *worker(void *arg) {
-    const long self = (long)arg;
-    if (g_pin) tcc_pin_self(g_pin_cpu[self]);
+    const long self = (long)arg; /* pinned by start(), before any call can re-pin it (pin.h) */
     uint32_t seen = 0; /* workers start before the first job (pthread_once) */
     t_in_task = 1;
     for (;;) {
@@ -120,7 +119,10 @@ static void start(void) {
     if (n > MAX_THREADS) n = MAX_THREADS;
     g_nthreads = n;
     g_pin = tcc_pin_plan(n, g_pin_cpu);
-    for (long i = 1; i < n; i++) pthread_create(&g_workers[i], NULL, worker, (void *)i);
+    for (long i = 1; i < n; i++) {
+        pthread_create(&g_workers[i], NULL, worker, (void *)i);
+        if (g_pin) tcc_pin_thread(g_workers[i], g_pin_cpu[i]);
+    }
 }
 
 int tcc_cpu_num_threads(void) {
