@@ -55,6 +55,19 @@ def _aligned(nbytes):
     return raw[off:off + nbytes]
 
 
+def _dlopen(so: bytes):
+    """A partitions shared object, loaded; the file lives in a private
+    directory only while dlopen reads it."""
+    d = tempfile.mkdtemp(prefix="tcc-cpu-")
+    try:
+        path = os.path.join(d, "partitions.so")
+        with open(path, "wb") as f:
+            f.write(so)
+        return ctypes.CDLL(path, mode=ctypes.RTLD_LOCAL)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 _ENTRY = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
 
 
@@ -74,15 +87,7 @@ class CpuModule:
             raise CpuRuntimeError(f"this cpu partition code was compiled for {isa}, which this CPU lacks")
         self.manifest = manifest
         self.kernels = build.load_kernels()
-        # The shared object lives in a private directory only while dlopen reads it.
-        d = tempfile.mkdtemp(prefix="tcc-cpu-")
-        try:
-            path = os.path.join(d, "partitions.so")
-            with open(path, "wb") as f:
-                f.write(so)
-            self.lib = ctypes.CDLL(path, mode=ctypes.RTLD_LOCAL)
-        finally:
-            shutil.rmtree(d, ignore_errors=True)
+        self.lib = _dlopen(so)
         # Weights: uploaded once, into one 64-byte aligned block.
         self._wblock = _aligned(max(len(blob), 1))
         self._wblock[:len(blob)] = np.frombuffer(blob, np.uint8)
@@ -120,14 +125,7 @@ class CpuModule:
         with self._lock:
             if self._profiled is None:
                 so = build.compile_partitions(self._c_source, self.manifest["isa"], ("TCC_PROFILE",))
-                d = tempfile.mkdtemp(prefix="tcc-cpu-")
-                try:
-                    path = os.path.join(d, "partitions.so")
-                    with open(path, "wb") as f:
-                        f.write(so)
-                    self._profiled = (ctypes.CDLL(path, mode=ctypes.RTLD_LOCAL), {})
-                finally:
-                    shutil.rmtree(d, ignore_errors=True)
+                self._profiled = (_dlopen(so), {})
             lib, funcs = self._profiled
             if name not in funcs:
                 funcs[name] = self._entry(lib, name)
