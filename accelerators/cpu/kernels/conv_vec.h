@@ -146,24 +146,24 @@ CV_INLINE float cv_bias(const cv_ep *e, long m) {
     return e->bias_scale * (e->bias_scalar ? e->bias[0] : e->bias[m]);
 }
 
-/* mathfun.h's tcc_exp_ on a vector (the same steps, so the same results). */
+/* mathfun.h's tcc_exp_ on a vector (the same steps, so the same results):
+ * n = round(x log2 e) by adding 1.5 * 2^23 + 127 in the FMA, whose low
+ * mantissa bits then hold n + 127, the exponent of 2^n (no round and no
+ * float-to-int conversion), and e^x = 2^n (e^r - 1) + 2^n in one more FMA.
+ * Four instructions fewer than a floor, a conversion and an add of 1: the
+ * exponentials' pass of Softmax + LayerNormalization (AVX2 build, AMD EPYC
+ * Zen 4, 1 thread) ran at ~70 % of its time on them. */
 CV_INLINE vf cv_exp_v(vf x) {
     typedef int vi32 __attribute__((vector_size(VL * 4)));
     const vi32 under = (vi32)(x < (vf){0} - 87.3365447504f);  /* all ones below ln(FLT_MIN): 0 there, as tcc_exp_ */
     x = v_min(v_max(x, (vf){0} - 87.3365447504f), (vf){0} + 88.3762626647949f);
-    vf n = x * 1.44269504088896341f + 0.5f;
-#if defined(__AVX512F__)
-    n = (vf)_mm512_roundscale_ps((__m512)n, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-#elif defined(__AVX2__)
-    n = (vf)_mm256_floor_ps((__m256)n);
-#else
-    for (int i = 0; i < VL; i++) n[i] = __builtin_floorf(n[i]);
-#endif
+    const vf nb = x * 1.44269504088896341f + TCC_EXP_SHIFTER;
+    const vf n = nb - TCC_EXP_SHIFTER;
     vf r = x - n * 0.693359375f;
     r = r + n * 2.12194440e-4f;
-    const vf p = TCC_EXP_POLY(r);
-    const vi32 e = (__builtin_convertvector(n, vi32) + 127) << 23;
-    return (vf)((vi32)(p * (vf)e) & ~under);
+    typedef unsigned vu32 __attribute__((vector_size(VL * 4)));
+    const vf s = (vf)((vu32)nb << 23);
+    return (vf)((vi32)(TCC_EXPM1_POLY(r) * s + s) & ~under);
 }
 
 /* Activations cheap enough to run in registers (SiLU: an exp per output,

@@ -12,16 +12,22 @@
 #define TCC_EXPM1_POLY(r)                                                                                 \
     ((((((1.9875691500e-4f * (r) + 1.3981999507e-3f) * (r) + 8.3334519073e-3f) * (r) + 4.1665795894e-2f) * (r) + \
        1.6666665459e-1f) * (r) + 5.0000001201e-1f) * (r) * (r) + (r))
-#define TCC_EXP_POLY(r) (TCC_EXPM1_POLY(r) + 1.0f)
+
+/* 1.5 * 2^23 + 127: x log2 e plus this, rounded once (an FMA where the
+ * build has one), is round(x log2 e) + 127 in the low mantissa bits, i.e.
+ * shifted left by 23 it is the bits of 2^n; minus it, n as a float. */
+#define TCC_EXP_SHIFTER 12583039.0f
 
 /* x = n ln 2 + r with |r| <= ln 2 / 2 (ln 2 in two parts): returns r, and
  * 2^n in *s (x within the callers' clamps, so 2^n is a normal float) */
 static inline float tcc_exp_reduce_(float x, float *s) {
-    float t = x * 1.44269504088896341f;
-    float n = __builtin_floorf(t + 0.5f);
+    const float nb = x * 1.44269504088896341f + TCC_EXP_SHIFTER;
+    const float n = nb - TCC_EXP_SHIFTER;
     float r = x - n * 0.693359375f;
     r = r + n * 2.12194440e-4f;
-    int32_t e = ((int32_t)n + 127) << 23;
+    uint32_t e;
+    memcpy(&e, &nb, 4);
+    e <<= 23;
     memcpy(s, &e, 4);
     return r;
 }
@@ -37,7 +43,7 @@ static inline float tcc_exp_(float x) {
     if (under) x = -87.3365447504f;
     float s;
     const float r = tcc_exp_reduce_(x, &s);
-    return under ? 0.0f : TCC_EXP_POLY(r) * s;
+    return under ? 0.0f : TCC_EXPM1_POLY(r) * s + s;
 }
 static inline float tcc_sigmoidf(float x) { return 1.0f / (1.0f + tcc_exp_(-x)); }
 /* tanh|x| = -m / (2 + m) with m = e^(-2|x|) - 1, computed as 2^n (e^r - 1)
