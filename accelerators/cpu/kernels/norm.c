@@ -239,7 +239,7 @@ static void softmax_layernorm_rows(void *arg, long b, long e) {
 #if VL == 16
             __builtin_prefetch(nx + k + 16); /* a line per prefetch: 2 VL floats are 2 lines here */
 #endif
-            const vf e0 = cv_exp_v(v_ld(x + k) - mv), e1 = cv_exp_v(v_ld(x + k + VL) - mv);
+            const vf e0 = cv_exp_nonpos_v(v_ld(x + k) - mv), e1 = cv_exp_nonpos_v(v_ld(x + k + VL) - mv);
             v_st(t + k, e0);
             v_st(t + k + VL, e1);
             s0 += e0;

@@ -99,6 +99,29 @@ def test_softmax_layernorm_spread(isa):
                 assert (np.abs(y - want) <= tol).all(), (rows, cols, spread, eps, float(np.max(np.abs(y - want) / tol)))
 
 
+@pytest.mark.parametrize("isa", ["avx512", "avx2", "generic"])
+def test_softmax_layernorm_underflow(isa):
+    """Rows whose exponentials underflow (x - max below ln(FLT_MIN) = -87.3,
+    where the vector exp gives FLT_MIN instead of 0) and masked entries
+    (-inf, an attention's mask), against float64 numpy: the outputs of the
+    underflowing entries equal the zero probabilities' to float precision."""
+    lib = lib_at(isa, 2)
+    lib.tcc_cpu_softmax_layernorm.argtypes = [L, L, P, P, P, F, P]
+    rows, cols = 6, 1000
+    x = rng.uniform(-400.0, 5.0, (rows, cols)).astype(np.float32)
+    x[rng.random((rows, cols)) < 0.2] = -np.inf
+    x[:, 0] = 5.0  # no row all -inf
+    s, bias = rng.standard_normal(cols).astype(np.float32), rng.standard_normal(cols).astype(np.float32)
+    y = np.empty_like(x)
+    lib.tcc_cpu_softmax_layernorm(rows, cols, x.ctypes.data, s.ctypes.data, bias.ctypes.data, 1e-5, y.ctypes.data)
+    x64 = x.astype(np.float64)
+    e = np.exp(x64 - x64.max(1, keepdims=True))
+    sm = e / e.sum(1, keepdims=True)
+    want = (sm - sm.mean(1, keepdims=True)) / np.sqrt(sm.var(1, keepdims=True) + 1e-5) * s + bias
+    assert np.isfinite(y).all()
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=2e-6 * cols)
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("isa", ["avx512", "avx2", "generic"])
 def test_transpose(isa, threads):
