@@ -12,21 +12,25 @@ Columns: medians (ms); ratios tcc / onnxruntime (target: default <= 1.0 at 2
 threads) and cpu / host (issue 22 item 4: <= 1.0 everywhere), each with the
 25th-75th percentile of the per-burst ratios as its spread.
 
-    python bench/bench_corpus.py [--threads 2 1] [--models llama deit] [--min-time 1.0]
+    python bench/bench_corpus.py [--threads 2 1] [--models llama deit] [--min-time 1.0] [--hide-avx512]
 """
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import sys
 import tempfile
 import time
 
-import numpy as np
+if os.environ.get("TCC_BENCH_HIDE_AVX512"):  # --hide-avx512's child: before any library reads CPUID
+    ctypes.CDLL(os.environ["TCC_BENCH_HIDE_AVX512"])
+
+import numpy as np  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from bench_models import _interleaved_samples, header, run_per_thread_count  # noqa: E402  (one timing method and header for every table)
+from bench_models import _interleaved_samples, header, hide_avx512_env, run_per_thread_count  # noqa: E402  (one timing method and header for every table)
 
 BURST = 5
 
@@ -102,6 +106,8 @@ def main():
     p.add_argument("--thread", type=int, default=2, help=argparse.SUPPRESS)
     p.add_argument("--models", nargs="*", default=sorted(manifest()))
     p.add_argument("--min-time", type=float, default=1.0, help="seconds of timed runs per model and side (about)")
+    p.add_argument("--hide-avx512", action="store_true",
+                   help="run as on an AVX2-only CPU (bench_cpu_accel.py --help)")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     unknown = sorted(set(args.models) - set(manifest()))
@@ -110,7 +116,8 @@ def main():
     if args.child:
         child(args)
         return
-    run_per_thread_count(__file__, args.threads, ["--models", *args.models, "--min-time", str(args.min_time)])
+    run_per_thread_count(__file__, args.threads, ["--models", *args.models, "--min-time", str(args.min_time)],
+                         env=hide_avx512_env() if args.hide_avx512 else None)
 
 if __name__ == "__main__":
     main()

@@ -12,10 +12,13 @@ import os
 import sys
 import time
 
-import numpy as np
+if os.environ.get("TCC_BENCH_HIDE_AVX512"):  # --hide-avx512's child: before any library reads CPUID
+    ctypes.CDLL(os.environ["TCC_BENCH_HIDE_AVX512"])
+
+import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_models import (_interleaved_ms, _interleaved_samples, header,  # noqa: E402  (one timing method and header for every table)
+from bench_models import (_interleaved_ms, _interleaved_samples, header, hide_avx512_env,  # noqa: E402  (one timing method and header for every table)
                           run_per_thread_count)
 
 MODELS = ["mlp", "resnet18", "mobilenetv2", "bert", "chain", "softmax_ln"]
@@ -137,13 +140,18 @@ def main():
     p.add_argument("--models", nargs="*", default=MODELS)
     p.add_argument("--gemm", type=int, nargs="*", default=[256, 1024, 2048])
     p.add_argument("--min-time", type=float, default=1.0)
+    p.add_argument("--hide-avx512", action="store_true",
+                   help="run as on an AVX2-only CPU: onnxruntime, OpenBLAS and LLVM see no AVX-512 in CPUID "
+                        "(needs CPUID faulting: cpuid_fault in /proc/cpuinfo), tcc runs its avx2 library")
     p.add_argument("--child", action="store_true")
     args = p.parse_args()
     if args.child:
         child(args)
         return
+    env = hide_avx512_env() if args.hide_avx512 else None  # bench_models.py
     run_per_thread_count(__file__, args.threads, ["--models", *args.models, "--gemm", *map(str, args.gemm),
-                                                  "--min-time", str(args.min_time)])
+                                                  "--min-time", str(args.min_time)], env=env)
+
 
 if __name__ == "__main__":
     main()

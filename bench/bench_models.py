@@ -87,8 +87,10 @@ def header(threads):
     from tcc.accelerators.cpu import build
     isa = build.best_isa()
     forced = " (TCC_CPU_ISA)" if os.environ.get("TCC_CPU_ISA") else ""
+    hidden = ("; AVX-512 hidden from CPUID (bench/hide_avx512.c): onnxruntime, OpenBLAS and the host path "
+              "pick their AVX2 code" if os.environ.get("TCC_BENCH_HIDE_AVX512") else "")
     return (f"# CPU: {cpu_model()}, {os.cpu_count()} cores; cpu kernel library: {isa}{forced}; "
-            f"threads: {threads}; onnxruntime {ort.__version__}, numpy {np.__version__}")
+            f"threads: {threads}; onnxruntime {ort.__version__}, numpy {np.__version__}{hidden}")
 
 
 def _interleaved_ms(fa, fb, repeats, warmup=2, burst=5, pause=0.05):
@@ -116,6 +118,19 @@ def _interleaved_samples(fns, repeats, warmup=2, burst=5, pause=0.05):
                 f()
                 ts.append(time.perf_counter() - t)
     return out
+
+
+def hide_avx512_env():
+    """The children's environment for --hide-avx512: hide_avx512.c built
+    into a shim each child loads first (it traps CPUID and clears the AVX-512
+    bits; not LD_PRELOAD: the compilers tcc runs install their own SIGSEGV
+    handlers, and exec turns CPUID faulting off again)."""
+    if "cpuid_fault" not in open("/proc/cpuinfo").read().split():
+        sys.exit("--hide-avx512: this CPU or VM offers no CPUID faulting (no cpuid_fault in /proc/cpuinfo)")
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hide_avx512.c")
+    so = os.path.join(tempfile.mkdtemp(prefix="tcc-hide-avx512-"), "hide_avx512.so")
+    subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", so, src], check=True)
+    return {"TCC_BENCH_HIDE_AVX512": so, "TCC_CPU_ISA": "avx2"}
 
 
 def run_per_thread_count(script, threads, args, env=None, prefix=lambda t: []):

@@ -1,0 +1,53 @@
+"""bench/hide_avx512.c, the shim behind `bench_cpu_accel.py --hide-avx512`:
+in a process that loads it, CPUID reports no AVX-512 (LLVM's host features,
+which the host path compiles for), onnxruntime still gives its results, and a
+child the process execs sees the real CPU again. Runs where the CPU has
+AVX-512 and the kernel offers CPUID faulting; skipped elsewhere."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+FLAGS = open("/proc/cpuinfo").read().split() if os.path.exists("/proc/cpuinfo") else []
+
+pytestmark = pytest.mark.skipif("avx512f" not in FLAGS or "cpuid_fault" not in FLAGS,
+                                reason="needs AVX-512 and CPUID faulting (cpuid_fault in /proc/cpuinfo)")
+
+PROBE = textwrap.dedent("""
+    import ctypes, subprocess, sys
+    if sys.argv[1] == "hide":
+        ctypes.CDLL(sys.argv[2])
+    import llvmlite.binding as llvm
+    import numpy as np
+    import onnxruntime as ort
+    from onnx import TensorProto as T, helper as h
+    f = llvm.get_host_cpu_features()
+    g = h.make_graph([h.make_node("MatMul", ["a", "b"], ["y"])], "g",
+                     [h.make_tensor_value_info(n, T.FLOAT, [67, 67]) for n in "ab"],
+                     [h.make_tensor_value_info("y", T.FLOAT, [67, 67])])
+    s = ort.InferenceSession(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]).SerializeToString(),
+                             providers=["CPUExecutionProvider"])
+    a, b = (np.random.default_rng(int(sys.argv[3]) + i).standard_normal((67, 67)).astype(np.float32) for i in (0, 1))
+    err = np.abs(s.run(None, {"a": a, "b": b})[0] - a.astype(np.float64) @ b).max()
+    child = subprocess.run([sys.executable, "-c", "import llvmlite.binding as l; print(l.get_host_cpu_features()['avx512f'])"],
+                           capture_output=True, text=True).stdout.strip()
+    print(f["avx512f"], f["avx2"], err < 1e-3, child)
+""")
+
+
+def test_cpuid_hides_avx512_in_the_process_only(tmp_path, rng):
+    so = tmp_path / "hide.so"
+    subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", str(so), os.path.join(REPO, "bench", "hide_avx512.c")],
+                   check=True)
+    probe = tmp_path / "probe.py"
+    probe.write_text(PROBE)
+    seed = str(int(rng.integers(1 << 30)))
+    out = {mode: subprocess.run([sys.executable, str(probe), mode, str(so), seed], capture_output=True, text=True,
+                                timeout=120) for mode in ("hide", "plain")}
+    for mode, r in out.items():
+        assert r.returncode == 0, (mode, r.stderr[-2000:])
+    assert out["hide"].stdout.split() == ["False", "True", "True", "True"]
+    assert out["plain"].stdout.split() == ["True", "True", "True", "True"]
