@@ -57,7 +57,7 @@ typedef struct {
     const cv_ep *e, *ed;      /* the two epilogues */
     float *y;
     long C, M, P, H, W, Hp, Wp, OHW, nblk, npair; /* npair: items per image (pairs; AVX-512: quads) */
-    long nband;               /* AVX-512: bands of output rows an item of blocks is split into */
+    long nband;               /* bands of output rows an item of blocks is split into */
     long toff[TMAX];          /* tap (ki, kj): its offset in a padded block, in floats */
     const int *ptab, *dtab;   /* per input / output position: its offset in a block (a pointwise store, a
                                * depthwise tile's tap 0), the last repeated to whole tiles; built once per
@@ -163,17 +163,17 @@ CV_INLINE void p8_dw_tile(const p8_job *j, const float *buf, const v8f *wt, cons
     }
 }
 
-/* Every output position of channels m0.. (y, res: channel m0's planes). */
+/* Output positions [ob, oe) of channels m0.. (y, res: channel m0's planes). */
 CV_INLINE void p8_dw_plane(const p8_job *j, const float *buf, const v8f *wt, const float *bc, const long T, long nc,
-                           float *y, const float *res, const int act) {
-    long o = 0;
-    for (; o + DWN <= j->OHW; o += DWN) p8_dw_tile(j, buf, wt, bc, T, o, DWN, nc, y, res, 1, act);
-    if (o < j->OHW) p8_dw_tile(j, buf, wt, bc, T, o, (int)(j->OHW - o), nc, y, res, 0, act);
+                           float *y, const float *res, long ob, long oe, const int act) {
+    long o = ob;
+    for (; o + DWN <= oe; o += DWN) p8_dw_tile(j, buf, wt, bc, T, o, DWN, nc, y, res, 1, act);
+    if (o < oe) p8_dw_tile(j, buf, wt, bc, T, o, (int)(oe - o), nc, y, res, 0, act);
 }
 #define P8_DW(name, T, ACT)                                                                                      \
     __attribute__((noinline)) static void name(const p8_job *j, const float *buf, const v8f *wt, const float *bc, \
-                                               long nc, float *y, const float *res) {                          \
-        p8_dw_plane(j, buf, wt, bc, T, nc, y, res, ACT);                                                         \
+                                               long nc, float *y, const float *res, long ob, long oe) {        \
+        p8_dw_plane(j, buf, wt, bc, T, nc, y, res, ob, oe, ACT);                                                 \
     }
 P8_DW(p8_dw_3x3_clip, 9, TCC_ACT_CLIP)
 P8_DW(p8_dw_3x3_relu, 9, TCC_ACT_RELU)
@@ -307,8 +307,14 @@ static void p8_task(void *arg, long b, long e) {
     p8_zero_border(j, buf);
     p8_zero_border(j, buf + blkf);
     for (long it = b; it < e; it++) {
-        const long pair = it % j->npair, img = it / j->npair, blk0 = 2 * pair;
+        const long band = it % j->nband, pair = it / j->nband % j->npair, img = it / j->nband / j->npair;
+        const long blk0 = 2 * pair;
         const long blk1 = blk0 + 1 < j->nblk ? blk0 + 1 : blk0; /* an odd last block: computed twice, used once */
+        /* the band's output rows, and the input rows its taps read (the halo rows computed twice) */
+        const long o0 = band * pd->oh / j->nband, o1 = (band + 1) * pd->oh / j->nband;
+        long r0 = o0 * pd->sh - pd->pt, r1 = (o1 - 1) * pd->sh + (pd->kh - 1) * pd->dh - pd->pt + 1;
+        r0 = r0 < 0 ? 0 : r0;
+        r1 = r1 > j->H ? j->H : r1;
         const float *x = j->x + img * C * P, *w0 = j->wp + blk0 * C * PR, *w1 = j->wp + blk1 * C * PR;
         float bb[2][PR];
         for (int h = 0; h < 2; h++)
@@ -324,13 +330,15 @@ static void p8_task(void *arg, long b, long e) {
          * there). AMD EPYC Zen 4, AVX2 library, 1 thread, MobileNetV2's
          * 160 -> 960 pairs: 0.228 ms in one tile, 0.205 in two, 0.191 in
          * four or eight (0.176 with the AVX-512 library). */
-        const long npair = (it + 1) % j->npair, ntile = P / PWN, npf = ntile >= 4 ? 4 : ntile >= 2 ? 2 : 1;
+        const long qb = r0 * j->W, qe = r1 * j->W;
+        const long npair = (it + 1) / j->nband % j->npair, ntile = (qe - qb) / PWN;
+        const long npf = ntile >= 4 ? 4 : ntile >= 2 ? 2 : 1;
         const float *pf = it + 1 < e && npair != pair ? j->wp + 2 * npair * C * PR : NULL;
-        long q = 0;
-        for (long t = 0; q + PWN <= P; q += PWN, t++)
+        long q = qb;
+        for (long t = 0; q + PWN <= qe; q += PWN, t++)
             p8_pw_full(j, x, w0, w1, q, buf, buf + blkf, b0, b1, pf && t < npf ? pf + t * (16 / npf) * C : NULL,
                        16 / npf);
-        if (q < P) p8_pw_tail(j, x, w0, w1, q, (int)(P - q), buf, buf + blkf, b0, b1, q ? NULL : pf, 16);
+        if (q < qe) p8_pw_tail(j, x, w0, w1, q, (int)(qe - q), buf, buf + blkf, b0, b1, q > qb ? NULL : pf, 16);
         float *y = j->y + img * M * j->OHW;
         const float *res = j->ed->res ? j->ed->res + img * M * j->OHW : NULL;
         for (int h = 0; h < 2 && blk0 + h < j->nblk; h++) {
@@ -348,13 +356,14 @@ static void p8_task(void *arg, long b, long e) {
             const float *rb = res ? res + m0 * j->OHW : NULL, *bh = buf + h * blkf;
             if (T == 9 && pd->dw == 1) {
                 const int act = j->ed->act;
-                if (act == TCC_ACT_CLIP) p8_dw_3x3_clip(j, bh, wt, bc, nc, yb, rb);
-                else if (act == TCC_ACT_RELU) p8_dw_3x3_relu(j, bh, wt, bc, nc, yb, rb);
-                else if (act == TCC_ACT_NONE) p8_dw_3x3_none(j, bh, wt, bc, nc, yb, rb);
-                else if (act == TCC_ACT_SILU) p8_dw_3x3_silu(j, bh, wt, bc, nc, yb, rb);
-                else p8_dw_3x3_act(j, bh, wt, bc, nc, yb, rb);
+                const long ob = o0 * pd->ow, oe = o1 * pd->ow;
+                if (act == TCC_ACT_CLIP) p8_dw_3x3_clip(j, bh, wt, bc, nc, yb, rb, ob, oe);
+                else if (act == TCC_ACT_RELU) p8_dw_3x3_relu(j, bh, wt, bc, nc, yb, rb, ob, oe);
+                else if (act == TCC_ACT_NONE) p8_dw_3x3_none(j, bh, wt, bc, nc, yb, rb, ob, oe);
+                else if (act == TCC_ACT_SILU) p8_dw_3x3_silu(j, bh, wt, bc, nc, yb, rb, ob, oe);
+                else p8_dw_3x3_act(j, bh, wt, bc, nc, yb, rb, ob, oe);
             } else {
-                p8_dw_any(j, bh, wt, bc, nc, yb, rb);
+                p8_dw_any(j, bh, wt, bc, nc, yb, rb, o0 * pd->ow, o1 * pd->ow);
             }
         }
     }
@@ -454,22 +463,26 @@ static int p8_init(p8_job *j, const tcc_conv_params *p, const tcc_conv_params *p
     j->nblk = (j->M + PR - 1) / PR;
 #if CB == 16
     j->npair = (j->nblk + 3) / 4; /* items of four blocks */
-    /* Few items that the threads cannot share evenly: MobileNetV2's
-     * 144-channel pair at 56x56 on 2 threads is 5 items, 3 on one thread
-     * and 2 on the other: 0.211 ms against the planar kernel's 0.198 (its
-     * items are single blocks), where on 1 thread it runs in 0.345 against
-     * 0.382. Split into a band of output rows a thread: 0.210 against the
-     * planar 0.219-0.227 (Intel Xeon). */
+#else
+    j->npair = (j->nblk + 1) / 2;
+#endif
+    /* Few items that the threads cannot share evenly: split into a band of
+     * output rows a thread, each band computing the expansion of the input
+     * rows its taps read. MobileNetV2's 144-channel pair at 56x56 on 2
+     * threads: AVX-512, 5 items of four blocks (3 on one thread), 0.211 ms
+     * against the planar kernel's 0.198, in bands 0.210 against 0.219-0.227
+     * (Intel Xeon); AVX2, 9 items of two, 1.68x its 1-thread speed as
+     * items (AMD EPYC Zen 4). */
     const long items = p->n * j->npair;
     j->nband = 1;
     if (width > 1 && items % width && items < 8 * width) {
-        if (pd->oh < 4 * width) return 0;
-        j->nband = width; /* bands of rows: every thread a share */
-    }
+#if CB == 16
+        if (pd->oh < 4 * width) return 0; /* the planar kernel (its items single blocks) */
 #else
-    (void)width;
-    j->npair = (j->nblk + 1) / 2;
+        if (pd->oh >= 4 * width) /* else whole items (a 2-block item is no worse than planes) */
 #endif
+        j->nband = width;
+    }
     j->e = e;
     j->ed = ed;
     return 1;
@@ -498,11 +511,7 @@ int cv_pwdw8(const tcc_conv_params *p, const float *x, const float *wp, const cv
     }
     j.ptab = tab;
     j.dtab = tab + np;
-#if CB == 16
     tcc_cpu_parallel_for(p->n * j.npair * j.nband, 1, p8_task, &j);
-#else
-    tcc_cpu_parallel_for(p->n * j.npair, 1, p8_task, &j);
-#endif
     return 1;
 }
 
