@@ -14,8 +14,10 @@ next to numpy's matmul.
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -128,7 +130,9 @@ def hide_avx512_env():
     if "cpuid_fault" not in open("/proc/cpuinfo").read().split():
         sys.exit("--hide-avx512: this CPU or VM offers no CPUID faulting (no cpuid_fault in /proc/cpuinfo)")
     src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hide_avx512.c")
-    so = os.path.join(tempfile.mkdtemp(prefix="tcc-hide-avx512-"), "hide_avx512.so")
+    tmp = tempfile.mkdtemp(prefix="tcc-hide-avx512-")
+    atexit.register(shutil.rmtree, tmp, True)  # the children run (and exit) before this process
+    so = os.path.join(tmp, "hide_avx512.so")
     subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", so, src], check=True)
     return {"TCC_BENCH_HIDE_AVX512": so, "TCC_CPU_ISA": "avx2"}
 
@@ -225,6 +229,7 @@ def main():
 
     import tcc
     tmp = tempfile.mkdtemp(prefix="tcc-bench-")
+    atexit.register(shutil.rmtree, tmp, True)
     names = [n for n in args.models.split(",") if n]
     compiled, compile_s = [], {}
     for name in names:

@@ -1,16 +1,19 @@
 """The Python API: `tcc.compile(model) -> artifact path`, `tcc.load(path) -> Session`."""
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import os
+import shutil
 import tempfile
 
 
 def compile(model, maccel=(), opt_level=2, output=None, accel_options=None, cache=True,  # noqa: A001
             verbose=False, targets=()):
     """Compiles an ONNX model (a path or a ModelProto) into a `.tcc` artifact;
-    returns its path (default: beside the model as MODEL.tcc, or a fresh
-    temporary directory for a ModelProto). `accel_options` gives accelerator
+    returns its path (default: beside the model as MODEL.tcc, or, for a
+    ModelProto, a fresh temporary directory removed when the process exits:
+    pass `output` to keep the artifact). `accel_options` gives accelerator
     options as the CLI's `--<accel>-<name>` do: {"sim": {"max-rank": 2}};
     `targets` the accelerators' targets as `--target` does: ["cpu -isa=avx2"]. An
     artifact compiled before from the same model, options, code and target is
@@ -25,7 +28,7 @@ def compile(model, maccel=(), opt_level=2, output=None, accel_options=None, cach
         if isinstance(model, (str, os.PathLike)):
             output = os.path.splitext(os.fspath(model))[0] + ".tcc"
         else:
-            output = os.path.join(tempfile.mkdtemp(prefix="tcc-"), "model.tcc")
+            output = os.path.join(_scratch_dir(), "model.tcc")
     check_output(output, [model])
     maccel = [maccel] if isinstance(maccel, str) else list(maccel)  # "cpu" is one name, not 'c', 'p', 'u'
     maccel = accel.resolve_maccel(maccel)  # maccel=["host"]: the same as (), the host path alone
@@ -47,6 +50,15 @@ def compile(model, maccel=(), opt_level=2, output=None, accel_options=None, cach
         if cache and cacheable(model, options):
             return compile_cached(model, options, build, prog="tcc.compile")
         return build(options.output)
+
+
+def _scratch_dir():
+    # One directory a call, all removed at exit: a loop of compile(proto)
+    # calls once left a directory each in /tmp for good (32,000 after a day
+    # of test runs).
+    d = tempfile.mkdtemp(prefix="tcc-")
+    atexit.register(shutil.rmtree, d, True)
+    return d
 
 
 def _compile_at_run_time(module, options, path):

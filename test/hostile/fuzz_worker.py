@@ -8,7 +8,6 @@ import json
 import os
 import resource
 import sys
-import tempfile
 import traceback
 
 
@@ -46,7 +45,7 @@ def main():
     import tcc.dialects.ir  # noqa: F401 - imports first, outside the timed inputs
     import tcc.dialects.onnx.importer  # noqa: F401
     import tcc.runtime.session  # noqa: F401
-    tmp = tempfile.mkdtemp(prefix="tcc-fuzz-")
+    tmp = sys.argv[1]  # the parent's directory: it removes it, also after killing this process
     inp, out = sys.stdin.buffer, sys.stdout
     while True:
         header = inp.readline()

@@ -26,12 +26,16 @@ class Worker:
 
     def __init__(self):
         self.proc = None
+        self.tmp = None  # the children's scratch directory: owned here, since a child may be killed
 
     def _start(self):
+        import tempfile
         root = os.path.dirname(os.path.dirname(HERE))
         env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "fuzz_worker.py")], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, env=env, cwd=root)
+        if self.tmp is None:
+            self.tmp = tempfile.TemporaryDirectory(prefix="tcc-fuzz-")
+        self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "fuzz_worker.py"), self.tmp.name],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd=root)
 
     def run(self, target, data: bytes):
         """(status, detail): status ok, error or crash."""
@@ -78,6 +82,9 @@ class Worker:
             self.proc.kill()
             self.proc.wait()
             self.proc = None
+        if self.tmp is not None:
+            self.tmp.cleanup()
+            self.tmp = None
 
 
 def save_to_corpus(target, data):
@@ -136,10 +143,10 @@ def seed_artifact():
 
         import tcc
         from .models import relu_model
-        d = tempfile.mkdtemp(prefix="tcc-fuzz-seed-")
-        p = tcc.compile(relu_model(), output=os.path.join(d, "m.tcc"))
-        with open(p, "rb") as f:
-            _ARTIFACTS["a"] = f.read()
+        with tempfile.TemporaryDirectory(prefix="tcc-fuzz-seed-") as d:
+            p = tcc.compile(relu_model(), output=os.path.join(d, "m.tcc"))
+            with open(p, "rb") as f:
+                _ARTIFACTS["a"] = f.read()
     return _ARTIFACTS["a"]
 
 
