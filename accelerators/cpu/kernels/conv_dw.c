@@ -205,7 +205,9 @@ static void dw_packed_rows(const cv_dw *d, const float *x, long c, float *y, con
     s.e = d->e;
     s.xp = x;
     if (pack) {
-        cv_pack(l, p, x, pack, 0, 1, 0);
+        /* the input rows the band reads: a band of a fused depthwise ->
+         * pointwise call costs its rows, not the whole plane */
+        cv_pack_rows(l, p, x, pack, r0 * p->sh - p->pt, (r1 - 1) * p->sh - p->pt + (p->kh - 1) * p->dh + 1);
         s.xp = pack;
     }
     s.w = d->w + c * l->taps;

@@ -272,6 +272,10 @@ void cv_pack(const cv_layout *l, const tcc_conv_params *p, const float *x, float
     }
 }
 
+void cv_pack_rows(const cv_layout *l, const tcc_conv_params *p, const float *x, float *dst, long r0, long r1) {
+    pack_channel(l, p, x, dst, r0 < 0 ? 0 : r0, r1 > p->h ? p->h : r1);
+}
+
 void cv_store_rows(const cv_layout *l, const tcc_conv_params *p, float *y, const float *src, long q0, long n,
                    float bias, const float *res, const cv_ep *e) {
     const long wq = l->wq, ow = p->ow, q1 = q0 + n;

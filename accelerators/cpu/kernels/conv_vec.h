@@ -231,6 +231,10 @@ void cv_layout_align_rows(cv_layout *l, const tcc_conv_params *p) CV_HIDDEN;
  * already zero (same layout packed before). */
 void cv_pack(const cv_layout *l, const tcc_conv_params *p, const float *x, float *dst, long c0, long c1, int zero)
     CV_HIDDEN;
+/* Input rows [r0, r1) (clamped to the plane) of one channel into a buffer
+ * whose padding is already zero: what a band of output rows reads. */
+void cv_pack_rows(const cv_layout *l, const tcc_conv_params *p, const float *x, float *dst, long r0, long r1)
+    CV_HIDDEN;
 /* cv_pack of channels [0, channels) on the pool, padding zeroed (split by
  * channels, or as cv_pack_all_rows where too few for every thread). */
 void cv_pack_all(const cv_layout *l, const tcc_conv_params *p, const float *x, float *dst, long channels) CV_HIDDEN;
