@@ -396,7 +396,13 @@ static void p8_task(void *arg, long b, long e) {
     p8_zero_border(j, buf);
     p8_zero_border(j, buf + blkf);
     for (long it = b; it < e; it++) {
-        const long band = it % j->nband, quad = it / j->nband % j->npair, img = it / j->nband / j->npair;
+        /* band-major: a thread's range is one band of every item (its
+         * input rows stay in its cache), and a cheaper last item (single-zmm
+         * tiles, above) no longer leaves one thread the longer share.
+         * MobileNetV2's 144-channel pairs, 2 threads, Zen 4: 0.206 -> 0.189
+         * ms at 56x56, 0.146 -> 0.139 at stride 2 (the AVX2 items of two
+         * blocks: within 3 % either way) */
+        const long quad = it % j->npair, band = it / j->npair % j->nband, img = it / j->nband / j->npair;
         const long blk0 = 4 * quad, OH = pd->oh, OW = pd->ow;
         const long o0 = band * OH / j->nband, o1 = (band + 1) * OH / j->nband; /* output rows */
         long r0 = o0 * pd->sh - pd->pt, r1 = (o1 - 1) * pd->sh + (pd->kh - 1) * pd->dh - pd->pt + 1; /* input rows */
@@ -413,7 +419,7 @@ static void p8_task(void *arg, long b, long e) {
         const vf bias0 = v_ld(bb), bias1 = v_ld(bb + CB);
         /* the next item's weights (another four blocks: 4 C x 8 floats, 2 C
          * lines), prefetched a line per input channel over the first tiles */
-        const long nquad = (it + 1) / j->nband % j->npair;
+        const long nquad = (it + 1) % j->npair;
         const float *pf = it + 1 < e && nquad != quad ? j->wp + 4 * nquad * C * PR : NULL;
         const float *pfe = pf ? j->wp + (4 * nquad + 4 < j->nblk ? 4 * nquad + 4 : j->nblk) * C * PR : NULL;
         long q = r0 * j->W;
