@@ -57,8 +57,13 @@ def _scratch_dir():
     # calls once left a directory each in /tmp for good (32,000 after a day
     # of test runs).
     d = tempfile.mkdtemp(prefix="tcc-")
-    atexit.register(shutil.rmtree, d, True)
+    atexit.register(_remove_if_owner, d, os.getpid())
     return d
+
+
+def _remove_if_owner(d, pid):
+    if os.getpid() == pid:  # a forked child leaving runs atexit too: the directory is its parent's
+        shutil.rmtree(d, True)
 
 
 def _compile_at_run_time(module, options, path):

@@ -34,3 +34,29 @@ def test_proto_artifacts_removed_at_exit(tmp_path, rng):
         assert ln[0].startswith(str(scratch)), ln[0]
         np.testing.assert_array_equal(np.array(ln[1:], np.float32), np.maximum(x, 0))
     assert not any(p.name.startswith("tcc-") for p in scratch.iterdir()), sorted(scratch.iterdir())
+
+
+FORK = r"""
+import os, sys, numpy as np, tcc
+from onnx import TensorProto, helper
+g = helper.make_graph([helper.make_node("Neg", ["x"], ["y"])], "g",
+                      [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+p = tcc.compile(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]), cache=False)
+pid = os.fork()
+if pid == 0:
+    sys.exit(0)  # a forked child leaving normally runs the inherited atexit handlers
+os.waitpid(pid, 0)
+x = np.frombuffer(bytes.fromhex(sys.argv[1]), np.float32)
+print(os.path.exists(p), *tcc.load(p).run({"x": x})[0])
+"""
+
+
+def test_forked_child_leaves_the_parents_artifact(tmp_path, rng):
+    x = rng.standard_normal(4).astype(np.float32)
+    r = subprocess.run([sys.executable, "-c", FORK, x.tobytes().hex()], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "TMPDIR": str(tmp_path), "TCC_CACHE_DIR": str(tmp_path / "c")})
+    assert r.returncode == 0, r.stderr
+    exists, *y = r.stdout.split()
+    assert exists == "True"
+    np.testing.assert_array_equal(np.array(y, np.float32), -x)
