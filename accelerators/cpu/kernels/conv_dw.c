@@ -66,14 +66,22 @@ CV_INLINE void dw_group_body(const dw_plane *d, const long taps, const int full)
 #pragma GCC unroll 8
         for (int g = 0; g < DG; g++) acc[g] += (full ? v_ld(s + d->q[g]) : ld_m(s + d->q[g], d->n[g])) * wv;
     }
+    /* read once, before the first store (y may alias them: dw3_ep) */
     const cv_ep *e = d->e;
     const int act = cv_vec_act(e->act) ? e->act : TCC_ACT_NONE; /* others: a pass over the plane after */
+    const float a0 = e->a0, a1 = e->a1, *const res = d->res;
+    float *const y = d->y;
+    const vf bias = (vf){0} + d->bias;
+    long yo[DG];
+    int n[DG];
+#pragma GCC unroll 8
+    for (int g = 0; g < DG; g++) yo[g] = d->yo[g], n[g] = d->n[g];
 #pragma GCC unroll 8
     for (int g = 0; g < DG; g++) {
-        if (!d->n[g]) continue; /* an unused slot (q 0: in bounds) */
-        vf a = acc[g] + d->bias;
-        if (d->res) a += ld_m(d->res + d->yo[g], d->n[g]);
-        st_m(d->y + d->yo[g], cv_act_v(a, act, e->a0, e->a1), d->n[g]);
+        if (!n[g]) continue; /* an unused slot (q 0: in bounds) */
+        vf a = acc[g] + bias;
+        if (res) a += ld_m(res + yo[g], n[g]);
+        st_m(y + yo[g], cv_act_v(a, act, a0, a1), n[g]);
     }
 }
 
@@ -137,12 +145,21 @@ static void dw_run_plane(dw_plane *d, const cv_layout *l, const tcc_conv_params 
 #define D3_R 2
 #define D3_NV 4
 #endif
-CV_INLINE void dw3_tile(const dw_plane *d, long wq, long OW, long oh, long c0, const int R, const int NV,
-                        int last) {
-    const float *x = d->xp + oh * wq + c0;
-    vf w[9];
-#pragma GCC unroll 9
-    for (int t = 0; t < 9; t++) w[t] = (vf){0} + d->w[t];
+/* The epilogue's parameters, read once per row of tiles: read in the tile,
+ * GCC reloaded them (and tested the activation again) after every store,
+ * since y may alias them: ~15 instructions an output vector against the 9
+ * multiply-adds it takes. */
+typedef struct {
+    const float *res;
+    float *y;
+    vf bias;
+    int act;
+    float a0, a1;
+} dw3_ep;
+
+CV_INLINE void dw3_tile(const float *xp, const vf *w, const dw3_ep *ep, long wq, long OW, long oh, long c0,
+                        const int R, const int NV, int last) {
+    const float *x = xp + oh * wq + c0;
     vf acc[D3_R][D3_NV];
 #pragma GCC unroll 3
     for (int r = 0; r < R; r++)
@@ -161,31 +178,48 @@ CV_INLINE void dw3_tile(const dw_plane *d, long wq, long OW, long oh, long c0, c
                     if (i - r >= 0 && i - r < 3) acc[r][v] += xv * w[(i - r) * 3 + kj];
             }
     }
-    const cv_ep *e = d->e;
-    const int act = cv_vec_act(e->act) ? e->act : TCC_ACT_NONE;
 #pragma GCC unroll 3
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
         for (int v = 0; v < NV; v++) {
             const long o = (oh + r) * OW + c0 + v * VL;
             const int n = v == NV - 1 ? last : VL;
-            vf a = acc[r][v] + d->bias;
-            if (d->res) a += ld_m(d->res + o, n);
-            st_m(d->y + o, cv_act_v(a, act, e->a0, e->a1), n);
+            vf a = acc[r][v] + ep->bias;
+            if (ep->res) a += ld_m(ep->res + o, n);
+            st_m(ep->y + o, cv_act_v(a, ep->act, ep->a0, ep->a1), n);
         }
 }
 
-typedef void (*dw3_fn)(const dw_plane *, long, long, long, long, int);
-#define DW3(R, NV)                                                                                              \
-    static void dw3_##R##_##NV(const dw_plane *d, long wq, long OW, long oh, long c0, int last) {              \
-        dw3_tile(d, wq, OW, oh, c0, R, NV, last);                                                               \
+/* R output rows from oh: whole tiles of NV vectors, then the rest of the
+ * row (nv vectors, the last holding `last` columns), the weights in
+ * registers throughout */
+CV_INLINE void dw3_band(const dw_plane *d, long wq, long OW, long oh, const int R) {
+    vf w[9];
+#pragma GCC unroll 9
+    for (int t = 0; t < 9; t++) w[t] = (vf){0} + d->w[t];
+    const cv_ep *e = d->e;
+    const dw3_ep ep = {d->res, d->y, (vf){0} + d->bias, cv_vec_act(e->act) ? e->act : TCC_ACT_NONE, e->a0, e->a1};
+    const float *xp = d->xp;
+    long c0 = 0;
+    for (; c0 + D3_NV * VL <= OW; c0 += D3_NV * VL) dw3_tile(xp, w, &ep, wq, OW, oh, c0, R, D3_NV, VL);
+    if (c0 < OW) {
+        const long nv = (OW - c0 + VL - 1) / VL;
+        const int last = (int)(OW - c0 - (nv - 1) * VL);
+#pragma GCC unroll 4
+        for (int v = 1; v <= D3_NV; v++)
+            if (nv == v) dw3_tile(xp, w, &ep, wq, OW, oh, c0, R, v, last);
     }
+}
+
+typedef void (*dw3_fn)(const dw_plane *, long, long, long);
+#define DW3(R)                                                                                                  \
+    static void dw3_##R(const dw_plane *d, long wq, long OW, long oh) { dw3_band(d, wq, OW, oh, R); }
 #if D3_R == 3
-DW3(1, 1) DW3(1, 2) DW3(2, 1) DW3(2, 2) DW3(3, 1) DW3(3, 2)
-static const dw3_fn dw3_tiles[D3_R][D3_NV] = {{dw3_1_1, dw3_1_2}, {dw3_2_1, dw3_2_2}, {dw3_3_1, dw3_3_2}};
+DW3(1) DW3(2) DW3(3)
+static const dw3_fn dw3_bands[D3_R] = {dw3_1, dw3_2, dw3_3};
 #else
-DW3(1, 1) DW3(1, 2) DW3(1, 3) DW3(1, 4) DW3(2, 1) DW3(2, 2) DW3(2, 3) DW3(2, 4)
-static const dw3_fn dw3_tiles[D3_R][D3_NV] = {{dw3_1_1, dw3_1_2, dw3_1_3, dw3_1_4}, {dw3_2_1, dw3_2_2, dw3_2_3, dw3_2_4}};
+DW3(1) DW3(2)
+static const dw3_fn dw3_bands[D3_R] = {dw3_1, dw3_2};
 #endif
 
 static int dw3_fits(const tcc_conv_params *p) {
@@ -194,16 +228,7 @@ static int dw3_fits(const tcc_conv_params *p) {
 
 /* Output rows [r0, r1) of a packed plane. */
 static void dw3_plane(const dw_plane *d, const cv_layout *l, const tcc_conv_params *p, long r0, long r1) {
-    const long OW = p->ow, wq = l->wq;
-    for (long oh = r0; oh < r1; oh += D3_R) {
-        const int R = r1 - oh < D3_R ? (int)(r1 - oh) : D3_R;
-        long c0 = 0;
-        for (; c0 + D3_NV * VL <= OW; c0 += D3_NV * VL) dw3_tiles[R - 1][D3_NV - 1](d, wq, OW, oh, c0, VL);
-        if (c0 < OW) {
-            const long nv = (OW - c0 + VL - 1) / VL;
-            dw3_tiles[R - 1][nv - 1](d, wq, OW, oh, c0, (int)(OW - c0 - (nv - 1) * VL));
-        }
-    }
+    for (long oh = r0; oh < r1; oh += D3_R) dw3_bands[(r1 - oh < D3_R ? r1 - oh : D3_R) - 1](d, l->wq, p->ow, oh);
 }
 #endif
 
@@ -288,6 +313,7 @@ CV_INLINE void dwf_plane(const cv_dw *j, const float *x, const float *w, float *
     const long nv = (qhi + VL - 1) / VL, *off = j->off;
     const cv_ep *e = j->e;
     const int act = cv_vec_act(e->act) ? e->act : TCC_ACT_NONE;
+    const float a0 = e->a0, a1 = e->a1; /* read once: y may alias them (dw3_ep) */
     long v = qlo / VL;
     for (; v + DG <= nv; v += DG) {
         __m512 acc[DG];
@@ -307,7 +333,7 @@ CV_INLINE void dwf_plane(const cv_dw *j, const float *x, const float *w, float *
             const __mmask16 k = dwf_window(q, qlo, qhi);
             vf a = (vf)acc[g];
             if (res) a += (vf)_mm512_maskz_loadu_ps(k, res + q);
-            _mm512_mask_storeu_ps(y + q, k, (__m512)cv_act_v(a, act, e->a0, e->a1));
+            _mm512_mask_storeu_ps(y + q, k, (__m512)cv_act_v(a, act, a0, a1));
         }
     }
     for (; v < nv; v++) {
@@ -319,7 +345,7 @@ CV_INLINE void dwf_plane(const cv_dw *j, const float *x, const float *w, float *
         const __mmask16 k = dwf_window(q, qlo, qhi);
         vf a = (vf)acc;
         if (res) a += (vf)_mm512_maskz_loadu_ps(k, res + q);
-        _mm512_mask_storeu_ps(y + q, k, (__m512)cv_act_v(a, act, e->a0, e->a1));
+        _mm512_mask_storeu_ps(y + q, k, (__m512)cv_act_v(a, act, a0, a1));
     }
 }
 
@@ -367,6 +393,7 @@ CV_INLINE void dws2_rows(const cv_dw *j, const float *x, const float *w, float *
     const long H = p->h, W = p->w, OH = p->oh, OW = p->ow, sh = p->sh, dh = p->dh, pt = p->pt;
     const cv_ep *e = j->e;
     const int act = cv_vec_act(e->act) ? e->act : TCC_ACT_NONE;
+    const float a0 = e->a0, a1 = e->a1; /* read once: y may alias them (dw3_ep) */
     const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
     const __m512i io = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
     const float *rows[DWS2_KH][DG];
@@ -402,7 +429,7 @@ CV_INLINE void dws2_rows(const cv_dw *j, const float *x, const float *w, float *
             const long o = (oh0 + g) * OW + ow0;
             vf a = (vf)acc[g];
             if (res) a += v_ld_n(res + o, nout);
-            v_st_n(y + o, cv_act_v(a, act, e->a0, e->a1), nout);
+            v_st_n(y + o, cv_act_v(a, act, a0, a1), nout);
         }
     }
 }
