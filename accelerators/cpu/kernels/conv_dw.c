@@ -124,21 +124,24 @@ static void dw_run_plane(dw_plane *d, const cv_layout *l, const tcc_conv_params 
     dw_flush(d);
 }
 
-#if !defined(__AVX512F__)
 /* ---- packed, 3x3, stride 1, no dilation: rows in registers -------------------
- * 16-register builds (AVX2, and SSE2 for generic): a tile is D3_R output rows x
- * D3_NV vectors along them, so each of the R + 2 input rows' 3 shifted loads
- * feeds every output row it is a tap row of. Loads are whole vectors from
- * the packed plane (its padding columns, the next row, or the buffer's
- * slack past its end: never stored).
+ * A tile is D3_R output rows x D3_NV vectors along them, so each of the R + 2
+ * input rows' 3 shifted loads feeds every output row it is a tap row of.
+ * Loads are whole vectors from the packed plane (its padding columns, the
+ * next row, or the buffer's slack past its end: never stored).
  * AVX2: 3 rows x 2 vectors, 6 accumulators + 9 weights in the 16
  * registers. GCC folds most loads into their FMAs either way: 72 loads for
  * 72 multiply-adds with 2 x 4 (8 accumulators, one weight more than fits),
  * 57 for 54 with 3 x 2. 3 x 2 ran MobileNetV2's 32-channel 112 x 112
  * depthwise 3-6 % faster, alone and fused with its pointwise (AMD EPYC
  * Zen 4, 1 and 2 threads: 0.211 -> 0.199, 0.111 -> 0.105 ms; 2 x 3, 4 x 1
- * and 3 x 1 no better than 2 x 4). SSE2 keeps 2 x 4 (3 x 2 4 % slower). */
-#if defined(__AVX2__)
+ * and 3 x 1 no better than 2 x 4). SSE2 keeps 2 x 4 (3 x 2 4 % slower).
+ * AVX-512: 4 x 1 (3 x 1, 2 x 2, 4 x 2 and 3 x 3 2-15 % slower; from 5 rows
+ * GCC kept the tile in memory), on rows of at least D3_MIN_OW columns. */
+#if defined(__AVX512F__)
+#define D3_R 4
+#define D3_NV 1
+#elif defined(__AVX2__)
 #define D3_R 3
 #define D3_NV 2
 #else
@@ -214,7 +217,10 @@ CV_INLINE void dw3_band(const dw_plane *d, long wq, long OW, long oh, const int 
 typedef void (*dw3_fn)(const dw_plane *, long, long, long);
 #define DW3(R)                                                                                                  \
     static void dw3_##R(const dw_plane *d, long wq, long OW, long oh) { dw3_band(d, wq, OW, oh, R); }
-#if D3_R == 3
+#if D3_R == 4
+DW3(1) DW3(2) DW3(3) DW3(4)
+static const dw3_fn dw3_bands[D3_R] = {dw3_1, dw3_2, dw3_3, dw3_4};
+#elif D3_R == 3
 DW3(1) DW3(2) DW3(3)
 static const dw3_fn dw3_bands[D3_R] = {dw3_1, dw3_2, dw3_3};
 #else
@@ -226,11 +232,20 @@ static int dw3_fits(const tcc_conv_params *p) {
     return p->kh == 3 && p->kw == 3 && p->sh == 1 && p->sw == 1 && p->dh == 1 && p->dw == 1;
 }
 
+#if defined(__AVX512F__)
+/* AVX-512: the row tiles or the in-place flat sweep (dwf_plane), which packs
+ * nothing and fills every lane across row ends. AMD EPYC Zen 4, 1 thread,
+ * one-op models (flat -> rows): 32 channels at 112x112 0.194 -> 0.133 ms,
+ * 144 at 56x56 0.200 -> 0.175; 192 at 28x28 0.073 -> 0.077-0.082, 384 at
+ * 14x14 0.044 -> 0.056, 960 at 7x7 0.041-0.057 -> 0.076. */
+#define D3_MIN_OW 48
+static int dw3_over_flat(const tcc_conv_params *p) { return dw3_fits(p) && p->ow >= D3_MIN_OW; }
+#endif
+
 /* Output rows [r0, r1) of a packed plane. */
 static void dw3_plane(const dw_plane *d, const cv_layout *l, const tcc_conv_params *p, long r0, long r1) {
     for (long oh = r0; oh < r1; oh += D3_R) dw3_bands[(r1 - oh < D3_R ? r1 - oh : D3_R) - 1](d, l->wq, p->ow, oh);
 }
-#endif
 
 static void dw_packed_rows(const cv_dw *d, const float *x, long c, float *y, const float *res, long r0, long r1,
                            float *pack) {
@@ -251,14 +266,14 @@ static void dw_packed_rows(const cv_dw *d, const float *x, long c, float *y, con
     s.y = y;
     s.res = res;
     s.bias = cv_bias(d->e, c);
-#if !defined(__AVX512F__)
-    s.full = pack != NULL; /* AVX-512: masked loads cost what plain ones do */
-    if (s.full && dw3_fits(p)) {
+    if (pack && dw3_fits(p)) {
         dw3_plane(&s, l, p, r0, r1);
         return;
     }
+#if !defined(__AVX512F__)
+    s.full = pack != NULL;
 #else
-    s.full = 0;
+    s.full = 0; /* AVX-512: masked loads cost what plain ones do */
 #endif
     dw_run_plane(&s, l, p, r0, r1);
 }
@@ -463,7 +478,7 @@ void cv_dw_init(cv_dw *d, const tcc_conv_params *p, const cv_layout *l, const fl
     d->taps = p->kh * p->kw;
     d->path = DW_PACKED;
 #if defined(__AVX512F__)
-    if (dwf_fits(p)) {
+    if (dwf_fits(p) && !dw3_over_flat(p)) {
         d->path = DW_FLAT;
         d->nv = (p->h * p->w + VL - 1) / VL; /* the output is the input's size */
         __mmask16 *mk = (__mmask16 *)cv_tls_buffer(1, (size_t)(d->nv * d->taps + 1) / 2);
@@ -497,8 +512,8 @@ const char *tcc_cpu_conv2d_dw_path(const tcc_conv_params *p) {
     if (d.path == DW_FLAT) return "flat";
     if (d.path == DW_S2) return "s2";
     if (l.direct) return "in-place";
-#if !defined(__AVX512F__)
     if (dw3_fits(p)) return "rows3x3";
+#if !defined(__AVX512F__)
     return "whole-vectors";
 #else
     return "masked";
