@@ -129,24 +129,21 @@ static void dw_run_plane(dw_plane *d, const cv_layout *l, const tcc_conv_params 
  * input rows' 3 shifted loads feeds every output row it is a tap row of.
  * Loads are whole vectors from the packed plane (its padding columns, the
  * next row, or the buffer's slack past its end: never stored).
- * AVX2: 3 rows x 2 vectors, 6 accumulators + 9 weights in the 16
- * registers. GCC folds most loads into their FMAs either way: 72 loads for
- * 72 multiply-adds with 2 x 4 (8 accumulators, one weight more than fits),
- * 57 for 54 with 3 x 2. 3 x 2 ran MobileNetV2's 32-channel 112 x 112
- * depthwise 3-6 % faster, alone and fused with its pointwise (AMD EPYC
- * Zen 4, 1 and 2 threads: 0.211 -> 0.199, 0.111 -> 0.105 ms; 2 x 3, 4 x 1
- * and 3 x 1 no better than 2 x 4). SSE2 keeps 2 x 4 (3 x 2 4 % slower).
- * AVX-512: 4 x 1 (3 x 1, 2 x 2, 4 x 2 and 3 x 3 2-15 % slower; from 5 rows
- * GCC kept the tile in memory), on rows of at least D3_MIN_OW columns. */
-#if defined(__AVX512F__)
+ * A call runs a band of rows, its 9 weights broadcast once into registers
+ * (with them reloaded per tile, 3 x 2 had been the best AVX2 tile: 6
+ * accumulators + 9 weights in the 16 registers). AVX2 and AVX-512: 4 rows
+ * x 1 vector; AMD EPYC Zen 4, 1 thread, one-op models, AVX2 against 3 x 2:
+ * 32 channels at 112x112 0.181 -> 0.178 ms, 144 at 56x56 0.23-0.24 ->
+ * 0.21, 192 at 28x28 0.110 -> 0.096 (3 x 1, 2 x 2, 2 x 3, 4 x 2 within
+ * 0.97-1.1x of 4 x 1); AVX-512 3 x 1, 2 x 2, 4 x 2 and 3 x 3 2-15 % slower,
+ * and from 5 rows GCC kept the tile in memory. SSE2: 4 x 2 (0.95x 2 x 4's
+ * time). AVX-512 runs them only on rows of at least D3_MIN_OW columns. */
+#if defined(__AVX512F__) || defined(__AVX2__)
 #define D3_R 4
 #define D3_NV 1
-#elif defined(__AVX2__)
-#define D3_R 3
-#define D3_NV 2
 #else
-#define D3_R 2
-#define D3_NV 4
+#define D3_R 4
+#define D3_NV 2
 #endif
 /* The epilogue's parameters, read once per row of tiles: read in the tile,
  * GCC reloaded them (and tested the activation again) after every store,
@@ -217,16 +214,8 @@ CV_INLINE void dw3_band(const dw_plane *d, long wq, long OW, long oh, const int 
 typedef void (*dw3_fn)(const dw_plane *, long, long, long);
 #define DW3(R)                                                                                                  \
     static void dw3_##R(const dw_plane *d, long wq, long OW, long oh) { dw3_band(d, wq, OW, oh, R); }
-#if D3_R == 4
 DW3(1) DW3(2) DW3(3) DW3(4)
 static const dw3_fn dw3_bands[D3_R] = {dw3_1, dw3_2, dw3_3, dw3_4};
-#elif D3_R == 3
-DW3(1) DW3(2) DW3(3)
-static const dw3_fn dw3_bands[D3_R] = {dw3_1, dw3_2, dw3_3};
-#else
-DW3(1) DW3(2)
-static const dw3_fn dw3_bands[D3_R] = {dw3_1, dw3_2};
-#endif
 
 static int dw3_fits(const tcc_conv_params *p) {
     return p->kh == 3 && p->kw == 3 && p->sh == 1 && p->sw == 1 && p->dh == 1 && p->dw == 1;

@@ -139,10 +139,10 @@ def test_large_stride_falls_back_to_im2col():
     (1, 5, 12, 12, 3, (1, 1), (1, 1), (1, 1, 1, 1)),
     (2, 4, 9, 7, 3, (1, 1), (1, 1), (1, 1, 1, 1)),       # width < one vector, batch 2
     (1, 3, 21, 37, 3, (1, 1), (1, 1), (1, 1, 1, 1)),     # rows of several vectors with a tail
-    (1, 3, 14, 21, 3, (1, 1), (1, 1), (1, 1, 1, 1)),     # AVX2 tiles of 3 rows: 2 rows left, 3 vectors
-    (1, 2, 11, 16, 3, (1, 1), (1, 1), (1, 1, 1, 1)),     # 2 rows left (AVX2), 1 (generic), 2 whole vectors
+    (1, 3, 14, 21, 3, (1, 1), (1, 1), (1, 1, 1, 1)),     # tiles of 4 rows: 2 rows left, 3 vectors
+    (1, 2, 11, 16, 3, (1, 1), (1, 1), (1, 1, 1, 1)),     # 3 rows left, 2 whole vectors
     (1, 3, 10, 53, 3, (1, 1), (1, 1), (1, 1, 1, 1)),     # AVX-512 row tiles (>= 48 columns): 2 rows left, tail of 5
-    (2, 2, 7, 64, 3, (1, 1), (1, 1), (1, 1, 1, 1)),      # AVX-512: 3 rows left, whole vectors, batch 2
+    (2, 2, 7, 64, 3, (1, 1), (1, 1), (1, 1, 1, 1)),      # 3 rows left, whole vectors, batch 2
     (1, 6, 15, 14, 3, (2, 2), (1, 1), (1, 1, 1, 1)),     # stride 2
     (1, 6, 16, 17, 3, (2, 2), (1, 1), (0, 1, 1, 0)),     # stride 2, other column parity
     (1, 3, 40, 45, 3, (2, 2), (1, 1), (2, 2, 1, 0)),     # stride 2, wide rows (deinterleave blocks)
