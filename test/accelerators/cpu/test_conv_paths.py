@@ -141,8 +141,12 @@ def test_large_stride_falls_back_to_im2col():
     (1, 3, 21, 37, 3, (1, 1), (1, 1), (1, 1, 1, 1)),     # rows of several vectors with a tail
     (1, 3, 14, 21, 3, (1, 1), (1, 1), (1, 1, 1, 1)),     # tiles of 4 rows: 2 rows left, 3 vectors
     (1, 2, 11, 16, 3, (1, 1), (1, 1), (1, 1, 1, 1)),     # 3 rows left, 2 whole vectors
-    (1, 3, 10, 53, 3, (1, 1), (1, 1), (1, 1, 1, 1)),     # AVX-512 row tiles (>= 48 columns): 2 rows left, tail of 5
+    (1, 3, 10, 53, 3, (1, 1), (1, 1), (1, 1, 1, 1)),     # read in place: 2 rows left, tail of 5
     (2, 2, 7, 64, 3, (1, 1), (1, 1), (1, 1, 1, 1)),      # 3 rows left, whole vectors, batch 2
+    (1, 2, 5, 17, 3, (1, 1), (1, 1), (1, 1, 1, 1)),      # one column past whole vectors (AVX2), 16 + 1 (AVX-512)
+    (1, 2, 1, 12, 3, (1, 1), (1, 1), (1, 1, 1, 1)),      # one row
+    (1, 3, 10, 53, 3, (1, 1), (1, 1), (0, 1, 2, 1)),     # uneven pads: packed row tiles (AVX-512: >= 48 columns)
+    (1, 3, 9, 8, 3, (1, 1), (1, 1), (2, 1, 0, 1)),       # uneven pads, one vector (AVX2)
     (1, 6, 15, 14, 3, (2, 2), (1, 1), (1, 1, 1, 1)),     # stride 2
     (1, 6, 16, 17, 3, (2, 2), (1, 1), (0, 1, 1, 0)),     # stride 2, other column parity
     (1, 3, 40, 45, 3, (2, 2), (1, 1), (2, 2, 1, 0)),     # stride 2, wide rows (deinterleave blocks)
