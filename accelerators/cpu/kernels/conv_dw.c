@@ -1,15 +1,19 @@
 /* Depthwise convolution (group == c == m), one channel plane per step.
  *
- * AVX-512 builds read the input in place for the common shapes: stride 1
- * with the output the input's size (dwf_*: the plane swept flat, taps
- * outside it masked to zero) and column stride 2 with 3 taps per row
- * (dws2_*: even/odd splits of the row in registers). Otherwise the plane is
- * packed into per-thread phase planes (conv_vec.h; stride-1 unpadded planes
- * are read in place; the padding is zeroed once per task), then each output
- * row is swept in vectors. Either way DG independent vectors are in flight
- * (short rows would otherwise leave one FMA chain latency-bound), taps are
- * shifted loads times a broadcast weight, and the epilogue is applied in
- * registers before a (masked) store straight into y.
+ * AVX2 and AVX-512 builds run "same" 3x3 stride-1 planes (pads of 1) as
+ * row tiles on the plane in place (dwi_*: zero rows above and below, lane
+ * masks at the row ends). AVX-512 builds also read the input in place for
+ * the other common shapes: stride 1 with the output the input's size (dwf_*:
+ * the plane swept flat, taps outside it masked to zero) and column stride 2
+ * with 3 taps per row (dws2_*: even/odd splits of the row in registers);
+ * 3x3 stride-1 planes of other pads, on rows of 48 columns or more, run
+ * the row tiles packed (dw3_*), as the 16-register builds do on any.
+ * Otherwise the plane is packed into per-thread phase planes (conv_vec.h;
+ * stride-1 unpadded planes are read in place; the padding is zeroed once
+ * per task), then each output row is swept in vectors. The sweeps keep DG
+ * independent vectors in flight (short rows would otherwise leave one FMA
+ * chain latency-bound), the row tiles R rows of accumulators. Taps are shifted loads times a broadcast weight, and the
+ * epilogue is applied in registers before a (masked) store straight into y.
  *
  * A call is prepared once (cv_dw_init: the path and its tables), then any
  * plane runs on its own (cv_dw_plane), so conv_pw.c's fused pointwise ->
