@@ -1,19 +1,20 @@
 /* Depthwise convolution (group == c == m), one channel plane per step.
  *
  * AVX2 and AVX-512 builds run "same" 3x3 stride-1 planes (pads of 1) as
- * row tiles on the plane in place (dwi_*: zero rows above and below, lane
+ * row tiles on the plane in place (dw3_*: zero rows above and below, lane
  * masks at the row ends). AVX-512 builds also read the input in place for
  * the other common shapes: stride 1 with the output the input's size (dwf_*:
  * the plane swept flat, taps outside it masked to zero) and column stride 2
  * with 3 taps per row (dws2_*: even/odd splits of the row in registers);
  * 3x3 stride-1 planes of other pads, on rows of 48 columns or more, run
- * the row tiles packed (dw3_*), as the 16-register builds do on any.
+ * the same row tiles packed, as the 16-register builds do on any.
  * Otherwise the plane is packed into per-thread phase planes (conv_vec.h;
  * stride-1 unpadded planes are read in place; the padding is zeroed once
  * per task), then each output row is swept in vectors. The sweeps keep DG
  * independent vectors in flight (short rows would otherwise leave one FMA
- * chain latency-bound), the row tiles R rows of accumulators. Taps are shifted loads times a broadcast weight, and the
- * epilogue is applied in registers before a (masked) store straight into y.
+ * chain latency-bound), the row tiles R rows of accumulators. Taps are
+ * shifted loads times a broadcast weight, and the epilogue is applied in
+ * registers before a (masked) store straight into y.
  *
  * A call is prepared once (cv_dw_init: the path and its tables), then any
  * plane runs on its own (cv_dw_plane), so conv_pw.c's fused pointwise ->
@@ -149,7 +150,7 @@ static void dw_run_plane(dw_plane *d, const cv_layout *l, const tcc_conv_params 
 #define D3_R 4
 #define D3_NV 2
 #endif
-/* The epilogue's parameters, read once per row of tiles: read in the tile,
+/* The epilogue's parameters, read once per band of tiles: read in the tile,
  * GCC reloaded them (and tested the activation again) after every store,
  * since y may alias them: ~15 instructions an output vector against the 9
  * multiply-adds it takes. */
@@ -161,28 +162,57 @@ typedef struct {
     float a0, a1;
 } dw3_ep;
 
-CV_INLINE void dw3_tile(const float *xp, const vf *w, const dw3_ep *ep, long wq, long OW, long oh, long c0,
-                        const int R, const int NV, int last) {
-    const float *x = xp + oh * wq + c0;
+/* lanes [lo, hi) of p (0 <= lo <= hi <= VL), the rest 0 (masked-off lanes
+ * never fault) */
+CV_INLINE vf dw3_ld_lanes(const float *p, long lo, long hi) {
+#if defined(__AVX512F__)
+    return (vf)_mm512_maskz_loadu_ps((__mmask16)(((1u << hi) - 1) & ~((1u << lo) - 1)), p);
+#elif defined(__AVX2__)
+    const __m256i l = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i m = _mm256_and_si256(_mm256_cmpgt_epi32(l, _mm256_set1_epi32((int)lo - 1)),
+                                       _mm256_cmpgt_epi32(_mm256_set1_epi32((int)hi), l));
+    return (vf)_mm256_maskload_ps(p, m);
+#else
+    vf v = {0};
+    for (long i = lo; i < hi; i++) v[i] = p[i];
+    return v;
+#endif
+}
+
+/* R output rows from oh x NV vectors from column c0 (the last with `last`
+ * output lanes). rows[i]: tap row i of the band (input row oh - 1 + i):
+ * packed, output column c's tap column kj is rows[i][c + kj]; in place,
+ * rows[i][c + kj - 1]. edge (in place only): some tap column lies outside
+ * the plane's [0, OW) columns, those lanes load masked as zero; else whole
+ * vectors (a packed plane's padding, the next row, or its buffer's slack:
+ * never stored). */
+CV_INLINE void dw3_tile(const float *const *rows, const vf *w, const dw3_ep *ep, long OW, long oh, long c0,
+                        const int R, const int NV, int last, const int edge, const int inplace) {
     vf acc[D3_R][D3_NV];
-#pragma GCC unroll 3
+#pragma GCC unroll 4
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
         for (int v = 0; v < NV; v++) acc[r][v] = (vf){0};
-#pragma GCC unroll 5
+#pragma GCC unroll 6
     for (int i = 0; i < R + 2; i++) {
-        const float *s = x + i * wq;
+        const float *s = rows[i] + c0 - inplace;
 #pragma GCC unroll 3
         for (int kj = 0; kj < 3; kj++)
 #pragma GCC unroll 4
             for (int v = 0; v < NV; v++) {
-                const vf xv = v_ld(s + v * VL + kj);
-#pragma GCC unroll 3
+                vf xv;
+                if (edge) { /* lane l reads input column c0 + v VL + kj - 1 + l */
+                    const long c = c0 + v * VL;
+                    const long lo = 1 - kj - c > 0 ? 1 - kj - c : 0, hi = OW - c - kj + 1 < VL ? OW - c - kj + 1 : VL;
+                    xv = dw3_ld_lanes(s + v * VL + kj, lo, hi);
+                } else
+                    xv = v_ld(s + v * VL + kj);
+#pragma GCC unroll 4
                 for (int r = 0; r < R; r++)
                     if (i - r >= 0 && i - r < 3) acc[r][v] += xv * w[(i - r) * 3 + kj];
             }
     }
-#pragma GCC unroll 3
+#pragma GCC unroll 4
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
         for (int v = 0; v < NV; v++) {
@@ -194,35 +224,73 @@ CV_INLINE void dw3_tile(const float *xp, const vf *w, const dw3_ep *ep, long wq,
         }
 }
 
-/* R output rows from oh: whole tiles of NV vectors, then the rest of the
- * row (nv vectors, the last holding `last` columns), the weights in
- * registers throughout */
-CV_INLINE void dw3_band(const dw_plane *d, long wq, long OW, long oh, const int R) {
+/* R output rows from oh of channel plane x, every vector along them, the
+ * weights in registers throughout. Packed (x the packed plane, wq floats a
+ * row): tiles of D3_NV vectors, then the row's rest (nv vectors). In place
+ * (x the input plane; one vector a tile: AVX2 and AVX-512): tap rows
+ * outside the plane read d->zr, and the first and last vectors, whose taps
+ * reach past the row's ends, load masked. */
+CV_INLINE void dw3_band(const cv_dw *d, const float *x, long wq, const float *wt, float *y, const float *res,
+                        float bias, long oh, const int R, const int inplace) {
+    const tcc_conv_params *p = d->p;
+    const long OW = p->ow;
     vf w[9];
 #pragma GCC unroll 9
-    for (int t = 0; t < 9; t++) w[t] = (vf){0} + d->w[t];
+    for (int t = 0; t < 9; t++) w[t] = (vf){0} + wt[t];
     const cv_ep *e = d->e;
-    const dw3_ep ep = {d->res, d->y, (vf){0} + d->bias, cv_vec_act(e->act) ? e->act : TCC_ACT_NONE, e->a0, e->a1};
-    const float *xp = d->xp;
+    const dw3_ep ep = {res, y, (vf){0} + bias, cv_vec_act(e->act) ? e->act : TCC_ACT_NONE, e->a0, e->a1};
+    const float *rows[D3_R + 2];
+#pragma GCC unroll 6
+    for (int i = 0; i < R + 2; i++) {
+        const long ri = oh - 1 + i;
+        rows[i] = inplace ? (ri >= 0 && ri < p->h ? x + ri * p->w : d->zr) : x + (oh + i) * wq;
+    }
     long c0 = 0;
-    for (; c0 + D3_NV * VL <= OW; c0 += D3_NV * VL) dw3_tile(xp, w, &ep, wq, OW, oh, c0, R, D3_NV, VL);
+    if (inplace) {
+        if (OW <= VL) {
+            dw3_tile(rows, w, &ep, OW, oh, 0, R, 1, (int)OW, 1, inplace);
+            return;
+        }
+        dw3_tile(rows, w, &ep, OW, oh, 0, R, 1, VL, 1, inplace);
+        for (c0 = VL; c0 + VL + 1 <= OW; c0 += VL) dw3_tile(rows, w, &ep, OW, oh, c0, R, 1, VL, 0, inplace);
+        for (; c0 < OW; c0 += VL)
+            dw3_tile(rows, w, &ep, OW, oh, c0, R, 1, OW - c0 < VL ? (int)(OW - c0) : VL, 1, inplace);
+        return;
+    }
+    for (; c0 + D3_NV * VL <= OW; c0 += D3_NV * VL) dw3_tile(rows, w, &ep, OW, oh, c0, R, D3_NV, VL, 0, inplace);
     if (c0 < OW) {
         const long nv = (OW - c0 + VL - 1) / VL;
         const int last = (int)(OW - c0 - (nv - 1) * VL);
 #pragma GCC unroll 4
         for (int v = 1; v <= D3_NV; v++)
-            if (nv == v) dw3_tile(xp, w, &ep, wq, OW, oh, c0, R, v, last);
+            if (nv == v) dw3_tile(rows, w, &ep, OW, oh, c0, R, v, last, 0, inplace);
     }
 }
 
-typedef void (*dw3_fn)(const dw_plane *, long, long, long);
-#define DW3(R)                                                                                                  \
-    static void dw3_##R(const dw_plane *d, long wq, long OW, long oh) { dw3_band(d, wq, OW, oh, R); }
-DW3(1) DW3(2) DW3(3) DW3(4)
-static const dw3_fn dw3_bands[D3_R] = {dw3_1, dw3_2, dw3_3, dw3_4};
+typedef void (*dw3_fn)(const cv_dw *, const float *, long, const float *, float *, const float *, float, long);
+#define DW3(R, IP, NAME)                                                                                        \
+    static void NAME(const cv_dw *d, const float *x, long wq, const float *wt, float *y, const float *res,      \
+                     float bias, long oh) {                                                                     \
+        dw3_band(d, x, wq, wt, y, res, bias, oh, R, IP);                                                        \
+    }
+DW3(1, 0, dw3_1) DW3(2, 0, dw3_2) DW3(3, 0, dw3_3) DW3(4, 0, dw3_4)
+#if defined(__AVX2__)
+DW3(1, 1, dw3i_1) DW3(2, 1, dw3i_2) DW3(3, 1, dw3i_3) DW3(4, 1, dw3i_4)
+static const dw3_fn dw3_bands[2][D3_R] = {{dw3_1, dw3_2, dw3_3, dw3_4}, {dw3i_1, dw3i_2, dw3i_3, dw3i_4}};
+#else
+static const dw3_fn dw3_bands[1][D3_R] = {{dw3_1, dw3_2, dw3_3, dw3_4}};
+#endif
 
 static int dw3_fits(const tcc_conv_params *p) {
     return p->kh == 3 && p->kw == 3 && p->sh == 1 && p->sw == 1 && p->dh == 1 && p->dw == 1;
+}
+
+/* Output rows [r0, r1) of channel plane x: in place (AVX2, AVX-512), or
+ * packed (wq floats a row). */
+static void dw3_rows(const cv_dw *d, const float *x, long wq, const int inplace, const float *w, float *y,
+                     const float *res, float bias, long r0, long r1) {
+    for (long oh = r0; oh < r1; oh += D3_R)
+        dw3_bands[inplace][(r1 - oh < D3_R ? r1 - oh : D3_R) - 1](d, x, wq, w, y, res, bias, oh);
 }
 
 #if defined(__AVX2__)
@@ -247,92 +315,6 @@ static int dw3_fits(const tcc_conv_params *p) {
 static int dw3_inplace_fits(const tcc_conv_params *p) {
     return dw3_fits(p) && p->pt == 1 && p->pl == 1 && p->oh == p->h && p->ow == p->w;
 }
-
-/* lanes [lo, hi) of p (0 <= lo <= hi <= VL), the rest 0 */
-CV_INLINE vf dwi_ld(const float *p, long lo, long hi) {
-#if defined(__AVX512F__)
-    return (vf)_mm512_maskz_loadu_ps((__mmask16)(((1u << hi) - 1) & ~((1u << lo) - 1)), p);
-#else
-    const __m256i l = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    const __m256i m = _mm256_and_si256(_mm256_cmpgt_epi32(l, _mm256_set1_epi32((int)lo - 1)),
-                                       _mm256_cmpgt_epi32(_mm256_set1_epi32((int)hi), l));
-    return (vf)_mm256_maskload_ps(p, m);
-#endif
-}
-
-/* R output rows from oh x one vector at column c0 (n of its lanes outputs);
- * rows[i]: input row oh - 1 + i (or zr). edge: some tap column of the
- * vector lies outside [0, W), so loads are masked. */
-CV_INLINE void dwi_tile(const float *const *rows, const vf *w, const dw3_ep *ep, long W, long oh, long c0, int n,
-                        const int R, const int edge) {
-    vf acc[D3_R];
-#pragma GCC unroll 4
-    for (int r = 0; r < R; r++) acc[r] = (vf){0};
-#pragma GCC unroll 6
-    for (int i = 0; i < R + 2; i++) {
-        const float *s = rows[i] + c0 - 1;
-#pragma GCC unroll 3
-        for (int kj = 0; kj < 3; kj++) {
-            vf xv;
-            if (edge) {
-                const long lo = 1 - kj - c0 > 0 ? 1 - kj - c0 : 0, hi = W - c0 - kj + 1 < VL ? W - c0 - kj + 1 : VL;
-                xv = dwi_ld(s + kj, lo, hi);
-            } else
-                xv = v_ld(s + kj);
-#pragma GCC unroll 4
-            for (int r = 0; r < R; r++)
-                if (i - r >= 0 && i - r < 3) acc[r] += xv * w[(i - r) * 3 + kj];
-        }
-    }
-#pragma GCC unroll 4
-    for (int r = 0; r < R; r++) {
-        const long o = (oh + r) * W + c0;
-        vf a = acc[r] + ep->bias;
-        if (ep->res) a += ld_m(ep->res + o, n);
-        st_m(ep->y + o, cv_act_v(a, ep->act, ep->a0, ep->a1), n);
-    }
-}
-
-/* R output rows from oh, every vector along them */
-CV_INLINE void dwi_band(const cv_dw *d, const float *x, const float *wt, float *y, const float *res, float bias,
-                        long oh, const int R) {
-    const long H = d->p->h, W = d->p->w;
-    vf w[9];
-#pragma GCC unroll 9
-    for (int t = 0; t < 9; t++) w[t] = (vf){0} + wt[t];
-    const cv_ep *e = d->e;
-    const dw3_ep ep = {res, y, (vf){0} + bias, cv_vec_act(e->act) ? e->act : TCC_ACT_NONE, e->a0, e->a1};
-    const float *rows[D3_R + 2];
-#pragma GCC unroll 6
-    for (int i = 0; i < R + 2; i++) {
-        const long ri = oh - 1 + i;
-        rows[i] = ri >= 0 && ri < H ? x + ri * W : d->zr;
-    }
-    /* interior vectors: columns c0 - 1 .. c0 + VL inside the row */
-    const long c1 = W - VL - 1;
-    long c0 = 0;
-    if (W > VL) dwi_tile(rows, w, &ep, W, oh, 0, VL, R, 1);
-    else {
-        dwi_tile(rows, w, &ep, W, oh, 0, (int)W, R, 1);
-        return;
-    }
-    for (c0 = VL; c0 <= c1; c0 += VL) dwi_tile(rows, w, &ep, W, oh, c0, VL, R, 0);
-    for (; c0 < W; c0 += VL) dwi_tile(rows, w, &ep, W, oh, c0, W - c0 < VL ? (int)(W - c0) : VL, R, 1);
-}
-
-typedef void (*dwi_fn)(const cv_dw *, const float *, const float *, float *, const float *, float, long);
-#define DWI(R)                                                                                                 \
-    static void dwi_##R(const cv_dw *d, const float *x, const float *wt, float *y, const float *res, float bias, \
-                        long oh) {                                                                             \
-        dwi_band(d, x, wt, y, res, bias, oh, R);                                                               \
-    }
-DWI(1) DWI(2) DWI(3) DWI(4)
-static const dwi_fn dwi_bands[D3_R] = {dwi_1, dwi_2, dwi_3, dwi_4};
-
-static void dwi_rows(const cv_dw *d, const float *x, const float *w, float *y, const float *res, float bias, long r0,
-                     long r1) {
-    for (long oh = r0; oh < r1; oh += D3_R) dwi_bands[(r1 - oh < D3_R ? r1 - oh : D3_R) - 1](d, x, w, y, res, bias, oh);
-}
 #endif
 
 #if defined(__AVX512F__)
@@ -344,11 +326,6 @@ static void dwi_rows(const cv_dw *d, const float *x, const float *w, float *y, c
 #define D3_MIN_OW 48
 static int dw3_over_flat(const tcc_conv_params *p) { return dw3_fits(p) && p->ow >= D3_MIN_OW; }
 #endif
-
-/* Output rows [r0, r1) of a packed plane. */
-static void dw3_plane(const dw_plane *d, const cv_layout *l, const tcc_conv_params *p, long r0, long r1) {
-    for (long oh = r0; oh < r1; oh += D3_R) dw3_bands[(r1 - oh < D3_R ? r1 - oh : D3_R) - 1](d, l->wq, p->ow, oh);
-}
 
 static void dw_packed_rows(const cv_dw *d, const float *x, long c, float *y, const float *res, long r0, long r1,
                            float *pack) {
@@ -370,7 +347,7 @@ static void dw_packed_rows(const cv_dw *d, const float *x, long c, float *y, con
     s.res = res;
     s.bias = cv_bias(d->e, c);
     if (pack && dw3_fits(p)) {
-        dw3_plane(&s, l, p, r0, r1);
+        dw3_rows(d, pack, l->wq, 0, s.w, y, res, s.bias, r0, r1);
         return;
     }
 #if !defined(__AVX512F__)
@@ -659,7 +636,7 @@ void cv_dw_rows(const cv_dw *d, const float *x, long c, float *y, const float *r
     } else
 #endif
 #if defined(__AVX2__)
-    if (d->path == DW_INPLACE3) dwi_rows(d, x, w, y, res, bias, r0, r1);
+    if (d->path == DW_INPLACE3) dw3_rows(d, x, 0, 1, w, y, res, bias, r0, r1);
     else
 #endif
         dw_packed_rows(d, x, c, y, res, r0, r1, pack);

@@ -262,7 +262,7 @@ typedef struct {
     int path;
     long taps, nv, ncv;       /* taps; AVX-512 paths: vectors per plane, per output row */
     const unsigned short *mk; /* AVX-512 paths: load masks */
-    const float *zr;          /* stride-2 path: a zero row */
+    const float *zr;          /* stride-2 and in-place 3x3 paths: a zero row */
     long off[64];             /* flat path: each tap's offset in the plane */
 } cv_dw;
 void cv_dw_init(cv_dw *d, const tcc_conv_params *p, const cv_layout *l, const float *w, const cv_ep *e) CV_HIDDEN;
