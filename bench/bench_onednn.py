@@ -4,6 +4,9 @@ convolution shapes (not part of `make bench`: oneDNN is no dependency).
     pip download --no-deps onednn-cpu-gomp==2023.2.0 && unzip it   # 39 MB, oneDNN 3.2
     python bench/bench_onednn.py --libdnnl .../lib/libdnnl.so.3 [--threads 1 2] [--only conv|gemm]
 
+With TCC_CPU_ISA=avx2 ONEDNN_MAX_CPU_ISA=AVX2 both sides run their AVX2
+code on an AVX-512 machine.
+
 `onednn==2026.1` (oneDNN 3.13, ~97 MB with its runtimes) is the DPC++ build:
 its CPU engine is a SYCL device, which needs an OpenCL CPU adapter of the
 Unified Runtime that none of its wheels ship (dnnl_engine_create fails with
@@ -48,7 +51,9 @@ CONVS = [("r18 stem 7x7/2", 3, 224, 224, 64, 7, 2, 3, 1), ("r18 3x3 56", 64, 56,
          ("r18 3x3 14", 256, 14, 14, 256, 3, 1, 1, 1), ("r18 3x3 7", 512, 7, 7, 512, 3, 1, 1, 1),
          ("r18 1x1/2 56>28", 64, 56, 56, 128, 1, 2, 0, 1), ("mv2 stem 3x3/2", 3, 224, 224, 32, 3, 2, 1, 1),
          ("mv2 pw 24>144 56", 24, 56, 56, 144, 1, 1, 0, 1), ("mv2 dw 144 56", 144, 56, 56, 144, 3, 1, 1, 144),
-         ("mv2 pw 144>24 56", 144, 56, 56, 24, 1, 1, 0, 1), ("mv2 dw 576 14", 576, 14, 14, 576, 3, 1, 1, 576)]
+         ("mv2 pw 144>24 56", 144, 56, 56, 24, 1, 1, 0, 1), ("mv2 pw 192>32 28", 192, 28, 28, 32, 1, 1, 0, 1),
+         ("mv2 pw 576>96 14", 576, 14, 14, 96, 1, 1, 0, 1), ("mv2 pw 960>320 7", 960, 7, 7, 320, 1, 1, 0, 1),
+         ("mv2 dw 576 14", 576, 14, 14, 576, 3, 1, 1, 576)]
 
 # oneDNN 3.x C API constants (include/oneapi/dnnl/dnnl_types.h, dnnl_common_types.h)
 CPU, F32, ANY, TAG_AB, TAG_ABCD = 1, 3, 1, 3, 5
