@@ -79,7 +79,9 @@ CV_INLINE void pw_tile(const pw_job *j, long img, long m0, const float *w, long 
 #pragma GCC unroll 4
         for (int v = 0; v < nr; v++) xv[v] = (masked && v == nr - 1) ? v_ld_n(x + v * VL, rem) : v_ld(x + v * VL);
         __builtin_prefetch(w + PW_WPFD * PR); /* a model's weights come from L3: cold, they cost the projections 25 % */
-        if (pf)
+        /* pf 2: the next packed block's line for every other channel, into L2 */
+        if (pf == 2 && !(c & 1)) __builtin_prefetch(w + j->wc * PR, 0, 2);
+        if (pf == 1)
 #pragma GCC unroll 4
             for (int v = 0; v <= NR; v++) __builtin_prefetch(x + TW + v * VL);
 #if TR < PR
@@ -145,6 +147,23 @@ __attribute__((noinline)) static void pw_full(const pw_job *j, long img, long m0
 __attribute__((noinline)) static void pw_full_pf(const pw_job *j, long img, long m0, const float *w, long q0,
                                                  float *y0, const float *res0) {
     pw_tile(j, img, m0, w, q0, y0, res0, NR, 0, VL, 1);
+}
+/* The same, the next packed block's weights brought into L2 along the way
+ * (pw_block's first tile of a block). A late layer's weights come from
+ * memory, not L3, in a whole model (its 14 MB and the activations between
+ * two runs of a layer): MobileNetV2's 7x7 projections took 12 % longer
+ * there than in a model of their stage alone, and one-op models 21-29 %
+ * longer with 64 MB read between runs. The tile's own prefetch (PW_WPFD
+ * channels ahead) at 128 or 256 did not help; this does: AMD EPYC Zen 4,
+ * AVX2 library, 1 thread, per-call profile in the model (4 alternating
+ * runs): 960 -> 320 at 7x7 0.329-0.340 -> 0.310-0.313 ms, 320 -> 1280
+ * 0.461-0.472 -> 0.430-0.435, 960 -> 160 0.166-0.171 -> 0.157-0.158,
+ * 576 -> 96 at 14x14 0.209-0.217 -> 0.205-0.210; the whole run 6.95-7.37
+ * -> 6.94-7.07 ms. AVX-512 (an 8-row tile: 4x the work a channel) within
+ * 1 %. Into L1 (hint 3) instead: no better on one-op models. */
+__attribute__((noinline)) static void pw_full_nb(const pw_job *j, long img, long m0, const float *w, long q0,
+                                                 float *y0, const float *res0) {
+    pw_tile(j, img, m0, w, q0, y0, res0, NR, 0, VL, 2);
 }
 #define PW_TAIL(nr)                                                                                                \
     __attribute__((noinline)) static void pw_tail##nr(const pw_job *j, long img, long m0, const float *w, long q0, \
@@ -238,12 +257,14 @@ static void pw_rest_one(const pw_job *j, long img, long blk, float *yb) {
 }
 
 /* The full run of TW positions from q of packed block blk's rows
- * [h TR, (h + 1) TR); the next run's input prefetched where pf allows. */
+ * [h TR, (h + 1) TR); the next run's input prefetched where pf allows (pf
+ * 1 and j->pf), or the next block's weights (pf 2: pw_full_nb). */
 CV_INLINE void pw_run(const pw_job *j, long img, long blk, int h, long q, long q1, int pf, float *yb,
                       const float *resb) {
     const long m0 = blk * PR + h * TR, o = h * TR * j->ys + q;
     const float *w = j->wp + blk * j->wc * PR + h * TR, *r = resb ? resb + o : NULL;
     if (pf && j->pf && q + 2 * TW <= q1) pw_full_pf(j, img, m0, w, q, yb + o, r);
+    else if (pf == 2 && blk + 1 < j->nblk) pw_full_nb(j, img, m0, w, q, yb + o, r);
     else pw_full(j, img, m0, w, q, yb + o, r);
 }
 
@@ -267,7 +288,7 @@ static void pw_block(const pw_job *j, long img, long blk, long q0, long q1, floa
             for (int h = 0; h < nh; h++) pw_run(j, img, blk, h, q, q1, h == 0, yb, resb);
     else
         for (int h = 0; h < nh; h++)
-            for (long q = q0; q < qe; q += TW) pw_run(j, img, blk, h, q, q1, 1, yb, resb);
+            for (long q = q0; q < qe; q += TW) pw_run(j, img, blk, h, q, q1, h == 0 && q == q0 ? 2 : 1, yb, resb);
     if (qe < q1) {
         const long n = q1 - qe;
         const int nr = (int)((n + VL - 1) / VL), rem = (int)(n - (nr - 1) * VL);

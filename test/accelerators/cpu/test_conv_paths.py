@@ -411,6 +411,7 @@ def test_rows_kernel_direct_call(isa, offset):
     (1, 384, 14, 14, 64),    # input larger than the weights: positions split over threads
     (2, 32, 28, 28, 16),     # whole vectors, batch 2
     (1, 144, 20, 20, 22),    # AVX2: a block's halves run by run (144 channels' column in L1), m tail
+    (1, 320, 7, 7, 70),      # halves in turn, each block's first tile prefetching the next block
 ])
 def test_pointwise_packed(n, c, h, w, m):
     mdl, feeds = conv_model(n, c, h, w, m, 1, act="Clip", residual=True)
