@@ -29,7 +29,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 KERNELS = os.path.join(HERE, "kernels")
 BUILD = os.path.join(HERE, "build")
 
-COMMON = ["-O3", "-fPIC", "-shared", "-pthread", "-fno-math-errno", "-fno-trapping-math", "-std=gnu11"]
+# -Bsymbolic: the library's calls to its own exported functions (the pool,
+# the GEMM entry points) stay inside it. Loaded next to another build
+# (RTLD_GLOBAL: the tests load a second ISA's next to the one a model
+# uses), they went to the first one loaded: an `avx2` kernel's tasks ran
+# on the `avx512` library's pool.
+COMMON = ["-O3", "-fPIC", "-shared", "-pthread", "-fno-math-errno", "-fno-trapping-math", "-std=gnu11",
+          "-Wl,-Bsymbolic"]
 ISA_FLAGS = {
     "avx512": ["-march=x86-64-v4", "-mtune=skylake-avx512", "-mprefer-vector-width=512"],
     "avx2": ["-march=x86-64-v3", "-mtune=haswell"],
@@ -146,7 +152,7 @@ def library_path(isa=None) -> str:
     if needed. The Makefile's copy wins when it is newer than the sources."""
     isa = isa or best_isa()
     local = os.path.join(BUILD, f"libtcc_cpu_{isa}.so")
-    newest = max(os.path.getmtime(s) for s in _inputs())
+    newest = max(os.path.getmtime(s) for s in _inputs() + [__file__])  # its flags are here
     if os.path.exists(local) and os.path.getmtime(local) >= newest:
         return local
     cached = os.path.join(cache_dir(), f"libtcc_cpu_{isa}-{_digest(isa)}.so")

@@ -207,3 +207,48 @@ def test_pinned_worker_leaves_the_callers_cpu(pool):
     env = dict(os.environ, TCC_NUM_THREADS=str(ncpu), TCC_PIN_THREADS="1")
     r = subprocess.run([sys.executable, "-c", FOLLOW_SCRIPT, pool], capture_output=True, text=True, env=env)
     assert r.returncode == 0 and "OK" in r.stdout, r.stderr[-2000:]
+
+
+OTHER_BUILD_SCRIPT = r"""
+import ctypes, os
+import numpy as np
+from tcc.accelerators.cpu import build
+from tcc.accelerators.cpu.packing import pack_b
+
+def threads():
+    return len(os.listdir("/proc/self/task"))
+
+first = build.load_kernels()  # as a model loads it: RTLD_GLOBAL, its pool started
+first.tcc_cpu_num_threads()
+other = next(i for i in build.ISA_ORDER if i != build.best_isa() and build.ISA_NEEDS[i] <= build.cpu_flags())
+lib = ctypes.CDLL(build.library_path(other), mode=ctypes.RTLD_LOCAL)
+vp, lg = ctypes.c_void_p, ctypes.c_long
+lib.tcc_cpu_gemm_packed.argtypes = [lg, lg, lg, ctypes.c_float, vp, lg, lg, vp, vp, lg, vp]
+rng = np.random.default_rng()
+a = rng.standard_normal((64, 96)).astype(np.float32)
+b = rng.standard_normal((96, 256)).astype(np.float32)
+bp = np.ascontiguousarray(pack_b(b))
+c = np.zeros((64, 256), np.float32)
+before = threads()
+lib.tcc_cpu_gemm_packed(64, 256, 96, 1.0, a.ctypes.data, 96, 1, bp.ctypes.data, c.ctypes.data, 256, None)
+np.testing.assert_allclose(c, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+print("BUILD", other, "THREADS", before, threads())
+"""
+
+
+def test_a_second_build_runs_on_its_own_code():
+    """A kernel library loaded next to the one a model uses (the tests load
+    each ISA's build so) calls its own functions: its packed GEMM runs on its
+    own pool (one more thread at TCC_NUM_THREADS=2), not the first build's.
+    Without -Bsymbolic those calls resolved to the first library's exported
+    functions: an `avx2` kernel ran on the `avx512` library's pool and code."""
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, TCC_NUM_THREADS="2")
+    env.pop("TCC_CPU_ISA", None)
+    r = subprocess.run([sys.executable, "-c", OTHER_BUILD_SCRIPT], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    line = [ln for ln in r.stdout.splitlines() if ln.startswith("BUILD")][0]
+    before, after = map(int, line.split()[3:])
+    assert after == before + 1, f"{line}: the {line.split()[1]} build's GEMM did not start its own pool's worker"
