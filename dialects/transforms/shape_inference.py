@@ -157,6 +157,35 @@ def _forget_dims(func):
     walk(func.regions[0].blocks[0])
 
 
+def _check_reshape(op):
+    """A Reshape of a static input to a constant shape must keep the element
+    count. onnx's inference takes the shape as it is (12 elements "reshaped"
+    to [5, 5] gives [5, 5]), and the code after it would read past the
+    input's buffer: the host lowering refused it, the cpu accelerator's view
+    read 13 floats of whatever lay there. At run-time specialization it is an
+    input shape the model cannot take (a sequence length an exporter baked
+    into a constant); ahead of time, a model that cannot run."""
+    x = op.operands[0].type
+    shape = constant_value(op.operands[1]) if len(op.operands) > 1 else None
+    if not (isinstance(x, TensorType) and x.has_static_shape) or shape is None or shape.ndim != 1:
+        return
+    n = 1
+    for d in x.shape:
+        n *= int(d)
+    allowzero = op.attributes.get("allowzero")
+    dims = [int(d) for d in shape.tolist()]
+    if not (allowzero is not None and getattr(allowzero, "value", 0)):
+        dims = [int(x.shape[i]) if d == 0 and i < len(x.shape) else d for i, d in enumerate(dims)]
+    if dims.count(-1) > 1 or any(d < -1 for d in dims):
+        raise ShapeMismatch(op, f"the shape {shape.tolist()} has more than one -1 or a dim below -1")
+    known = 1
+    for d in dims:
+        known *= d if d != -1 else 1
+    fits = (n % known == 0 if known else n == 0) if -1 in dims else known == n
+    if not fits:
+        raise ShapeMismatch(op, f"{n} elements cannot be viewed as {shape.tolist()}")
+
+
 class ShapeInferencePass(Pass):
     name = "shape-inference"
     summary = "refine result types with onnx's per-node shape inference"
@@ -199,6 +228,8 @@ class ShapeInferencePass(Pass):
                 if delta is not None and delta.size == 1 and delta.reshape(-1)[0] == 0:
                     # onnx infers an empty result; onnxruntime and the reference refuse it
                     raise ShapeMismatch(op, "Range's delta is 0")
+            if op.name == "onnx.Reshape":
+                _check_reshape(op)
             if all(isinstance(r.type, TensorType) and r.type.has_static_shape or r.type is NONE
                    for r in op.results):
                 continue

@@ -328,25 +328,51 @@ def test_outputs_never_alias_inputs_or_kept_values(rng, tmp_path):
     assert list(plan.run([x])[1]) == [2, 3]
 
 
-@pytest.mark.parametrize("mode", ["sync", "background"])
-def test_reshape_that_does_not_fit_is_an_input_error_in_the_compiled_path(mode, rng, tmp_path, monkeypatch):
-    """12 elements "reshaped" to [5, 5]: onnx's inference takes the constant
-    shape as it is, so the compiled code read past its buffer and returned a
-    [5, 5] result. Now the specialization refuses it in one line."""
-    from tcc.runtime.session import InputError
-    monkeypatch.setenv("TCC_SPECIALIZE", mode)
-    g = helper.make_graph([helper.make_node("Reshape", ["x", "s"], ["y"], name="rs")], "g",
-                          [helper.make_tensor_value_info("x", F, ["a", "b"])],
+def _reshape_then_relu(d0, d1):
+    g = helper.make_graph([helper.make_node("Reshape", ["x", "s"], ["r"], name="rs"),
+                           helper.make_node("Relu", ["r"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", F, [d0, d1])],
                           [helper.make_tensor_value_info("y", F, [5, 5])],
                           [numpy_helper.from_array(np.array([5, 5], np.int64), "s")])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
-    sess = tcc.load(tcc.compile(m, output=str(tmp_path / "m.tcc"), cache=False))
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+
+
+@pytest.mark.parametrize("mode", ["sync", "background"])
+@pytest.mark.parametrize("maccel", [(), ("host",), ("cpu",)])
+def test_reshape_that_does_not_fit_is_an_input_error_in_the_compiled_path(mode, maccel, rng, tmp_path,
+                                                                           monkeypatch):
+    """12 elements "reshaped" to [5, 5]: onnx's inference takes the constant
+    shape as it is, so the compiled code read past its buffer and returned a
+    [5, 5] result (the cpu accelerator's view did so until shape inference
+    checked the count: the default compile of an exported transformer whose
+    sequence length was baked into a Reshape answered NaN at another length,
+    where onnxruntime refuses). Now the specialization refuses it in one line."""
+    from tcc.runtime.session import InputError
+    monkeypatch.setenv("TCC_SPECIALIZE", mode)
+    m = _reshape_then_relu("a", "b")
+    sess = tcc.load(tcc.compile(m, output=str(tmp_path / "m.tcc"), cache=False, maccel=maccel))
     x = rng.standard_normal((5, 5)).astype(np.float32)
-    np.testing.assert_array_equal(sess.run({"x": x})[0], x)
+    np.testing.assert_array_equal(sess.run({"x": x})[0], np.maximum(x, 0))
     with pytest.raises(InputError, match=r"inputs 'x' \[3, 4\] do not fit the model: node 'rs' \(onnx.Reshape\) "
                                          r".*12 elements cannot be viewed as \[5, 5\]") as e:
         sess.run({"x": rng.standard_normal((3, 4)).astype(np.float32)})
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("maccel", [[], ["--maccel=host"], ["--maccel=cpu"]])
+def test_static_reshape_that_does_not_fit_is_refused_at_compile(maccel, tmp_path):
+    """The same Reshape in a static model (2 x 6 to [5, 5]): `tcc` names the
+    node in one line and exits 1, leaving no artifact; the cpu accelerator's
+    compile used to accept it and the artifact read past the input."""
+    from test.conftest import run_tool
+    src, out = tmp_path / "m.onnx", tmp_path / "m.tcc"
+    onnx.save(_reshape_then_relu(2, 6), str(src))
+    r = run_tool("tcc", str(src), "-o", str(out), *maccel)
+    assert r.returncode == 1, r.stdout + r.stderr
+    err = r.stderr.strip()
+    assert "\n" not in err and "Traceback" not in err, err
+    assert "node 'rs' (onnx.Reshape)" in err and "12 elements cannot be viewed as [5, 5]" in err, err
+    assert not out.exists()
 
 
 def test_generic_call_beside_a_compile_restores_the_switch_interval(rng, tmp_path):
