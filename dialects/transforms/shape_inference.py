@@ -186,6 +186,102 @@ def _check_reshape(op):
         raise ShapeMismatch(op, f"{n} elements cannot be viewed as {shape.tolist()}")
 
 
+def _static(v):
+    """v's dims when its type is a tensor of static shape, else None."""
+    t = v.type
+    return [int(d) for d in t.shape] if isinstance(t, TensorType) and t.has_static_shape else None
+
+
+def _operand(op, i):
+    return op.operands[i] if len(op.operands) > i and op.operands[i].type is not NONE else None
+
+
+def _attr(op, name, default=None):
+    a = op.attributes.get(name)
+    return default if a is None else getattr(a, "value", default)
+
+
+def _check_conv(op):
+    """Conv: X's channels are W's input channels times group, the bias one
+    value per output channel, the kernel as W's spatial dims. onnx's
+    inference checks none of them, and the kernels size their reads by W:
+    a 3-channel X against a W for 5 read past X's buffer."""
+    x, w = _static(op.operands[0]), _static(op.operands[1])
+    if x is None or w is None or len(x) < 3:
+        return
+    g = int(_attr(op, "group", 1))
+    if len(w) != len(x):
+        raise ShapeMismatch(op, f"W has rank {len(w)}, X rank {len(x)}")
+    if x[1] != w[1] * g or g < 1 or w[0] % g:
+        raise ShapeMismatch(op, f"X has {x[1]} channels, W {w[1]} per group x group {g} (W {w} with {w[0]} outputs)")
+    ks = _attr(op, "kernel_shape")
+    if ks is not None and [int(k) for k in ks] != w[2:]:
+        raise ShapeMismatch(op, f"kernel_shape {list(ks)} is not W's spatial dims {w[2:]}")
+    b = _operand(op, 2)
+    if b is not None and _static(b) is not None and _static(b) != [w[0]]:
+        raise ShapeMismatch(op, f"the bias has shape {_static(b)}, not one value per output channel ({w[0]})")
+
+
+def _check_conv_transpose(op):
+    """ConvTranspose: X's channels are W's first dim, the bias one value per
+    output channel (W's second dim times group)."""
+    x, w = _static(op.operands[0]), _static(op.operands[1])
+    if x is None or w is None or len(x) < 3:
+        return
+    g = int(_attr(op, "group", 1))
+    if len(w) != len(x) or x[1] != w[0] or g < 1 or w[0] % g:
+        raise ShapeMismatch(op, f"X has {x[1]} channels, W {w} (its first dim must be X's channels), group {g}")
+    b = _operand(op, 2)
+    if b is not None and _static(b) is not None and _static(b) != [w[1] * g]:
+        raise ShapeMismatch(op, f"the bias has shape {_static(b)}, not one value per output channel ({w[1] * g})")
+
+
+def _check_prelu(op):
+    """PRelu's slope broadcasts to X in one direction (X's shape is the result's)."""
+    x, s = _static(op.operands[0]), _static(op.operands[1])
+    if x is None or s is None:
+        return
+    ok = len(s) <= len(x) and all(a == b or a == 1 for a, b in zip(reversed(s), reversed(x)))
+    if not ok:
+        raise ShapeMismatch(op, f"the slope's shape {s} does not broadcast to X's {x}")
+
+
+def _check_rnn(op):
+    """RNN / GRU / LSTM: W [directions, gates x H, input], R [directions,
+    gates x H, H], B [directions, 2 x gates x H], the initial states
+    [directions, batch, H] ([batch, directions, H] in layout 1), the
+    peepholes [directions, 3 H]. The kernels take
+    H and the input size from W and R: an R for another H read past it."""
+    gates = {"onnx.RNN": 1, "onnx.GRU": 3, "onnx.LSTM": 4}[op.name]
+    x, w, r = _static(op.operands[0]), _static(op.operands[1]), _static(op.operands[2])
+    if x is None or w is None or r is None or len(x) != 3:
+        return
+    dirs = 2 if _attr(op, "direction", "forward") == "bidirectional" else 1
+    hidden = _attr(op, "hidden_size")
+    h = int(hidden) if hidden is not None else (r[2] if len(r) == 3 else -1)
+    # layout 1: X [batch, seq, input] and the states [batch, directions, H]
+    state = [x[0], dirs, h] if int(_attr(op, "layout", 0)) == 1 else [dirs, x[1], h]
+    want = {1: [dirs, gates * h, x[2]], 2: [dirs, gates * h, h], 3: [dirs, 2 * gates * h],
+            5: state, 6: state, 7: [dirs, 3 * h]}
+    names = {1: "W", 2: "R", 3: "B", 5: "initial_h", 6: "initial_c", 7: "P"}
+    for i, shape in want.items():
+        if op.name != "onnx.LSTM" and i > 5:
+            break
+        v = _operand(op, i)
+        got = _static(v) if v is not None else None
+        if got is not None and got != shape:
+            raise ShapeMismatch(op, f"{names[i]} has shape {got}, expected {shape} (hidden size {h}, "
+                                    f"input size {x[2]}, {dirs} direction{'s' if dirs > 1 else ''})")
+
+
+# Ops whose operand shapes onnx's per-node inference does not check against
+# each other, where the generated code would read past a buffer: a model
+# that breaks them cannot run (ahead of time), or an input shape it cannot
+# take (run-time specialization).
+_CHECKS = {"onnx.Reshape": _check_reshape, "onnx.Conv": _check_conv, "onnx.ConvTranspose": _check_conv_transpose,
+           "onnx.PRelu": _check_prelu, "onnx.RNN": _check_rnn, "onnx.GRU": _check_rnn, "onnx.LSTM": _check_rnn}
+
+
 class ShapeInferencePass(Pass):
     name = "shape-inference"
     summary = "refine result types with onnx's per-node shape inference"
@@ -228,8 +324,9 @@ class ShapeInferencePass(Pass):
                 if delta is not None and delta.size == 1 and delta.reshape(-1)[0] == 0:
                     # onnx infers an empty result; onnxruntime and the reference refuse it
                     raise ShapeMismatch(op, "Range's delta is 0")
-            if op.name == "onnx.Reshape":
-                _check_reshape(op)
+            check = _CHECKS.get(op.name)
+            if check is not None:
+                check(op)
             if all(isinstance(r.type, TensorType) and r.type.has_static_shape or r.type is NONE
                    for r in op.results):
                 continue

@@ -1,6 +1,7 @@
 """Models onnx's checker accepts but tcc must refuse, with the reason: an
 opset import beyond what the installed onnx defines, a non-positive opset
-version, a graph that declares no outputs."""
+version, a graph that declares no outputs, operands whose shapes disagree
+where onnx's inference does not compare them."""
 import numpy as np
 import onnx
 import pytest
@@ -52,4 +53,56 @@ def test_graph_without_outputs_is_refused(tmp_path):
     onnx.checker.check_model(m)
     path = save(m, tmp_path / "m.onnx")
     assert_one_line_error(run_tool("tcc", path), "m.onnx", "declares no outputs")
+    assert not (tmp_path / "m.tcc").exists()
+
+
+def _disagreeing(case, rng):
+    """A model whose operand shapes disagree where onnx's inference does not
+    look (the checker passes it; onnxruntime refuses it): (model, node name,
+    what tcc must say)."""
+    from onnx import numpy_helper
+    f32 = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
+    x4 = ("x", [1, 3, 8, 8])
+    nodes, x, inits, out, needle = {
+        "conv_channels": ([helper.make_node("Conv", ["x", "w"], ["y"], name="n", pads=[1] * 4)], x4,
+                          {"w": f32(4, 5, 3, 3)}, [1, 4, 8, 8], "X has 3 channels, W 5 per group"),
+        "conv_bias": ([helper.make_node("Conv", ["x", "w", "b"], ["y"], name="n", pads=[1] * 4)], x4,
+                      {"w": f32(4, 3, 3, 3), "b": f32(2)}, [1, 4, 8, 8], "the bias has shape [2]"),
+        "conv_transpose": ([helper.make_node("ConvTranspose", ["x", "w"], ["y"], name="n")], x4,
+                           {"w": f32(5, 2, 3, 3)}, [1, 2, 10, 10], "X has 3 channels"),
+        "prelu": ([helper.make_node("PRelu", ["x", "s"], ["y"], name="n")], x4, {"s": f32(5, 1, 1)},
+                  [1, 3, 8, 8], "the slope's shape [5, 1, 1] does not broadcast"),
+        "gru": ([helper.make_node("GRU", ["x", "W", "R"], ["y"], name="n", hidden_size=8)], ("x", [5, 1, 4]),
+                {"W": f32(1, 24, 4), "R": f32(1, 24, 7)}, [5, 1, 1, 8], "R has shape [1, 24, 7], expected [1, 24, 8]"),
+        "lstm_bias": ([helper.make_node("LSTM", ["x", "W", "R", "B"], ["y"], name="n", hidden_size=8)],
+                      ("x", [5, 1, 4]), {"W": f32(1, 32, 4), "R": f32(1, 32, 8), "B": f32(1, 32)}, [5, 1, 1, 8],
+                      "B has shape [1, 32], expected [1, 64]"),
+        "reshape": ([helper.make_node("Reshape", ["x", "s"], ["y"], name="n")], ("x", [2, 6]),
+                    {"s": np.array([5, 5], np.int64)}, [5, 5], "12 elements cannot be viewed as [5, 5]"),
+    }[case]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(x[0], onnx.TensorProto.FLOAT, x[1])],
+                          [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, out)],
+                          [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]), "node 'n'", needle
+
+
+@pytest.mark.parametrize("maccel", [[], ["--maccel=cpu"], ["--maccel=host"]])
+@pytest.mark.parametrize("case", ["conv_channels", "conv_bias", "conv_transpose", "prelu", "gru", "lstm_bias",
+                                  "reshape"])
+def test_operands_that_disagree_are_refused(tmp_path, rng, case, maccel):
+    """onnx's inference does not compare these operands with each other, and
+    the generated code sized its reads by one of them: a Conv whose W expects
+    5 channels of a 3-channel X, a bias or a GRU's R for another size, a
+    PRelu slope that does not broadcast, 12 elements reshaped to [5, 5]
+    compiled (the cpu accelerator, the default, for all of them) and read
+    past a buffer. Refused now in one line naming the node, no artifact."""
+    import onnxruntime as ort
+    m, node, needle = _disagreeing(case, rng)
+    onnx.checker.check_model(m)
+    with pytest.raises(Exception):  # onnxruntime refuses it too, at load or at its first run
+        s = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+        i = s.get_inputs()[0]
+        s.run(None, {i.name: rng.standard_normal(i.shape).astype(np.float32)})
+    path = save(m, tmp_path / "m.onnx")
+    assert_one_line_error(run_tool("tcc", path, *maccel), node, needle)
     assert not (tmp_path / "m.tcc").exists()
