@@ -33,12 +33,14 @@ from .specializing import needs_specialization
 
 def graph_pipeline(opt_level: int) -> str:
     """Target-independent graph passes (stage 2 of DESIGN.md)."""
+    # The first inference also rechecks the types the model declares
+    # (value_info, outputs): where onnx's inference disagrees, it wins.
     if opt_level <= 0:
-        return "shape-inference,index-bounds"
+        return "shape-inference{recheck=true},index-bounds"
     # Twice round shape inference and folding: folding a Pad's pads (say)
     # makes its shape static only after inference, and only then can a
     # Shape of it fold (expanded functions chain several such steps).
-    return ("shape-inference,canonicalize,fold-constants,shape-inference,canonicalize,fold-constants,"
+    return ("shape-inference{recheck=true},canonicalize,fold-constants,shape-inference,canonicalize,fold-constants,"
             "canonicalize,fold-batchnorm,cse,dce,shape-inference,index-bounds")
 
 

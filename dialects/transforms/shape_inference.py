@@ -32,6 +32,13 @@ def _more_precise(new, old):
     return all(o is None or o == n for o, n in zip(old.shape, new.shape)) and new.shape != old.shape
 
 
+def _contradicts(new, old):
+    """Both static tensor types of one element type, of other shapes: a
+    declaration onnx's inference contradicts."""
+    return isinstance(new, TensorType) and isinstance(old, TensorType) and new.element == old.element and \
+        new.has_static_shape and old.has_static_shape and new.shape != old.shape
+
+
 def _refine_scan_body_args(op):
     """A Scan body's arguments are its state operands' types and its scan
     inputs' with the scan axis dropped: the body graph may declare them
@@ -274,6 +281,46 @@ def _check_rnn(op):
                                     f"input size {x[2]}, {dirs} direction{'s' if dirs > 1 else ''})")
 
 
+_POOLS = ("onnx.MaxPool", "onnx.AveragePool", "onnx.LpPool")
+
+
+def _ceil_pool_types(op):
+    """A pooling's output dims under ceil_mode, by the rule onnxruntime and
+    the ONNX reference follow: ceil((in + pads - span) / stride) + 1 windows,
+    less the last where it would start in the end padding. onnx's inference
+    (1.23) keeps that last window (23 rows, kernel 5, stride 2, pads 2 / 0:
+    11 against 10), so neither its answer nor a declared type is taken:
+    True when the results' types were set here."""
+    if not _attr(op, "ceil_mode", 0) or _attr(op, "auto_pad", "NOTSET") not in ("NOTSET", None):
+        return False
+    x = _static(op.operands[0])
+    if x is None or len(x) < 3:
+        return False
+    nd = len(x) - 2
+    k = [int(v) for v in (_attr(op, "kernel_shape") or [])]
+    if len(k) != nd:
+        return False
+    st = [int(v) for v in (_attr(op, "strides") or [1] * nd)]
+    dl = [int(v) for v in (_attr(op, "dilations") or [1] * nd)]
+    pads = [int(v) for v in (_attr(op, "pads") or [0] * (2 * nd))]
+    if len(st) != nd or len(dl) != nd or len(pads) != 2 * nd or min(st) < 1:
+        return False
+    dims = []
+    for i in range(nd):
+        span = x[2 + i] + pads[i] + pads[nd + i] - ((k[i] - 1) * dl[i] + 1)
+        if span < 0:
+            return False  # no window fits: left to onnx's inference and the lowering
+        o = -(-span // st[i]) + 1
+        if (o - 1) * st[i] >= x[2 + i] + pads[i]:
+            o -= 1
+        dims.append(o)
+    for r in op.results:
+        if isinstance(r.type, TensorType) and r.type.element is not None and r.type.shape is not None \
+                and len(r.type.shape) == len(x):
+            r.type = TensorType(tuple(x[:2] + dims), r.type.element)
+    return True
+
+
 # Ops whose operand shapes onnx's per-node inference does not check against
 # each other, where the generated code would read past a buffer: a model
 # that breaks them cannot run (ahead of time), or an input shape it cannot
@@ -288,7 +335,9 @@ class ShapeInferencePass(Pass):
     options = {"reset": (bool, False, "first forget the dims of every result that depends on an argument "
                                       "(run-time specialization: the arguments' shapes decide)"),
                "strict": (bool, False, "an op whose operands all have static shapes and that onnx's "
-                                       "inference rejects is an error (ShapeMismatch), not left untyped")}
+                                       "inference rejects is an error (ShapeMismatch), not left untyped"),
+               "recheck": (bool, False, "also infer results whose declared types are static, and take "
+                                        "the inferred shape where the two disagree (import)")}
 
     def run(self, module, ctx):
         self.module = module
@@ -327,9 +376,18 @@ class ShapeInferencePass(Pass):
             check = _CHECKS.get(op.name)
             if check is not None:
                 check(op)
+            if op.name in _POOLS:
+                if _ceil_pool_types(op):
+                    continue
             if all(isinstance(r.type, TensorType) and r.type.has_static_shape or r.type is NONE
                    for r in op.results):
-                continue
+                # A model's value_info and outputs are declarations, not facts:
+                # a Relu of 8 floats declared [100] computed 100 and read past its
+                # input. With recheck (once, at import) onnx's inference decides, as
+                # in onnxruntime, which takes the inferred shape and warns.
+                if not self.recheck or op.name in _KEEP_DECLARED or not all(
+                        v.type is NONE or getattr(v.type, "has_static_shape", False) for v in op.operands):
+                    continue
             self._infer(op, domain, short)
 
     def _infer(self, op, domain, short):
@@ -367,5 +425,5 @@ class ShapeInferencePass(Pass):
             if tp is None or not tp.WhichOneof("value"):
                 continue
             new = ir_type(tp)
-            if _more_precise(new, r.type):
+            if _more_precise(new, r.type) or (self.recheck and _contradicts(new, r.type)):
                 r.type = new

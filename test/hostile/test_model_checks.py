@@ -106,3 +106,22 @@ def test_operands_that_disagree_are_refused(tmp_path, rng, case, maccel):
     path = save(m, tmp_path / "m.onnx")
     assert_one_line_error(run_tool("tcc", path, *maccel), node, needle)
     assert not (tmp_path / "m.tcc").exists()
+
+
+@pytest.mark.parametrize("maccel", [(), ("cpu",), ("host",)])
+@pytest.mark.parametrize("declared,hidden", [([100], None), ([4], None), ([8], [1000])])
+def test_declared_shapes_onnx_inference_contradicts_are_not_trusted(tmp_path, rng, maccel, declared, hidden):
+    """A model's value_info and output types are declarations: a Relu of 8
+    floats declared [100] computed 100 elements and read past its input, one
+    declared [4] answered 4, an intermediate declared [1000] gave zeros on
+    the host. onnx's inference decides now, as in onnxruntime (which warns
+    and takes the inferred shape): the answer is onnxruntime's."""
+    x = helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [8])
+    y = helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, declared)
+    vi = [helper.make_tensor_value_info("h", onnx.TensorProto.FLOAT, hidden)] if hidden else []
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["h"]), helper.make_node("Neg", ["h"], ["y"])], "g",
+                          [x], [y], value_info=vi)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    feeds = {"x": rng.standard_normal(8).astype(np.float32)}
+    got = tcc.load(tcc.compile(m, maccel=maccel, output=str(tmp_path / "m.tcc"), cache=False)).run(feeds)[0]
+    np.testing.assert_array_equal(got, reference(m, feeds)[0])
