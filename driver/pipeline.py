@@ -34,13 +34,15 @@ from .specializing import needs_specialization
 def graph_pipeline(opt_level: int) -> str:
     """Target-independent graph passes (stage 2 of DESIGN.md)."""
     # The first inference also rechecks the types the model declares
-    # (value_info, outputs): where onnx's inference disagrees, it wins.
+    # (value_info, outputs): where onnx's inference disagrees, it wins, and
+    # an op of static operands it rejects (a Slice axis past the rank, Tile
+    # repeats of another length) is an error, as in onnxruntime.
     if opt_level <= 0:
-        return "shape-inference{recheck=true},index-bounds"
+        return "shape-inference{recheck=true,strict=true},index-bounds"
     # Twice round shape inference and folding: folding a Pad's pads (say)
     # makes its shape static only after inference, and only then can a
     # Shape of it fold (expanded functions chain several such steps).
-    return ("shape-inference{recheck=true},canonicalize,fold-constants,shape-inference,canonicalize,fold-constants,"
+    return ("shape-inference{recheck=true,strict=true},canonicalize,fold-constants,shape-inference,canonicalize,fold-constants,"
             "canonicalize,fold-batchnorm,cse,dce,shape-inference,index-bounds")
 
 

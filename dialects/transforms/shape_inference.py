@@ -208,12 +208,21 @@ def _attr(op, name, default=None):
     return default if a is None else getattr(a, "value", default)
 
 
+# where X, W and the bias are among a convolution's operands
+_CONV_OPERANDS = {"onnx.Conv": (0, 1, 2), "onnx.ConvInteger": (0, 1, None), "onnx.QLinearConv": (0, 3, 8)}
+
+
 def _check_conv(op):
-    """Conv: X's channels are W's input channels times group, the bias one
-    value per output channel, the kernel as W's spatial dims. onnx's
-    inference checks none of them, and the kernels size their reads by W:
-    a 3-channel X against a W for 5 read past X's buffer."""
-    x, w = _static(op.operands[0]), _static(op.operands[1])
+    """Conv (ConvInteger, QLinearConv): X's channels are W's input channels
+    times group, the bias one value per output channel, the kernel as W's
+    spatial dims, and at least one output position. onnx's inference checks
+    none of them, and the kernels size their reads by W: a 3-channel X
+    against a W for 5 read past X's buffer; a kernel larger than the padded
+    input gave an empty output that the cpu kernels divided by."""
+    xi, wi, bi = _CONV_OPERANDS[op.name]
+    if len(op.operands) <= wi:
+        return
+    x, w = _static(op.operands[xi]), _static(op.operands[wi])
     if x is None or w is None or len(x) < 3:
         return
     g = int(_attr(op, "group", 1))
@@ -224,9 +233,87 @@ def _check_conv(op):
     ks = _attr(op, "kernel_shape")
     if ks is not None and [int(k) for k in ks] != w[2:]:
         raise ShapeMismatch(op, f"kernel_shape {list(ks)} is not W's spatial dims {w[2:]}")
-    b = _operand(op, 2)
+    b = _operand(op, bi) if bi is not None else None
     if b is not None and _static(b) is not None and _static(b) != [w[0]]:
         raise ShapeMismatch(op, f"the bias has shape {_static(b)}, not one value per output channel ({w[0]})")
+    nd = len(x) - 2
+    if _attr(op, "auto_pad", "NOTSET") in ("NOTSET", "VALID", None):
+        pads = [int(v) for v in (_attr(op, "pads") or [0] * (2 * nd))] \
+            if _attr(op, "auto_pad", "NOTSET") in ("NOTSET", None) else [0] * (2 * nd)
+        dil = [int(v) for v in (_attr(op, "dilations") or [1] * nd)]
+        if len(pads) == 2 * nd and len(dil) == nd:
+            for i in range(nd):
+                if x[2 + i] + pads[i] + pads[nd + i] < (w[2 + i] - 1) * dil[i] + 1:
+                    raise ShapeMismatch(op, f"the kernel {w[2:]} (dilations {dil}) is larger than the padded "
+                                            f"input {[x[2 + j] + pads[j] + pads[nd + j] for j in range(nd)]}")
+
+
+def _check_gemm(op):
+    """Gemm's C broadcasts to the [M, N] result in one direction."""
+    a, b = _static(op.operands[0]), _static(op.operands[1])
+    c = _operand(op, 2)
+    c = _static(c) if c is not None else None
+    if a is None or b is None or c is None or len(a) != 2 or len(b) != 2:
+        return
+    m = a[1] if _attr(op, "transA", 0) else a[0]
+    n = b[0] if _attr(op, "transB", 0) else b[1]
+    if len(c) > 2 or not all(d in (1, t) for d, t in zip(reversed(c), (n, m))):
+        raise ShapeMismatch(op, f"C has shape {c}, which does not broadcast to the result's [{m}, {n}]")
+
+
+def _check_norm_params(op):
+    """BatchNormalization's scale, B, mean and var, InstanceNormalization's
+    scale and B: one value per channel of X."""
+    x = _static(op.operands[0])
+    if x is None or len(x) < 2:
+        return
+    names = ("scale", "B", "mean", "var")
+    for i in range(1, min(len(op.operands), 5)):
+        v = _operand(op, i)
+        got = _static(v) if v is not None else None
+        if got is not None and got != [x[1]]:
+            raise ShapeMismatch(op, f"{names[i - 1]} has shape {got}, not one value per channel ({x[1]})")
+
+
+def _check_depth_space(op):
+    """DepthToSpace: the channels split into blocksize^2; SpaceToDepth: the
+    height and width into blocksize."""
+    x = _static(op.operands[0])
+    bs = int(_attr(op, "blocksize", 0) or 0)
+    if x is None or len(x) != 4 or bs < 1:
+        return
+    if op.name == "onnx.DepthToSpace" and x[1] % (bs * bs):
+        raise ShapeMismatch(op, f"{x[1]} channels do not split into blocks of {bs} x {bs}")
+    if op.name == "onnx.SpaceToDepth" and (x[2] % bs or x[3] % bs):
+        raise ShapeMismatch(op, f"{x[2]} x {x[3]} does not split into blocks of {bs} x {bs}")
+
+
+def _check_pad(op):
+    """Pad's pads (negative ones crop) leave every dim at least 0."""
+    x = _static(op.operands[0])
+    pads = constant_value(op.operands[1]) if len(op.operands) > 1 and op.operands[1].type is not NONE else None
+    if x is None or pads is None or pads.ndim != 1:
+        return
+    axes = constant_value(op.operands[3]) if len(op.operands) > 3 and op.operands[3].type is not NONE else None
+    axes = [int(a) % len(x) for a in axes.tolist()] if axes is not None else list(range(len(x)))
+    p = [int(v) for v in pads.tolist()]
+    if len(p) != 2 * len(axes):
+        return
+    for k, a in enumerate(axes):
+        if x[a] + p[k] + p[len(axes) + k] < 0:
+            raise ShapeMismatch(op, f"pads {p} crop axis {a} ({x[a]} long) below nothing")
+
+
+def _check_gather_elements(op):
+    """GatherElements: the indices have X's rank and, off the axis, no dim
+    larger than X's (each output element reads X at its own position there)."""
+    x, i = _static(op.operands[0]), _static(op.operands[1])
+    if x is None or i is None:
+        return
+    axis = int(_attr(op, "axis", 0))
+    axis = axis + len(x) if axis < 0 else axis
+    if len(i) != len(x) or any(a > b for k, (a, b) in enumerate(zip(i, x)) if k != axis):
+        raise ShapeMismatch(op, f"indices of shape {i} do not fit data of shape {x} off axis {axis}")
 
 
 def _check_conv_transpose(op):
@@ -325,8 +412,12 @@ def _ceil_pool_types(op):
 # each other, where the generated code would read past a buffer: a model
 # that breaks them cannot run (ahead of time), or an input shape it cannot
 # take (run-time specialization).
-_CHECKS = {"onnx.Reshape": _check_reshape, "onnx.Conv": _check_conv, "onnx.ConvTranspose": _check_conv_transpose,
-           "onnx.PRelu": _check_prelu, "onnx.RNN": _check_rnn, "onnx.GRU": _check_rnn, "onnx.LSTM": _check_rnn}
+_CHECKS = {"onnx.Reshape": _check_reshape, "onnx.Conv": _check_conv, "onnx.ConvInteger": _check_conv,
+           "onnx.QLinearConv": _check_conv, "onnx.ConvTranspose": _check_conv_transpose, "onnx.PRelu": _check_prelu,
+           "onnx.RNN": _check_rnn, "onnx.GRU": _check_rnn, "onnx.LSTM": _check_rnn, "onnx.Gemm": _check_gemm,
+           "onnx.BatchNormalization": _check_norm_params, "onnx.InstanceNormalization": _check_norm_params,
+           "onnx.DepthToSpace": _check_depth_space, "onnx.SpaceToDepth": _check_depth_space,
+           "onnx.GatherElements": _check_gather_elements, "onnx.Pad": _check_pad}
 
 
 class ShapeInferencePass(Pass):

@@ -79,6 +79,24 @@ def _disagreeing(case, rng):
                       "B has shape [1, 32], expected [1, 64]"),
         "reshape": ([helper.make_node("Reshape", ["x", "s"], ["y"], name="n")], ("x", [2, 6]),
                     {"s": np.array([5, 5], np.int64)}, [5, 5], "12 elements cannot be viewed as [5, 5]"),
+        "conv_kernel": ([helper.make_node("Conv", ["x", "w"], ["y"], name="n")], ("x", [1, 3, 4, 4]),
+                        {"w": f32(2, 3, 5, 5)}, [1, 2, 1, 1], "the kernel [5, 5] (dilations [1, 1]) is larger"),
+        "gemm_c": ([helper.make_node("Gemm", ["x", "w", "c"], ["y"], name="n")], ("x", [4, 6]),
+                   {"w": f32(6, 5), "c": f32(3, 5)}, [4, 5], "C has shape [3, 5], which does not broadcast"),
+        "batchnorm": ([helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], name="n")], x4,
+                      {"s": f32(4), "b": f32(4), "m": f32(4), "v": np.abs(f32(4))}, [1, 3, 8, 8],
+                      "scale has shape [4], not one value per channel (3)"),
+        "depth_to_space": ([helper.make_node("DepthToSpace", ["x"], ["y"], name="n", blocksize=2)],
+                           ("x", [1, 6, 4, 4]), {}, [1, 1, 8, 8], "6 channels do not split into blocks of 2 x 2"),
+        "gather_elements": ([helper.make_node("GatherElements", ["x", "i"], ["y"], name="n")], ("x", [2, 3]),
+                            {"i": np.zeros((4, 5), np.int64)}, [4, 5], "indices of shape [4, 5] do not fit"),
+        "pad": ([helper.make_node("Pad", ["x", "p"], ["y"], name="n")], ("x", [2, 3]),
+                {"p": np.array([0, -5, 0, 0], np.int64)}, [2, 1], "crop axis 1 (3 long) below nothing"),
+        "slice_axis": ([helper.make_node("Slice", ["x", "s", "e", "a"], ["y"], name="n")], ("x", [2, 3]),
+                       {"s": np.array([0], np.int64), "e": np.array([1], np.int64), "a": np.array([4], np.int64)},
+                       [2, 1], "(onnx.Slice) cannot take operands"),
+        "tile": ([helper.make_node("Tile", ["x", "t"], ["y"], name="n")], ("x", [2, 3]),
+                 {"t": np.array([2, 2, 2], np.int64)}, [4, 6], "(onnx.Tile) cannot take operands"),
     }[case]
     g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(x[0], onnx.TensorProto.FLOAT, x[1])],
                           [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, out)],
@@ -88,14 +106,20 @@ def _disagreeing(case, rng):
 
 @pytest.mark.parametrize("maccel", [[], ["--maccel=cpu"], ["--maccel=host"]])
 @pytest.mark.parametrize("case", ["conv_channels", "conv_bias", "conv_transpose", "prelu", "gru", "lstm_bias",
-                                  "reshape"])
+                                  "reshape", "conv_kernel", "gemm_c", "batchnorm", "depth_to_space",
+                                  "gather_elements", "pad", "slice_axis", "tile"])
 def test_operands_that_disagree_are_refused(tmp_path, rng, case, maccel):
     """onnx's inference does not compare these operands with each other, and
     the generated code sized its reads by one of them: a Conv whose W expects
     5 channels of a 3-channel X, a bias or a GRU's R for another size, a
-    PRelu slope that does not broadcast, 12 elements reshaped to [5, 5]
-    compiled (the cpu accelerator, the default, for all of them) and read
-    past a buffer. Refused now in one line naming the node, no artifact."""
+    PRelu slope that does not broadcast, 12 elements reshaped to [5, 5],
+    a Gemm's C, a GatherElements' indices larger than the data, a
+    DepthToSpace of 6 channels in 2 x 2 blocks compiled (the cpu
+    accelerator, the default, for all of them) and read past a buffer; a
+    kernel larger than the padded input gave an empty output the cpu kernel
+    divided by (SIGFPE); a Slice axis past the rank or Tile repeats of
+    another length, which onnx's inference rejects, compiled with the
+    declared types. Refused now in one line naming the node, no artifact."""
     import onnxruntime as ort
     m, node, needle = _disagreeing(case, rng)
     onnx.checker.check_model(m)
