@@ -304,6 +304,13 @@ def _check_pad(op):
             raise ShapeMismatch(op, f"pads {p} crop axis {a} ({x[a]} long) below nothing")
 
 
+def _check_lrn(op):
+    """LRN's size counts channels: at least 1 (the host lowering divided by it)."""
+    size = _attr(op, "size")
+    if size is not None and int(size) < 1:
+        raise ShapeMismatch(op, f"size is {int(size)}; it counts channels, at least 1")
+
+
 def _check_gather_elements(op):
     """GatherElements: the indices have X's rank and, off the axis, no dim
     larger than X's (each output element reads X at its own position there)."""
@@ -417,7 +424,7 @@ _CHECKS = {"onnx.Reshape": _check_reshape, "onnx.Conv": _check_conv, "onnx.ConvI
            "onnx.RNN": _check_rnn, "onnx.GRU": _check_rnn, "onnx.LSTM": _check_rnn, "onnx.Gemm": _check_gemm,
            "onnx.BatchNormalization": _check_norm_params, "onnx.InstanceNormalization": _check_norm_params,
            "onnx.DepthToSpace": _check_depth_space, "onnx.SpaceToDepth": _check_depth_space,
-           "onnx.GatherElements": _check_gather_elements, "onnx.Pad": _check_pad}
+           "onnx.GatherElements": _check_gather_elements, "onnx.Pad": _check_pad, "onnx.LRN": _check_lrn}
 
 
 class ShapeInferencePass(Pass):

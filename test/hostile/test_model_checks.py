@@ -97,6 +97,12 @@ def _disagreeing(case, rng):
                        [2, 1], "(onnx.Slice) cannot take operands"),
         "tile": ([helper.make_node("Tile", ["x", "t"], ["y"], name="n")], ("x", [2, 3]),
                  {"t": np.array([2, 2, 2], np.int64)}, [4, 6], "(onnx.Tile) cannot take operands"),
+        "gather_axis": ([helper.make_node("Gather", ["x", "i"], ["y"], name="n", axis=3)], ("x", [2, 3]),
+                        {"i": np.array([0], np.int64)}, [2, 1], "(onnx.Gather) cannot take operands"),
+        "split": ([helper.make_node("Split", ["x", "s"], ["y", "z"], name="n", axis=1)], ("x", [2, 6]),
+                  {"s": np.array([2, 3], np.int64)}, [2, 2], "(onnx.Split) cannot take operands"),
+        "lrn": ([helper.make_node("LRN", ["x"], ["y"], name="n", size=0)], x4, {}, [1, 3, 8, 8],
+                "size is 0; it counts channels"),
     }[case]
     g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(x[0], onnx.TensorProto.FLOAT, x[1])],
                           [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, out)],
@@ -107,7 +113,7 @@ def _disagreeing(case, rng):
 @pytest.mark.parametrize("maccel", [[], ["--maccel=cpu"], ["--maccel=host"]])
 @pytest.mark.parametrize("case", ["conv_channels", "conv_bias", "conv_transpose", "prelu", "gru", "lstm_bias",
                                   "reshape", "conv_kernel", "gemm_c", "batchnorm", "depth_to_space",
-                                  "gather_elements", "pad", "slice_axis", "tile"])
+                                  "gather_elements", "pad", "slice_axis", "tile", "gather_axis", "split", "lrn"])
 def test_operands_that_disagree_are_refused(tmp_path, rng, case, maccel):
     """onnx's inference does not compare these operands with each other, and
     the generated code sized its reads by one of them: a Conv whose W expects
