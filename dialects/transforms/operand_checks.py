@@ -255,6 +255,21 @@ def _check_rnn(op):
 _POOLS = ("onnx.MaxPool", "onnx.AveragePool", "onnx.LpPool")
 
 
+def _check_pool_pads(op):
+    """A pooling's pads smaller than its kernel, as onnxruntime requires: a
+    window wholly in the padding has no element to take, and the lowerings
+    disagreed on it (AveragePool: 0 on the cpu accelerator, NaN on the host;
+    MaxPool: -FLT_MAX against -inf)."""
+    k = [int(v) for v in (_attr(op, "kernel_shape") or [])]
+    pads = [int(v) for v in (_attr(op, "pads") or [])]
+    if _attr(op, "auto_pad", "NOTSET") != "NOTSET" or not k or len(pads) != 2 * len(k):
+        return
+    for i, ki in enumerate(k):
+        if pads[i] >= ki or pads[len(k) + i] >= ki:
+            raise ShapeMismatch(op, f"pads {pads} are not all smaller than the kernel {k}: a window would "
+                                    f"hold only padding")
+
+
 def ceil_pool_types(op):
     """A pooling's output dims under ceil_mode, by the rule onnxruntime and
     the ONNX reference follow: ceil((in + pads - span) / stride) + 1 windows,
@@ -298,7 +313,8 @@ _CHECKS = {"onnx.Reshape": _check_reshape, "onnx.Conv": _check_conv, "onnx.ConvI
            "onnx.RNN": _check_rnn, "onnx.GRU": _check_rnn, "onnx.LSTM": _check_rnn, "onnx.Gemm": _check_gemm,
            "onnx.BatchNormalization": _check_norm_params, "onnx.InstanceNormalization": _check_norm_params,
            "onnx.DepthToSpace": _check_depth_space, "onnx.SpaceToDepth": _check_depth_space,
-           "onnx.GatherElements": _check_gather_elements, "onnx.Pad": _check_pad, "onnx.LRN": _check_lrn}
+           "onnx.GatherElements": _check_gather_elements, "onnx.Pad": _check_pad, "onnx.LRN": _check_lrn,
+           **{p: _check_pool_pads for p in _POOLS}}
 
 
 def static_operands(op):

@@ -103,6 +103,9 @@ def _disagreeing(case, rng):
                   {"s": np.array([2, 3], np.int64)}, [2, 2], "(onnx.Split) cannot take operands"),
         "lrn": ([helper.make_node("LRN", ["x"], ["y"], name="n", size=0)], x4, {}, [1, 3, 8, 8],
                 "size is 0; it counts channels"),
+        "pool_pads": ([helper.make_node("AveragePool", ["x"], ["y"], name="n", kernel_shape=[2, 2],
+                                        pads=[0, 0, 2, 0])], x4, {}, [1, 3, 9, 7],
+                      "are not all smaller than the kernel"),
     }[case]
     g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(x[0], onnx.TensorProto.FLOAT, x[1])],
                           [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, out)],
@@ -113,7 +116,8 @@ def _disagreeing(case, rng):
 @pytest.mark.parametrize("maccel", [[], ["--maccel=cpu"], ["--maccel=host"]])
 @pytest.mark.parametrize("case", ["conv_channels", "conv_bias", "conv_transpose", "prelu", "gru", "lstm_bias",
                                   "reshape", "conv_kernel", "gemm_c", "batchnorm", "depth_to_space",
-                                  "gather_elements", "pad", "slice_axis", "tile", "gather_axis", "split", "lrn"])
+                                  "gather_elements", "pad", "slice_axis", "tile", "gather_axis", "split", "lrn",
+                                  "pool_pads"])
 def test_operands_that_disagree_are_refused(tmp_path, rng, case, maccel):
     """onnx's inference does not compare these operands with each other, and
     the generated code sized its reads by one of them: a Conv whose W expects
@@ -125,7 +129,9 @@ def test_operands_that_disagree_are_refused(tmp_path, rng, case, maccel):
     kernel larger than the padded input gave an empty output the cpu kernel
     divided by (SIGFPE); a Slice axis past the rank or Tile repeats of
     another length, which onnx's inference rejects, compiled with the
-    declared types. Refused now in one line naming the node, no artifact."""
+    declared types; a pooling whose pads reach its kernel's size has windows
+    of padding only (0 on the cpu accelerator, NaN on the host). Refused now
+    in one line naming the node, no artifact."""
     import onnxruntime as ort
     m, node, needle = _disagreeing(case, rng)
     onnx.checker.check_model(m)
