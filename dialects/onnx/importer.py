@@ -45,12 +45,16 @@ def load_model(path: str) -> onnx.ModelProto:
         raise ImportError_(f"{path}: not a valid ONNX model (cannot decode protobuf: {first})") from None
     if not model.HasField("graph"):
         raise ImportError_(f"{path}: not a valid ONNX model (no graph)")
+    # Every tensor that lives outside the file, not only the graph's
+    # initializers (a Constant node's value, a subgraph's); the helper walks
+    # them all. onnx refuses a location outside the model's folder, an
+    # absolute one or a link (ValidationError): the model's fault, said so.
+    from onnx.external_data_helper import load_external_data_for_model
     try:
-        from onnx.external_data_helper import load_external_data_for_model, uses_external_data
-        if any(uses_external_data(t) for t in model.graph.initializer):
-            load_external_data_for_model(model, os.path.dirname(os.path.abspath(path)))
-    except (OSError, ValueError) as e:
-        raise ImportError_(f"{path}: cannot load external data ({e})") from None
+        load_external_data_for_model(model, os.path.dirname(os.path.abspath(path)))
+    except (OSError, ValueError, onnx.checker.ValidationError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ImportError_(f"{path}: cannot load external data ({first})") from None
     return model
 
 
