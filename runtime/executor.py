@@ -19,8 +19,8 @@ from tcc.dialects.ir.errors import TccError
 from .artifact import TensorSpec
 from .device import get_device
 from .jit import jit_entry
-from .signature import (InputError, SignatureMixin, aligned_empty, check_index_range, data_ptr, format_specs,
-                        target_device)
+from .signature import (InputError, SignatureMixin, aligned_empty, byte_size, check_index_range, data_ptr,
+                        format_specs, target_device)
 
 HOST = "cpu"
 
@@ -158,7 +158,14 @@ class PlanSession(SignatureMixin):
         if b is None:
             n = self._nbytes(name)
             align = self._align.get(device, 1)
-            b = self._buffers[key] = device.alloc(n + (-n) % align)
+            try:
+                b = self._buffers[key] = device.alloc(n + (-n) % align)
+            except MemoryError:
+                # which value and how large, not numpy's "an array with shape
+                # (4398046511168,) and data type uint8"
+                t = self.values[name]
+                raise MemoryError(f"cannot allocate {byte_size(n)} for value '{name}' "
+                                  f"({t.dtype}{list(t.shape)}) on {device}") from None
         return b
 
     def _host_array(self, buf, name):

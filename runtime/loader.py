@@ -26,7 +26,9 @@ def load(path, compiler=None):
         if is_specializing(art.manifest):
             return SpecializingSession(art, compiler, load_static)
         return load_static(path, art)
-    except MemoryError:
+    except MemoryError as e:
+        if str(e).startswith("cannot allocate"):  # a plan's value (runtime.executor), named
+            raise ArtifactError(f"{art.path}: {e}") from None
         raise ArtifactError(f"{art.path}: cannot allocate the memory the artifact asks for (workspace "
                             f"{art.manifest['compile'].get('workspace_bytes', '?')} bytes)") from None
     except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError) as e:

@@ -43,6 +43,15 @@ def check_index_range(spec, v):
                      f"for {user}")
 
 
+def byte_size(n):
+    """n bytes for a message: '512 bytes', '4.00 TiB'."""
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if n < 1024:
+            return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.2f} {unit}"
+        n /= 1024
+    return f"{n:.2f} TiB"
+
+
 def aligned_empty(shape, dtype, align=ALIGN):
     dtype = np.dtype(dtype)
     n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
@@ -180,7 +189,12 @@ class SignatureMixin:
         hit = cache.get(i)
         if hit is not None and _refs(hit) == hit[2]:
             return hit[0], hit[3]
-        arr = aligned_empty(spec.shape, spec.dtype)
+        try:
+            arr = aligned_empty(spec.shape, spec.dtype)
+        except MemoryError:  # an output the inputs made too large (an Expand to [2^20, 2^20])
+            n = int(np.prod(spec.shape, dtype=np.int64)) * np.dtype(spec.dtype).itemsize
+            raise MemoryError(f"cannot allocate {byte_size(n)} for output '{spec.name}' "
+                              f"({np.dtype(spec.dtype)}{list(spec.shape)})") from None
         entry = [arr, arr.base if arr.base is not None else arr, None, arr.ctypes.data]
         del arr
         entry[2] = _refs(entry)  # the counts when only the cache holds them

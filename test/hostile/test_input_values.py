@@ -190,3 +190,38 @@ def test_range_too_large_for_memory_or_with_zero_delta(tmp_path, rng):
     p = run_tool("tcc-run", tmp_path / "r.tcc", "--input", f"a={tmp_path / 'a.npy'}", "--input",
                  f"b={tmp_path / 'b.npy'}", "--input", f"c={tmp_path / 'zero.npy'}")
     assert_one_line_error(p, "do not fit the model", "Range's delta is 0")
+
+
+@pytest.mark.parametrize("maccel", [[], ["--maccel=host"]])
+def test_outputs_and_values_too_large_say_which_and_how_large(tmp_path, rng, maccel):
+    """An Expand to [2^20, 2^20] floats (4 TiB, from the input's data) and a
+    constant ConstantOfShape of that size: one line naming the output or the
+    value and the size, not numpy's 'array with shape (4398046511168,) and
+    data type uint8'; a small shape still runs."""
+    big = [1 << 20, 1 << 20]
+    g = helper.make_graph([helper.make_node("Expand", ["x", "s"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1]),
+                           helper.make_tensor_value_info("s", TensorProto.INT64, [2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["a", "b"])])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]), tmp_path / "e.onnx")
+    assert run_tool("tcc", tmp_path / "e.onnx", "-o", tmp_path / "e.tcc", *maccel).returncode == 0
+    x = rng.standard_normal(1).astype(np.float32)
+    small = [int(v) for v in rng.integers(2, 9, 2)]
+    for name, v in (("x", x), ("small", np.array(small, np.int64)), ("big", np.array(big, np.int64))):
+        np.save(tmp_path / f"{name}.npy", v)
+    ok = run_tool("tcc-run", tmp_path / "e.tcc", "--input", f"x={tmp_path / 'x.npy'}", "--input",
+                  f"s={tmp_path / 'small.npy'}", "--output-dir", tmp_path / "o")
+    assert ok.returncode == 0, ok.stderr
+    np.testing.assert_array_equal(np.load(tmp_path / "o" / "y.npy"), np.broadcast_to(x, small))
+    p = run_tool("tcc-run", tmp_path / "e.tcc", "--input", f"x={tmp_path / 'x.npy'}", "--input",
+                 f"s={tmp_path / 'big.npy'}")
+    assert_one_line_error(p, "out of memory: cannot allocate 4.00 TiB for output 'y' (float32[1048576, 1048576])")
+
+    g = helper.make_graph([helper.make_node("ConstantOfShape", ["s"], ["c"]), helper.make_node("Add", ["x", "c"], ["y"])],
+                          "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, big)],
+                          [onnx.numpy_helper.from_array(np.array(big, np.int64), "s")])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]), tmp_path / "c.onnx")
+    assert run_tool("tcc", tmp_path / "c.onnx", "-o", tmp_path / "c.tcc", *maccel).returncode == 0
+    p = run_tool("tcc-run", tmp_path / "c.tcc", "--random-inputs")
+    assert_one_line_error(p, "c.tcc: cannot allocate", "4.00 TiB for value" if not maccel else "workspace 4398046511")
