@@ -235,6 +235,19 @@ def test_elementwise_chain_broadcast():
                 [("c", c), ("half", np.array(0.5, np.float32))]), {"x": x, "r": r}, rtol=1e-4, atol=1e-5)
 
 
+def test_long_elementwise_chain_is_cut_into_kernels(tmp_path):
+    """A chain of 600 single-use elementwise ops becomes 3 kernels of at most
+    256 ops (EW_MAX_OPS), not one loop body GCC takes minutes over (20000
+    ops: 71 s and 540 MB to compile as one), with the same result."""
+    from tcc.accelerators.cpu.lower import EW_MAX_OPS
+    x = rand(3, 37)
+    ops = ["Sin", "Neg", "Abs", "Sigmoid", "Tanh"]
+    nodes = [H(ops[i % len(ops)], [f"v{i}"], [f"v{i + 1}"]) for i in range(600)]
+    sess = check(model(nodes, [("v0", x.shape)], [("v600", x.shape)]), {"v0": x}, tmp_path=tmp_path)
+    src = c_source_of(sess.path)
+    assert EW_MAX_OPS == 256 and src.count("tcc_cpu_parallel_for(") == 3, src.count("tcc_cpu_parallel_for(")
+
+
 @pytest.mark.parametrize("op,attrs", [
     ("Relu", {}), ("Exp", {}), ("Neg", {}), ("Reciprocal", {}), ("LeakyRelu", {"alpha": 0.3}),
     ("HardSigmoid", {}), ("HardSwish", {}), ("Elu", {}), ("Selu", {}), ("Softplus", {}), ("Softsign", {}),
