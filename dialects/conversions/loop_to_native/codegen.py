@@ -46,6 +46,13 @@ ENTRY = "tcc_main_graph"
 WORKSPACE_SYMBOL = "tcc_workspace_bytes"
 EMBED_LIMIT = 4096      # constants up to this many bytes go into the object code, larger ones are weights
 STACK_LIMIT = 256 << 10  # unplanned buffers in parallel bodies up to this size live on the stack
+# Serial nests (outline_nest) are functions called once, which LLVM inlines
+# back into the entry; past this many the entry grows so large that LLVM's
+# time on it is superlinear (a chain of 10000 small elementwise ops, 313
+# nests: 24 s inlined, 7.7 s not), so they stay calls. Models have few
+# (BERT's host compile 16, qdq_cnn 7, ResNet-18 and MobileNetV2 2; the
+# parallel nests are called through tcc_parallel_for, never inlined).
+MAX_INLINED_NESTS = 64
 COLLAPSE_MIN = 64        # collapse parallel loops until at least this many iterations
 # A parallel nest whose bounds are constants and whose body runs fewer scalar
 # ops than this in all runs on the calling thread: a second thread's wake-up
@@ -214,6 +221,7 @@ class _Lowering:
         self.stats = Counter()
         self.n_funcs = 0
         self.loop_md = 0
+        self.nest_fns = []
 
     # -- entry ---------------------------------------------------------------------
     def run(self) -> Lowered:
@@ -239,6 +247,9 @@ class _Lowering:
             env.vmap[a] = p
         self._load_globals(env, fn.args[1])
         self.emit_block(block, env)
+        if len(self.nest_fns) > MAX_INLINED_NESTS:
+            for f in self.nest_fns:
+                f.attributes.add("noinline")
         if self.streams:
             env.b.call(self._declare("tcc_stream_fence", VOID, []), [])
         env.b.ret_void()
@@ -613,6 +624,7 @@ class _Lowering:
     def outline_nest(self, op, env):
         fixed, params, needs_ws = self._capture(op, env)
         fn, inner = self._new_function("nest", [], params, needs_ws, "nest")
+        self.nest_fns.append(fn)
         self._bind(inner, fixed, 0)
         self.emit_for(op, inner)
         inner.b.ret_void()
