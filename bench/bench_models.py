@@ -95,17 +95,25 @@ def header(threads):
             f"threads: {threads}; onnxruntime {ort.__version__}, numpy {np.__version__}{hidden}")
 
 
-def _interleaved_ms(fa, fb, repeats, warmup=2, burst=5, pause=0.05):
+# Seconds between bursts. onnxruntime's idle pool threads spin for tens of
+# ms after a run (tcc's for under 1 ms) and take the next engine's second
+# core meanwhile: tcc's MLP on 2 threads right after onnxruntime's runs
+# took 2.4-2.6 ms with 0-20 ms pauses, 1.5-1.65 with 50 ms and 1.49-1.79
+# with 200 ms, and 1.3-1.6 with any pause once onnxruntime's spinning was
+# off (AMD EPYC Zen 4, 2026-12-06). 50 ms was the edge; 0.1 s is past it.
+PAUSE = 0.1
+
+
+def _interleaved_ms(fa, fb, repeats, warmup=2, burst=5, pause=PAUSE):
     """Medians (ms) of fa and fb timed in alternating bursts, so both see
     the same machine load (the CI machine is shared: absolute times drift).
-    Bursts, not single calls, with a pause between them: onnxruntime's idle
-    pool threads spin for a while after each run (and tcc's briefly) and
-    would steal the other engine's second core."""
+    Bursts, not single calls, with a pause between them (PAUSE): one
+    engine's idle spinning threads would steal the other's second core."""
     ta, tb = _interleaved_samples([fa, fb], repeats, warmup, burst, pause)
     return float(np.median(ta)) * 1e3, float(np.median(tb)) * 1e3
 
 
-def _interleaved_samples(fns, repeats, warmup=2, burst=5, pause=0.05):
+def _interleaved_samples(fns, repeats, warmup=2, burst=5, pause=PAUSE):
     """Per function, `repeats` single-run times (s), the functions timed in
     turn in bursts (see _interleaved_ms)."""
     out = [[] for _ in fns]
