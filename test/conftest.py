@@ -203,9 +203,9 @@ def tool(name):
     return exe
 
 
-def run_tool(name, *args, input=None, cwd=None):
+def run_tool(name, *args, input=None, cwd=None, env=None):
     return subprocess.run([tool(name), *map(str, args)], input=input, capture_output=True, text=True,
-                          cwd=cwd, timeout=300)
+                          cwd=cwd, env=env, timeout=300)
 
 
 def assert_one_line_error(proc, *needles):

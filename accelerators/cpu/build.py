@@ -170,6 +170,8 @@ def load_kernels(isa=None):
     import ctypes
     isa = isa or best_isa()
     if isa not in _loaded:
+        from tcc.runtime.native import check_num_threads
+        check_num_threads()  # before the pool can start
         # OpenBLAS runs single-threaded inside our pool's tasks; started with
         # its default thread count, its idle threads spun on our cores
         # (8 % of a batch-64 MLP's samples). It reads this once, when loaded.

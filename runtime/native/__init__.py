@@ -36,6 +36,17 @@ class NativeBuildError(TccError):
     pass
 
 
+def check_num_threads():
+    """TCC_NUM_THREADS, read by the thread pool when it starts: unset or
+    empty for the number of cores, else a positive integer. Anything else
+    is refused here, before a pool starts: the C side cannot say so, and
+    its fallback (the cores) would silently ignore 'abc' or '0'."""
+    v = os.environ.get("TCC_NUM_THREADS", "").strip()
+    if v and not (v.isdigit() and int(v) > 0):
+        raise TccError(f"TCC_NUM_THREADS={os.environ['TCC_NUM_THREADS']!r}: not a positive number of threads "
+                       f"(unset it for one per core)")
+
+
 def _digest():
     h = hashlib.sha256()
     for s in SOURCES + HEADERS:
@@ -109,6 +120,7 @@ def load() -> str:
     resolution, and ctypes); returns its path."""
     global _loaded
     if _loaded is None:
+        check_num_threads()
         import ctypes
 
         import llvmlite.binding as llvm

@@ -100,7 +100,10 @@ static void *worker(void *arg) {
 
 static void pool_init(void) {
     const char *env = getenv("TCC_NUM_THREADS");
-    long n = env && *env ? strtol(env, NULL, 10) : sysconf(_SC_NPROCESSORS_ONLN);
+    long n = env && *env ? strtol(env, NULL, 10) : 0;
+    /* not a positive number (tcc's Python side refuses those): one per core,
+     * as the kernel library's pool does */
+    if (n < 1) n = sysconf(_SC_NPROCESSORS_ONLN);
     if (n < 1) n = 1;
     if (n > 256) n = 256;
     num_threads = (int)n;

@@ -2,9 +2,14 @@
 parallel_for runs exactly once, in contiguous chunks, whatever the thread
 count, range size and grain (ranges per thread, chunks stolen across them)."""
 import ctypes
+import os
 
 import numpy as np
+import onnx
 import pytest
+from onnx import TensorProto, helper
+
+from ...conftest import assert_one_line_error, run_tool
 
 TASK = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_long, ctypes.c_long)
 
@@ -252,3 +257,24 @@ def test_a_second_build_runs_on_its_own_code():
     line = [ln for ln in r.stdout.splitlines() if ln.startswith("BUILD")][0]
     before, after = map(int, line.split()[3:])
     assert after == before + 1, f"{line}: the {line.split()[1]} build's GEMM did not start its own pool's worker"
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "abc", "1.5"])
+@pytest.mark.parametrize("maccel", ["--maccel=cpu", "--maccel=host"])
+def test_num_threads_that_is_not_a_count_is_refused(tmp_path, rng, value, maccel):
+    """TCC_NUM_THREADS=abc (or 0, -1, 1.5) was ignored (the kernel pool
+    took one thread per core) or meant 1 (the host runtime's pool): now one
+    line naming the variable, before any pool starts; a count runs."""
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, 64])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [64, 64])])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]), tmp_path / "m.onnx")
+    assert run_tool("tcc", tmp_path / "m.onnx", maccel, "-o", tmp_path / "m.tcc").returncode == 0
+    x = rng.standard_normal((64, 64)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    run = ("tcc-run", tmp_path / "m.tcc", "--input", f"x={tmp_path / 'x.npy'}", "--output-dir", tmp_path / "o")
+    bad = run_tool(*run, env=dict(os.environ, TCC_NUM_THREADS=value))
+    assert_one_line_error(bad, f"TCC_NUM_THREADS='{value}': not a positive number of threads")
+    ok = run_tool(*run, env=dict(os.environ, TCC_NUM_THREADS="2"))
+    assert ok.returncode == 0, ok.stderr
+    np.testing.assert_array_equal(np.load(tmp_path / "o" / "y.npy"), np.maximum(x, 0))
