@@ -242,15 +242,38 @@ def lookup(key: str):
 
 
 @contextlib.contextmanager
-def _locked(key):
+def _locked(lock_file):
     import fcntl
-    os.makedirs(artifacts_dir(), exist_ok=True)
-    with open(os.path.join(artifacts_dir(), key + ".lock"), "a") as f:
+    with lock_file as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+_warned, _warned_lock = set(), threading.Lock()
+
+
+def _uncached(build, error):
+    """The cache folder cannot be used (TCC_CACHE_DIR a file, a read-only
+    home, a full disk): the artifact is built into a private folder removed
+    at exit, as with --no-cache, and the first time one line says why."""
+    import atexit
+    import shutil
+    import sys
+    root = cache_root()
+    with _warned_lock:
+        first = root not in _warned
+        _warned.add(root)
+    if first:
+        sys.stderr.write(f"tcc: warning: the compile cache {root} cannot be used "
+                         f"({error.strerror or error}); compiling without it (TCC_CACHE_DIR)\n")
+    d = tempfile.mkdtemp(prefix="tcc-uncached-")
+    atexit.register(shutil.rmtree, d, True)
+    path = os.path.join(d, "artifact.tcc")
+    build(path)
+    return path
 
 
 def remove(key: str):
@@ -265,11 +288,19 @@ def get_or_build(key: str, build):
     path = lookup(key)
     if path is not None:
         return path, True
-    with _locked(key):
+    try:
+        os.makedirs(artifacts_dir(), exist_ok=True)
+        lock_file = open(os.path.join(artifacts_dir(), key + ".lock"), "a")
+    except OSError as e:
+        return _uncached(build, e), False
+    with _locked(lock_file):
         path = lookup(key)  # another process may have built it while we waited
         if path is not None:
             return path, True
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".tcc", dir=artifacts_dir())
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".tcc", dir=artifacts_dir())
+        except OSError as e:
+            return _uncached(build, e), False
         os.close(fd)
         try:
             build(tmp)

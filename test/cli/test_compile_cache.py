@@ -56,6 +56,34 @@ def test_cli_second_compile_is_a_hit(tmp_path, cache_dir, rng):
     assert r.returncode == 0 and r.stderr == "", r.stderr
 
 
+def test_unusable_cache_folder_compiles_without_it(tmp_path, monkeypatch, rng):
+    """TCC_CACHE_DIR naming a file (or a read-only or full folder) was an
+    'internal error: NotADirectoryError'; the compile now goes on without the
+    cache and says so in one line, and a model compiled at run time per
+    input shape does the same."""
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("TCC_CACHE_DIR", str(blocker))
+    m = samples.mlp(seed=int(rng.integers(1 << 30)))
+    onnx.save(m, tmp_path / "m.onnx")
+    for _ in range(2):
+        r = run_tool("tcc", tmp_path / "m.onnx")
+        assert r.returncode == 0, r.stderr
+        assert r.stderr.strip().splitlines() == [
+            f"tcc: warning: the compile cache {blocker} cannot be used (Not a directory); "
+            f"compiling without it (TCC_CACHE_DIR)"], r.stderr
+        check_against_ort(tmp_path / "m.tcc", m, rng)
+    assert blocker.read_text() == "not a folder"
+    dyn = onnx.load(tmp_path / "m.onnx")
+    dyn.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
+    dyn.graph.output[0].type.tensor_type.shape.dim[0].dim_param = "batch"
+    sess = tcc.load(tcc.compile(dyn, output=str(tmp_path / "d.tcc")))
+    ref = ort.InferenceSession(dyn.SerializeToString())
+    for batch in (3, 5):
+        x = rng.standard_normal((batch, 784)).astype(np.float32)
+        np.testing.assert_allclose(sess.run({"x": x})[0], ref.run(None, {"x": x})[0], rtol=1e-4, atol=1e-5)
+
+
 def test_cli_options_and_model_bytes_change_the_key(tmp_path, cache_dir):
     onnx.save(samples.mlp(seed=1), tmp_path / "m.onnx")
     assert run_tool("tcc", tmp_path / "m.onnx").returncode == 0
