@@ -255,10 +255,10 @@ def _locked(lock_file):
 _warned, _warned_lock = set(), threading.Lock()
 
 
-def _uncached(build, error):
-    """The cache folder cannot be used (TCC_CACHE_DIR a file, a read-only
-    home, a full disk): the artifact is built into a private folder removed
-    at exit, as with --no-cache, and the first time one line says why."""
+def private_dir(error):
+    """Where the cache folder cannot be used (TCC_CACHE_DIR a file, a
+    read-only home, a full disk): a private folder removed at exit, as with
+    --no-cache; the first time in a process one line says why."""
     import atexit
     import shutil
     import sys
@@ -268,10 +268,14 @@ def _uncached(build, error):
         _warned.add(root)
     if first:
         sys.stderr.write(f"tcc: warning: the compile cache {root} cannot be used "
-                         f"({error.strerror or error}); compiling without it (TCC_CACHE_DIR)\n")
+                         f"({getattr(error, 'strerror', None) or error}); compiling without it (TCC_CACHE_DIR)\n")
     d = tempfile.mkdtemp(prefix="tcc-uncached-")
     atexit.register(shutil.rmtree, d, True)
-    path = os.path.join(d, "artifact.tcc")
+    return d
+
+
+def _uncached(build, error):
+    path = os.path.join(private_dir(error), "artifact.tcc")
     build(path)
     return path
 

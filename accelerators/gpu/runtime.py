@@ -36,7 +36,7 @@ import numpy as np
 
 from . import package, plan as planlib
 
-CACHE = os.path.join(os.path.expanduser(os.environ.get("TCC_CACHE_DIR", "~/.cache/tcc")), "gpu")
+CACHE = None  # compiled kernels: $TCC_CACHE_DIR/gpu (runtime.cache's root) unless set
 GRAPHS = os.environ.get("TCC_GPU_GRAPHS", "1") != "0"
 GRAPH_CACHE = 8  # address sets remembered per function (LRU)
 EAGER_ONCE, NO_GRAPH = "eager-once", "no-graph"
@@ -48,25 +48,37 @@ def _cupy():
     return require_cupy()
 
 
+def _cache_dir():
+    """CACHE, or the compile cache's gpu folder; where that folder cannot be
+    made (TCC_CACHE_DIR a file, a read-only home), a private one for the
+    process, with runtime.cache's one-line warning."""
+    from tcc.runtime import cache
+    d = CACHE or os.path.join(cache.cache_root(), "gpu")
+    try:
+        os.makedirs(d, exist_ok=True)
+    except OSError as e:
+        return cache.private_dir(e)
+    return d
+
+
 def compile_module(source, device_index, cubin=None):
     """A cupy RawModule for `source` on the device, through the disk cache."""
     cp = _cupy()
     with cp.cuda.Device(device_index) as dev:
         arch = "sm_" + dev.compute_capability
+    cache = _cache_dir()
     if cubin is not None and cubin[0] == arch:
-        os.makedirs(CACHE, exist_ok=True)
-        path = os.path.join(CACHE, hashlib.sha256(cubin[1]).hexdigest() + ".aot.cubin")
+        path = os.path.join(cache, hashlib.sha256(cubin[1]).hexdigest() + ".aot.cubin")
         if not os.path.exists(path):
             _atomic_write(path, cubin[1])
         return cp.RawModule(path=path)
     key = hashlib.sha256("\0".join([source, arch, cp.__version__, *NVRTC_OPTIONS]).encode()).hexdigest()
     for ext in (".cubin", ".ptx"):
-        path = os.path.join(CACHE, key + ext)
+        path = os.path.join(cache, key + ext)
         if os.path.exists(path):
             return cp.RawModule(path=path)
     binary = nvrtc_compile(cp, source, arch)
-    os.makedirs(CACHE, exist_ok=True)
-    path = os.path.join(CACHE, key + (".cubin" if binary[:4] == b"\x7fELF" else ".ptx"))
+    path = os.path.join(cache, key + (".cubin" if binary[:4] == b"\x7fELF" else ".ptx"))
     _atomic_write(path, binary)
     return cp.RawModule(path=path)
 

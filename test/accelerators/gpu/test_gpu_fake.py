@@ -91,6 +91,32 @@ def test_cupy_wrappers_refuse_capture_as_cupy_does(fake):
         s.end_capture()
 
 
+def test_unusable_cache_folder_still_loads(fake, monkeypatch, tmp_path, capfd):
+    """A cache folder that cannot be made (the compile cache's root is a
+    file) was an OSError at the first kernel load: the kernels go to a
+    private folder, with the compile cache's one-line warning, and run."""
+    from tcc.accelerators.gpu import runtime
+    from tcc.runtime import cache
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    monkeypatch.setattr(runtime, "CACHE", None)
+    monkeypatch.setenv("TCC_CACHE_DIR", str(blocker))
+    monkeypatch.setattr(cache, "_warned", set())
+    model = SAMPLES["softmax_layernorm"]()
+    dev = _device()
+    mod, ins, outs = _load(model, dev)
+    assert len(fake.nvrtc_calls) == 1
+    stream = dev.create_stream()
+    feeds, bufs = _upload(dev, stream, model, ins, outs)
+    mod.get_function("gpu_0").run(bufs, stream)
+    got = download(dev, stream, bufs[len(ins):], outs)
+    for g, r in zip(got, onnxruntime_outputs(model, feeds)):
+        np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-5)
+    mod.close()
+    err = capfd.readouterr().err
+    assert f"tcc: warning: the compile cache {blocker} cannot be used (Not a directory)" in err, err
+
+
 def test_nvrtc_binary_is_cached_on_disk(fake):
     """compile_using_nvrtc returns (binary, mapping): the cubin lands in the
     cache, the next load reads it without compiling, no .tmp is left, and no
