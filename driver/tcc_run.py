@@ -35,7 +35,11 @@ def _parse_inputs(pairs, signature):
                 with z:
                     out[name] = [z[k] for k in z.files]
             else:
-                out[name] = np.load(path, allow_pickle=False)
+                a = np.load(path, allow_pickle=False)
+                if isinstance(a, np.lib.npyio.NpzFile):  # an archive: which of its arrays is not ours to guess
+                    a.close()
+                    raise ValueError("an .npz archive; a tensor input takes one array in an .npy")
+                out[name] = a
         except (ValueError, OSError) as e:
             kind = ".npz" if seq else ".npy"
             raise CLIError(f"--input {name}: {path}: not a {kind} file ({e})") from None

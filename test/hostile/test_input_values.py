@@ -225,3 +225,39 @@ def test_outputs_and_values_too_large_say_which_and_how_large(tmp_path, rng, mac
     assert run_tool("tcc", tmp_path / "c.onnx", "-o", tmp_path / "c.tcc", *maccel).returncode == 0
     p = run_tool("tcc-run", tmp_path / "c.tcc", "--random-inputs")
     assert_one_line_error(p, "c.tcc: cannot allocate", "4.00 TiB for value" if not maccel else "workspace 4398046511")
+
+
+@pytest.mark.parametrize("case,needle", [
+    ("npz", "not a .npy file (an .npz archive; a tensor input takes one array in an .npy)"),
+    ("pickle", "not a .npy file (Object arrays cannot be loaded when allow_pickle=False)"),
+    ("garbage", "not a .npy file"),
+    ("dtype", "input 'x' has dtype float64, expected float32"),
+    ("missing", "no such file"),
+])
+def test_input_files_tcc_run_cannot_take(tmp_path, rng, case, needle):
+    """--input files: an .npz archive for a tensor was 'internal error:
+    ValueError: could not convert string to float'; a pickled object array
+    is never unpickled; each is one line naming the input and the file."""
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]), tmp_path / "m.onnx")
+    assert run_tool("tcc", tmp_path / "m.onnx", "-o", tmp_path / "m.tcc").returncode == 0
+    f = tmp_path / "in.npy"
+    x = rng.standard_normal((2, 3))
+    if case == "npz":
+        f = tmp_path / "in.npz"
+        np.savez(f, x=x.astype(np.float32))
+    elif case == "pickle":
+        np.save(f, np.array([{"x": 1}], dtype=object), allow_pickle=True)
+    elif case == "garbage":
+        f.write_bytes(b"\x93NUMPY" + bytes(rng.integers(0, 256, 64, dtype=np.uint8)))
+    elif case == "dtype":
+        np.save(f, x)
+    p = run_tool("tcc-run", tmp_path / "m.tcc", "--input", f"x={f}")
+    assert p.returncode == 1, p.stderr
+    assert_one_line_error(p, needle)
+    np.save(tmp_path / "ok.npy", x.astype(np.float32))
+    ok = run_tool("tcc-run", tmp_path / "m.tcc", "--input", f"x={tmp_path / 'ok.npy'}", "--output-dir", tmp_path / "o")
+    assert ok.returncode == 0, ok.stderr
+    np.testing.assert_array_equal(np.load(tmp_path / "o" / "y.npy"), np.maximum(x.astype(np.float32), 0))
