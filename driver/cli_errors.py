@@ -40,6 +40,16 @@ def run(cli, prog):
         sys.exit(130)
     except BrokenPipeError:
         sys.exit(1)
+    except OSError as e:
+        if debug:
+            raise
+        if e.filename is None or not e.strerror:
+            _internal(prog, e)
+        # the file system refused a path (a read-only or full disk, a missing
+        # folder): the environment's doing, named with the path
+        where = e.filename if e.filename2 is None else f"{e.filename} -> {e.filename2}"
+        sys.stderr.write(f"{prog}: error: {where}: {e.strerror}\n")
+        sys.exit(1)
     except MemoryError as e:  # the input asked for more than the machine has (Range to 10^13): not a bug
         if debug:
             raise
@@ -48,9 +58,13 @@ def run(cli, prog):
     except Exception as e:  # a bug in tcc: still one line, with the way to see more
         if debug:
             raise
-        sys.stderr.write(f"{prog}: internal error: {type(e).__name__}: {_one_line(str(e))} "
-                         f"(run with --debug for the traceback)\n")
-        sys.exit(3)
+        _internal(prog, e)
+
+
+def _internal(prog, e):
+    sys.stderr.write(f"{prog}: internal error: {type(e).__name__}: {_one_line(str(e))} "
+                     f"(run with --debug for the traceback)\n")
+    sys.exit(3)
 
 
 def _one_line(msg):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import tempfile
 
 
@@ -15,18 +16,36 @@ def atomic_open(path, mode="wb", **kw):
     block ends without an error and removed when it raises. The temporary's
     name is unique (mkstemp): a fixed `path + ".tmp"` was shared by two
     processes writing one output, and the second rename failed."""
-    path = os.fspath(path)
-    d = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path)[:64] + ".", suffix=".tmp", dir=d)
+    # Through symbolic links: the link stays, its target gets the new bytes.
+    shown = os.fspath(path)  # errors name the path as given
+    path = os.path.realpath(shown)
+    try:
+        special = not stat.S_ISREG(os.stat(path).st_mode) and not stat.S_ISDIR(os.stat(path).st_mode)
+    except OSError:
+        special = False
+    if special:
+        # A device or a named pipe (-o /dev/null, a FIFO) is written in place,
+        # as cc -o does: renaming a temporary over it replaced the node itself
+        # with a regular file (/dev/null, when run as root).
+        with open(path, mode, **kw) as f:
+            yield f
+        return
+    d = os.path.dirname(path)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path)[:64] + ".", suffix=".tmp", dir=d)
+    except OSError as e:  # a read-only or full file system: name the output, not the temporary
+        raise OSError(e.errno, f"cannot write it ({e.strerror})", shown) from None
     try:
         # mkstemp makes the file 0600; outputs get what `cc -o` gives: 0666 less the umask
         os.fchmod(fd, 0o666 & ~umask())
         with os.fdopen(fd, mode, **kw) as f:
             yield f
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if isinstance(e, OSError) and e.filename in (None, tmp):
+            raise OSError(e.errno, f"cannot write it ({e.strerror})", shown) from None
         raise
 
 

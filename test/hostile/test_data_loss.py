@@ -1,6 +1,7 @@
 """Nothing the user has is lost: an output path that is an input (directly,
 through a symlink, `./` or a hard link), or empty, is refused before anything
-is written; artifacts respect the umask like `cc -o`; `maccel="cpu"` is one
+is written; an output that is a symlink stays one, a device or a named pipe
+stays one; artifacts respect the umask like `cc -o`; `maccel="cpu"` is one
 accelerator's name."""
 import os
 import stat
@@ -91,3 +92,50 @@ def test_maccel_string_is_one_accelerator(model, tmp_path, rng):
     from tcc.backend import TccBackend
     rep = TccBackend.prepare(relu_model(), maccel="cpu")
     np.testing.assert_array_equal(rep.run([x])[0], want)
+
+
+def test_output_through_a_symlink_keeps_the_link(model, tmp_path, rng):
+    """-o LINK writes the link's target (atomically) and leaves the link; the
+    temporary-and-rename replaced the link itself with a regular file."""
+    target = tmp_path / "target.tcc"
+    target.write_bytes(b"old")
+    link = tmp_path / "link.tcc"
+    link.symlink_to(target)
+    r = run_tool("tcc", model, "-o", link)
+    assert r.returncode == 0, r.stderr
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    x = rng.standard_normal(8).astype(np.float32)
+    np.testing.assert_array_equal(tcc.load(str(target)).run({"x": x})[0], reference(relu_model(), {"x": x})[0])
+
+
+def test_output_to_a_named_pipe_is_written_in_place(model, tmp_path, rng):
+    """-o a FIFO (or a device: -o /dev/null) is opened and written like any
+    cc -o; renaming a temporary over it replaced the node with a regular file
+    (run as root, `tcc m.onnx -o /dev/null` replaced /dev/null)."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    reader = subprocess.Popen(["cat", str(fifo)], stdout=subprocess.PIPE)
+    try:
+        r = run_tool("tcc", model, "-o", fifo)
+        data, _ = reader.communicate(timeout=60)
+    finally:
+        reader.kill()
+    assert r.returncode == 0, r.stderr
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)
+    (tmp_path / "copy.tcc").write_bytes(data)
+    x = rng.standard_normal(8).astype(np.float32)
+    got = tcc.load(str(tmp_path / "copy.tcc")).run({"x": x})[0]
+    np.testing.assert_array_equal(got, reference(relu_model(), {"x": x})[0])
+
+
+def test_outputs_the_file_system_refuses_are_one_line(model, tmp_path):
+    """A folder where nothing can be created (/proc) was 'internal error:
+    FileNotFoundError' naming a temporary file; now one line naming the
+    output as given, exit 1."""
+    r = run_tool("tcc", model, "-o", "/proc/m.tcc")
+    assert r.returncode == 1, r.stderr
+    assert_one_line_error(r, "/proc/m.tcc: cannot write it (")
+    assert run_tool("tcc", model, "-o", tmp_path / "m.tcc").returncode == 0
+    r = run_tool("tcc-run", tmp_path / "m.tcc", "--random-inputs", "--output-dir", "/proc/nope/out")
+    assert r.returncode == 1, r.stderr
+    assert_one_line_error(r, "/proc/nope: No such file or directory")
