@@ -10,6 +10,8 @@ import time
 import click
 import numpy as np
 
+from tcc.dialects.ir.files import atomic_open
+
 from .cli_errors import run
 from .io import CLIError
 
@@ -126,14 +128,17 @@ def cli(artifact, inputs, random_inputs, repeat, output_dir, profile, debug):
         os.makedirs(output_dir, exist_ok=True)
         for name, a in zip(sess.output_names, outs):
             safe = name.replace(os.sep, "_").replace("/", "_") or "output"
+            # each file whole or not at all, as every tcc output (atomic_open)
             if isinstance(a, list) and a and isinstance(a[0], dict):  # a sequence of maps: JSON, no pickle
-                with open(os.path.join(output_dir, safe + ".json"), "w") as f:
+                with atomic_open(os.path.join(output_dir, safe + ".json"), "w") as f:
                     json.dump([{str(k): float(v) for k, v in m.items()} for m in a], f)
             elif isinstance(a, list):  # a sequence: its elements in order
-                np.savez(os.path.join(output_dir, safe + ".npz"), *a)
+                with atomic_open(os.path.join(output_dir, safe + ".npz")) as f:
+                    np.savez(f, *a)
             elif a is not None:  # an empty optional writes nothing
                 # strings as a numpy str array: an object array's .npy needs pickle to load
-                np.save(os.path.join(output_dir, safe + ".npy"), a.astype(str) if a.dtype == object else a)
+                with atomic_open(os.path.join(output_dir, safe + ".npy")) as f:
+                    np.save(f, a.astype(str) if a.dtype == object else a)
     for name, a in zip(sess.output_names, outs):
         click.echo(f"{name}: {_describe(a)}")
     if times:
