@@ -43,7 +43,7 @@ static void act_inplace(float *d, long n, const cv_ep *e) {
     const float a0 = e->a0, a1 = e->a1;
     switch (e->act) {
     case TCC_ACT_RELU:
-        for (long i = 0; i < n; i++) d[i] = d[i] > 0.f ? d[i] : 0.f;
+        for (long i = 0; i < n; i++) d[i] = d[i] < 0.f ? 0.f : d[i]; /* NaN stays NaN */
         break;
     case TCC_ACT_CLIP:
         for (long i = 0; i < n; i++) d[i] = d[i] < a0 ? a0 : (d[i] > a1 ? a1 : d[i]);

@@ -268,8 +268,9 @@ CV_INLINE void p16_dw_tile(const p8_job *j, const float *buf, const v16f *wt, co
         const long off = c * OHW + o;
         __m256 a = _mm256_add_ps(c < 8 ? lo[c] : hi[c - 8], _mm256_set1_ps(bc[c]));
         if (res) a = _mm256_add_ps(a, full ? _mm256_loadu_ps(res + off) : _mm256_maskz_loadu_ps(km, res + off));
-        if (act == TCC_ACT_CLIP) a = _mm256_min_ps(_mm256_max_ps(a, _mm256_set1_ps(e0)), _mm256_set1_ps(e1));
-        else if (act == TCC_ACT_RELU) a = _mm256_max_ps(a, _mm256_setzero_ps());
+        /* operand order: NaN passes through (max and min return their second operand) */
+        if (act == TCC_ACT_CLIP) a = _mm256_min_ps(_mm256_set1_ps(e1), _mm256_max_ps(_mm256_set1_ps(e0), a));
+        else if (act == TCC_ACT_RELU) a = _mm256_max_ps(_mm256_setzero_ps(), a);
         else if (act != TCC_ACT_NONE) a = _mm512_castps512_ps256((__m512)cv_act_v((vf)_mm512_castps256_ps512(a), act, e0, e1));
         if (full) _mm256_storeu_ps(y + off, a);
         else _mm256_mask_storeu_ps(y + off, km, a);

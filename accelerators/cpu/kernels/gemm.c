@@ -29,7 +29,7 @@ void tcc_cpu_gemm_rowmajor_b(long M, long N, long K, float alpha, const float *A
 
 static inline float act1(float v, int act, float a0, float a1) {
     switch (act) {
-    case TCC_ACT_RELU: return v > 0.f ? v : 0.f;
+    case TCC_ACT_RELU: return v < 0.f ? 0.f : v; /* NaN stays NaN, as in onnxruntime */
     case TCC_ACT_CLIP: return v < a0 ? a0 : (v > a1 ? a1 : v);
     case TCC_ACT_SIGMOID: return tcc_sigmoidf(v);
     case TCC_ACT_TANH: return tcc_tanhf(v);
@@ -56,7 +56,7 @@ void tcc_cpu_epilogue(const tcc_epilogue *ep, float *C, long ldc, long N, long r
                 float v = c[j] + brow;
                 if (bcol) v += bs * bcol[j];
                 if (res) v += res[j];
-                if (act == TCC_ACT_RELU) v = v > 0.f ? v : 0.f;
+                if (act == TCC_ACT_RELU) v = v < 0.f ? 0.f : v;
                 else if (act == TCC_ACT_CLIP) v = v < a0 ? a0 : (v > a1 ? a1 : v);
                 else if (act == TCC_ACT_LEAKY) v = v >= 0.f ? v : v * a0;
                 c[j] = v;

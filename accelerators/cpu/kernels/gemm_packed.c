@@ -84,8 +84,8 @@ __attribute__((noinline)) static void tile_epilogue(const packed_job *j, long i0
         }
         switch (act) {
         case TCC_ACT_RELU:
-            v0 = _mm512_max_ps(v0, z);
-            v1 = _mm512_max_ps(v1, z);
+            v0 = _mm512_max_ps(z, v0); /* operand order: NaN passes through (max returns the second) */
+            v1 = _mm512_max_ps(z, v1);
             break;
         case TCC_ACT_CLIP: /* operand order: NaN passes through, as in tcc_cpu_epilogue */
             v0 = _mm512_min_ps(hi, _mm512_max_ps(lo, v0));
@@ -218,7 +218,7 @@ static inline __m256i tail_mask(long n) { /* lanes [0, n) of 8 */
  * (max/min return their second operand when either is NaN) */
 static inline __m256 epi_act(__m256 v, int act, float a0, float a1) {
     const __m256 z = _mm256_setzero_ps();
-    if (act == TCC_ACT_RELU) return _mm256_max_ps(v, z);
+    if (act == TCC_ACT_RELU) return _mm256_max_ps(z, v);
     if (act == TCC_ACT_CLIP) return _mm256_min_ps(_mm256_set1_ps(a1), _mm256_max_ps(_mm256_set1_ps(a0), v));
     if (act == TCC_ACT_LEAKY)
         return _mm256_blendv_ps(_mm256_mul_ps(v, _mm256_set1_ps(a0)), v, _mm256_cmp_ps(v, z, _CMP_GE_OQ));
