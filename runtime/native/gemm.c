@@ -254,9 +254,9 @@ static void kernel_avx512(int64_t kc, const float *a, const float *b, float *C, 
                     v0 = _mm512_fmadd_ps(beta, x0, v0);
                     v1 = _mm512_fmadd_ps(beta, x1, v1);
                 }
-                if (e->relu) {
-                    v0 = _mm512_max_ps(v0, zero);
-                    v1 = _mm512_max_ps(v1, zero);
+                if (e->relu) { /* zero first: max returns its second operand on NaN, which stays NaN */
+                    v0 = _mm512_max_ps(zero, v0);
+                    v1 = _mm512_max_ps(zero, v1);
                 }
             }
             _mm512_storeu_ps(c, v0);
