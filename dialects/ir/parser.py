@@ -783,6 +783,8 @@ def parse_module(text: str, filename="<input>", context=None, resources_path=Non
     errors found after parsing (the verifier's)."""
     table = ResourceTable()
     path = resources_path or (filename + SUFFIX if filename and not filename.startswith("<") else None)
+    if path and not resources_path and not os.path.exists(path):
+        path = os.path.realpath(filename) + SUFFIX  # a link to IR text: its constants are beside the target
     if path and os.path.exists(path):
         table.read(path)
     elif resources_path:

@@ -115,6 +115,9 @@ def write_module(module, path, text, resource_names):
     import os
     from .files import atomic_open
     from .resources import SUFFIX
+    # beside the text's real place: through a symbolic link the text goes to
+    # the link's target (atomic_open), and so do its constants
+    path = os.path.realpath(path)
     res_path = path + SUFFIX
     if resource_names:
         elements = {}

@@ -95,3 +95,26 @@ def test_model_with_external_data(tmp_path, rng):
     sess = tcc.load(tcc.compile(str(path), output=str(tmp_path / "mlp.tcc")))
     x = rng.standard_normal((1, 784)).astype(np.float32)
     np.testing.assert_allclose(sess.run({"x": x})[0], reference.run(None, {"x": x})[0], rtol=1e-4, atol=1e-6)
+
+
+def test_ir_written_through_a_symlink_keeps_its_constants_beside_the_text(tmp_path):
+    """The text goes to the link's target (the link stays), and so does its
+    .resources file; reading through the link or the target finds them."""
+    import numpy as np
+    from tcc.dialects.ir import parse_module
+    module = import_model(samples.mlp())
+    (tmp_path / "real").mkdir()
+    (tmp_path / "links").mkdir()
+    target, link = tmp_path / "real" / "m.mlir", tmp_path / "links" / "m.mlir"
+    target.write_text("")
+    link.symlink_to(target)
+    print_module(module, path=str(link))
+    assert link.is_symlink() and (tmp_path / "real" / "m.mlir.resources").exists()
+    assert not (tmp_path / "links" / "m.mlir.resources").exists()
+    want = [a.value for op in module.walk() for a in op.attributes.values() if hasattr(a, "table")]
+    for path in (target, link):
+        back = parse_module(path.read_text(), str(path), default_context())
+        got = [a.value for op in back.walk() for a in op.attributes.values() if hasattr(a, "table")]
+        assert len(got) == len(want) > 0
+        for a, b in zip(got, want):
+            np.testing.assert_array_equal(a, b)
