@@ -19,7 +19,7 @@ from tcc.dialects.ir.errors import TccError
 from .artifact import TensorSpec
 from .device import get_device
 from .jit import jit_entry
-from .signature import (InputError, SignatureMixin, aligned_empty, byte_size, check_index_range, data_ptr,
+from .signature import (AllocationError, InputError, SignatureMixin, aligned_empty, check_index_range, data_ptr,
                         format_specs, target_device)
 
 HOST = "cpu"
@@ -161,11 +161,8 @@ class PlanSession(SignatureMixin):
             try:
                 b = self._buffers[key] = device.alloc(n + (-n) % align)
             except MemoryError:
-                # which value and how large, not numpy's "an array with shape
-                # (4398046511168,) and data type uint8"
                 t = self.values[name]
-                raise MemoryError(f"cannot allocate {byte_size(n)} for value '{name}' "
-                                  f"({t.dtype}{list(t.shape)}) on {device}") from None
+                raise AllocationError("value", name, t.dtype, t.shape, n, f" on {device}") from None
         return b
 
     def _host_array(self, buf, name):

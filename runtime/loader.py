@@ -5,6 +5,7 @@ from .artifact import ArtifactError, read_artifact
 from .executor import PlanSession
 from .plan_artifact import is_plan
 from .session import Session
+from .signature import AllocationError
 from .specialize import SpecializingSession, is_specializing
 
 
@@ -26,9 +27,9 @@ def load(path, compiler=None):
         if is_specializing(art.manifest):
             return SpecializingSession(art, compiler, load_static)
         return load_static(path, art)
-    except MemoryError as e:
-        if str(e).startswith("cannot allocate"):  # a plan's value (runtime.executor), named
-            raise ArtifactError(f"{art.path}: {e}") from None
+    except AllocationError as e:  # a plan's value (runtime.executor), named
+        raise ArtifactError(f"{art.path}: {e}") from None
+    except MemoryError:
         raise ArtifactError(f"{art.path}: cannot allocate the memory the artifact asks for (workspace "
                             f"{art.manifest['compile'].get('workspace_bytes', '?')} bytes)") from None
     except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError) as e:

@@ -52,6 +52,15 @@ def byte_size(n):
     return f"{n:.2f} TiB"
 
 
+class AllocationError(MemoryError):
+    """Memory a run or a load could not get, naming what asked for it and
+    how much (numpy's own message names an anonymous uint8 array)."""
+
+    def __init__(self, what, name, dtype, shape, nbytes, where=""):
+        super().__init__(f"cannot allocate {byte_size(nbytes)} for {what} '{name}' "
+                         f"({np.dtype(dtype)}{list(shape)}){where}")
+
+
 def aligned_empty(shape, dtype, align=ALIGN):
     dtype = np.dtype(dtype)
     n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
@@ -193,8 +202,7 @@ class SignatureMixin:
             arr = aligned_empty(spec.shape, spec.dtype)
         except MemoryError:  # an output the inputs made too large (an Expand to [2^20, 2^20])
             n = int(np.prod(spec.shape, dtype=np.int64)) * np.dtype(spec.dtype).itemsize
-            raise MemoryError(f"cannot allocate {byte_size(n)} for output '{spec.name}' "
-                              f"({np.dtype(spec.dtype)}{list(spec.shape)})") from None
+            raise AllocationError("output", spec.name, spec.dtype, spec.shape, n) from None
         entry = [arr, arr.base if arr.base is not None else arr, None, arr.ctypes.data]
         del arr
         entry[2] = _refs(entry)  # the counts when only the cache holds them

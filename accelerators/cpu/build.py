@@ -170,8 +170,6 @@ def load_kernels(isa=None):
     import ctypes
     isa = isa or best_isa()
     if isa not in _loaded:
-        from tcc.runtime.native import check_num_threads
-        check_num_threads()  # before the pool can start
         # OpenBLAS runs single-threaded inside our pool's tasks; started with
         # its default thread count, its idle threads spun on our cores
         # (8 % of a batch-64 MLP's samples). It reads this once, when loaded.
@@ -185,7 +183,7 @@ def load_kernels(isa=None):
             else:
                 os.environ["OPENBLAS_NUM_THREADS"] = saved
         lib.tcc_cpu_isa.restype = ctypes.c_char_p
-        _share_pool(lib)
+        _share_pool(lib)  # native.load() there refuses a TCC_NUM_THREADS that is not a count, before a pool starts
         _loaded[isa] = lib
     return _loaded[isa]
 

@@ -20,8 +20,9 @@ def atomic_open(path, mode="wb", **kw):
     shown = os.fspath(path)  # errors name the path as given
     path = os.path.realpath(shown)
     try:
-        special = not stat.S_ISREG(os.stat(path).st_mode) and not stat.S_ISDIR(os.stat(path).st_mode)
-    except OSError:
+        mode_bits = os.stat(path).st_mode
+        special = not (stat.S_ISREG(mode_bits) or stat.S_ISDIR(mode_bits))
+    except OSError:  # not there yet
         special = False
     if special:
         # A device or a named pipe (-o /dev/null, a FIFO) is written in place,
