@@ -44,7 +44,7 @@ def build(argv):
         if list_passes:
             for name in sorted(ctx.passes):
                 cls = ctx.passes[name]
-                opts = ", ".join(f"{k}={d!r}" for k, (_t, d, _h) in cls.options.items())
+                opts = ", ".join(f"{k}={d!r}" for k, (_t, d, *_h) in cls.options.items())
                 click.echo(f"  {name:<24} {cls.summary}" + (f"  [{opts}]" if opts else ""))
             return
         # Build the pipeline before reading input, so a bad pass name fails fast.

@@ -12,14 +12,15 @@ from .verifier import verify
 
 
 class Pass:
-    """Subclass with `name`, `summary`, `options` = {name: (type, default, help)}
+    """Subclass with `name`, `summary`, `options` = {name: (type, default,
+    help)} or (type, default, help, least) for a number with a lower bound,
     and `run(module, context)`."""
     name = ""
     summary = ""
     options: dict = {}
 
     def __init__(self, **opts):
-        for k, (typ, default, _help) in self.options.items():
+        for k, (typ, default, *_help) in self.options.items():
             setattr(self, k.replace("-", "_"), default)
         for k, v in opts.items():
             self.set_option(k, v)
@@ -28,8 +29,11 @@ class Pass:
         if key not in self.options:
             known = ", ".join(sorted(self.options)) or "none"
             raise PassError(f"pass '{self.name}' has no option '{key}' (options: {known})")
-        typ = self.options[key][0]
-        setattr(self, key.replace("-", "_"), _convert(self.name, key, typ, value))
+        typ, _default, _help, *least = self.options[key]
+        v = _convert(self.name, key, typ, value)
+        if least and v < least[0]:  # fuse{max-ops=-3} would mean "fuse nothing", silently
+            raise PassError(f"pass '{self.name}' option '{key}' must be at least {least[0]}, got {v}")
+        setattr(self, key.replace("-", "_"), v)
 
     def run(self, module, context):
         raise NotImplementedError

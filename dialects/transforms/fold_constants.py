@@ -28,7 +28,7 @@ def _evaluate(op, module, inputs):
 class FoldConstantsPass(Pass):
     name = "fold-constants"
     summary = "evaluate ops whose inputs are all constants (onnx reference evaluator)"
-    options = {"max-elements": (int, 1 << 22, "do not fold results larger than this")}
+    options = {"max-elements": (int, 1 << 22, "do not fold results larger than this", 0)}
 
     def run(self, module, ctx):
         for func in module.functions():

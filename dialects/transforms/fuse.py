@@ -33,7 +33,7 @@ def _fusable(op):
 class FusePass(Pass):
     name = "fuse"
     summary = "groups elementwise chains into graph.fused ops (one loop nest each)"
-    options = {"max-ops": (int, 32, "most onnx ops in one group")}
+    options = {"max-ops": (int, 32, "most onnx ops in one group", 1)}
 
     def run(self, module, ctx):
         for func in module.functions():

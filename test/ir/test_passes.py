@@ -105,6 +105,9 @@ def test_fold_uses_constant_data_with_dynamic_input(rng):
 @pytest.mark.parametrize("pipeline,message", [("no-such-pass", "unknown pass 'no-such-pass'"),
                                               ("fold-constants{bogus=1}", "has no option 'bogus'"),
                                               ("fold-constants{max-elements=lots}", "expects int"),
+                                              ("fuse{max-ops=-3}", "'max-ops' must be at least 1, got -3"),
+                                              ("fuse{max-ops=0}", "'max-ops' must be at least 1, got 0"),
+                                              ("fold-constants{max-elements=-1}", "must be at least 0"),
                                               ("canonicalize,,cse", "bad pass pipeline")])
 def test_pipeline_errors(pipeline, message):
     with pytest.raises(PassError) as e:

@@ -55,7 +55,7 @@ def prefetch_rows(loop, min_bytes):
 class PrefetchRowsPass(Pass):
     name = "prefetch-rows"
     summary = "parallel row loops prefetch the next row of large inputs at the start of each row"
-    options = {"min-bytes": (int, 4 << 20, "smaller buffers stay in the cache anyway")}
+    options = {"min-bytes": (int, 4 << 20, "smaller buffers stay in the cache anyway", 0)}
 
     def run(self, module, context):
         for func in module.functions():

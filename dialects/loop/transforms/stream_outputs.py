@@ -166,7 +166,7 @@ def stream_outputs(func, min_bytes):
 class StreamOutputsPass(Pass):
     name = "stream-outputs"
     summary = "write large write-only outputs through L1 blocks and non-temporal loop.store_block"
-    options = {"min-bytes": (int, 4 << 20, "outputs smaller than this stay in the cache")}
+    options = {"min-bytes": (int, 4 << 20, "outputs smaller than this stay in the cache", 0)}
 
     def run(self, module, context):
         for func in module.functions():
