@@ -95,7 +95,7 @@ class CompilePipeline:
         return ",".join(self.stages.at(point))
 
     # -- stages 1-3: import, graph passes, placement ---------------------------------
-    def import_and_optimize(self, model):
+    def import_and_optimize(self, model, where=None):
         """ONNX model (path or ModelProto) -> module after graph passes and, when
         accelerators are selected, placement (BYOC partitioning). Placement needs
         static shapes: a model with dynamic dims or shape-deciding inputs is left
@@ -104,7 +104,7 @@ class CompilePipeline:
         # Ops without a host lowering that ONNX defines as functions are expanded.
         with phase("import"):
             from tcc.runtime.staged import HOST_STEP_OPS  # sequence ops: host steps, kept whole
-            module = import_model(model, lowered=lambda op_type: "onnx." + op_type in self.ctx.lowerings or
+            module = import_model(model, where, lowered=lambda op_type: "onnx." + op_type in self.ctx.lowerings or
                                   op_type in HOST_STEP_OPS)
         with phase("graph passes", module):
             self.run(module, self.at("after-import"))

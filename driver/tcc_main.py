@@ -23,6 +23,7 @@ Examples:
   tcc --maccel=cpu -O3 model.onnx -o out.tcc --placement-report
   tcc --maccel=cpu --emit=placement-svg model.onnx -o placement.svg
   tcc -v --no-cache --timing model.onnx           # from scratch, with the phase table
+  curl -s URL/model.onnx | tcc - -o model.tcc     # the model from standard input
   TCC_CACHE_DIR=/tmp/cache TCC_CACHE_SIZE=500M tcc -v model.onnx
 """
 
@@ -80,6 +81,14 @@ def build(argv):
                                  timing=timing, accel_options=accel.plugin_option_values(accels, plugin_opts),
                                  targets=accel.parse_targets(targets, accels))
         report = bool(accels and (placement_report or verbose))
+        if output == "-" and emit == "tcc":  # as --emit=obj and lib: not a file named '-', not binary on a terminal
+            raise CLIError("--emit=tcc writes a binary file: give one with -o")
+        where = None
+        if model == "-":  # the model from standard input, read once (the cache key and the compile)
+            if options.output is None and emit == "tcc":
+                raise CLIError("the model comes from standard input: give the artifact's path with -o")
+            from tcc.dialects.onnx.importer import STDIN, load_model
+            model, where = load_model("-"), STDIN
         if options.output is None and emit == "tcc":
             options.output = os.path.splitext(model)[0] + ".tcc"
             check_output(options.output, [model])  # `tcc m.tcc` would replace its input
@@ -88,20 +97,21 @@ def build(argv):
         with watch(timing):
             if not no_cache and not placement_report and cacheable(model, options):
                 compile_cached(model, options, lambda tmp: _compile(
-                    model, dataclasses.replace(options, output=tmp, verbose=False), accels, report))
+                    model, dataclasses.replace(options, output=tmp, verbose=False), accels, report, where))
                 return
-            _compile(model, options, accels, report)
+            _compile(model, options, accels, report, where)
 
     for opt in accel.plugin_click_options(accels):
         cli.params.append(opt)
     return cli
 
 
-def _compile(model, options, accels, report):
-    """Imports, optimizes and places `model`, then writes what `options.emit` asks for."""
+def _compile(model, options, accels, report, where=None):
+    """Imports, optimizes and places `model` (`where` names it in messages),
+    then writes what `options.emit` asks for."""
     emit, output = options.emit, options.output
     pipeline = CompilePipeline(options, accels)
-    module = pipeline.import_and_optimize(model)
+    module = pipeline.import_and_optimize(model, where)
     if report:
         from .placement_report import text_report
         from .specializing import needs_specialization

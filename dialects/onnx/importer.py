@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 
 import numpy as np
 import onnx
@@ -33,13 +34,24 @@ class ImportError_(TccError):
     pass
 
 
+STDIN = "<stdin>"  # how messages name a model read from standard input (path "-")
+
+
 def load_model(path: str) -> onnx.ModelProto:
-    if not os.path.exists(path):
-        raise ImportError_(f"{path}: no such file")
-    if os.path.isdir(path):
-        raise ImportError_(f"{path}: is a directory, not an ONNX model")
+    """The model at `path` ("-": standard input, its external data beside
+    the working folder) with its external data loaded."""
+    if path == "-":
+        data, base, path = sys.stdin.buffer.read(), os.getcwd(), STDIN
+    else:
+        if not os.path.exists(path):
+            raise ImportError_(f"{path}: no such file")
+        if os.path.isdir(path):
+            raise ImportError_(f"{path}: is a directory, not an ONNX model")
+        data, base = None, os.path.dirname(os.path.abspath(path))
+    if data is not None and not data:
+        raise ImportError_(f"{path}: not a valid ONNX model (empty input)")
     try:
-        model = onnx.load(path, load_external_data=False)
+        model = onnx.load(path, load_external_data=False) if data is None else onnx.load_from_string(data)
     except Exception as e:  # protobuf raises DecodeError and friends
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise ImportError_(f"{path}: not a valid ONNX model (cannot decode protobuf: {first})") from None
@@ -51,7 +63,7 @@ def load_model(path: str) -> onnx.ModelProto:
     # absolute one or a link (ValidationError): the model's fault, said so.
     from onnx.external_data_helper import load_external_data_for_model
     try:
-        load_external_data_for_model(model, os.path.dirname(os.path.abspath(path)))
+        load_external_data_for_model(model, base)
     except (OSError, ValueError, onnx.checker.ValidationError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ImportError_(f"{path}: cannot load external data ({first})") from None
@@ -180,7 +192,7 @@ def import_model(model, where=None, check=True, lowered=None) -> Module:
     """A path or ModelProto -> Module. With `lowered` (op type -> bool), ops
     it refuses that ONNX defines as functions are expanded (expand_functions)."""
     if isinstance(model, (str, os.PathLike)):
-        where = where or str(model)
+        where = where or (STDIN if str(model) == "-" else str(model))
         model = load_model(str(model))
     where = where or "model"
     if check:

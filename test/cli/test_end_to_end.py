@@ -152,6 +152,44 @@ def test_bad_opt_level_is_a_one_line_error(tmp_path, rng):
     assert not (tmp_path / "m.tcc").exists()
 
 
+def _tcc_stdin(stdin_path, *args, cwd=None):
+    import subprocess
+
+    from ..conftest import tool
+    with open(stdin_path, "rb") as f:
+        return subprocess.run([tool("tcc"), *map(str, args)], stdin=f, capture_output=True, text=True, cwd=cwd,
+                              timeout=300)
+
+
+def test_model_from_standard_input(tmp_path, rng):
+    """`tcc - -o out.tcc < model.onnx` (as `curl ... | tcc -`), its external
+    data read beside the working folder; the artifact computes what
+    onnxruntime does."""
+    from onnx.external_data_helper import convert_model_to_external_data
+    p, model, feeds = mlp(tmp_path, rng, k=64, n=48)
+    ext = onnx.load(p)
+    convert_model_to_external_data(ext, location="w.bin", size_threshold=0)
+    onnx.save(ext, tmp_path / "ext.onnx")
+    for src in (p, tmp_path / "ext.onnx"):
+        art = tmp_path / "stdin.tcc"
+        _ok(_tcc_stdin(src, "-", "-o", art, cwd=tmp_path))
+        np.save(tmp_path / "x.npy", feeds["x"])
+        _ok(run_tool("tcc-run", art, "--input", f"x={tmp_path / 'x.npy'}", "--output-dir", tmp_path / "out"))
+        np.testing.assert_allclose(np.load(tmp_path / "out" / "y.npy"), ort_run(model, feeds)[0],
+                                   rtol=1e-5, atol=1e-6)
+        art.unlink()
+    # errors: one line each, naming standard input, nothing written
+    assert_one_line_error(_tcc_stdin(p, "-", cwd=tmp_path), "standard input", "-o")
+    assert_one_line_error(_tcc_stdin(p, "-", "-o", "-", cwd=tmp_path), "--emit=tcc", "-o")
+    (tmp_path / "junk").write_bytes(b"not a model")
+    assert_one_line_error(_tcc_stdin(tmp_path / "junk", "-", "-o", art, cwd=tmp_path), "<stdin>", "not a valid")
+    (tmp_path / "empty").write_bytes(b"")
+    assert_one_line_error(_tcc_stdin(tmp_path / "empty", "-", "-o", art, cwd=tmp_path), "<stdin>", "empty")
+    assert_one_line_error(_tcc_stdin(tmp_path / "ext.onnx", "-", "-o", art, cwd=tmp_path / "out"), "<stdin>",
+                          "external data")
+    assert not art.exists() and not (tmp_path / "-").exists()
+
+
 # one model per input dtype family: (onnx type, numpy dtype, nodes, data)
 FAMILIES = {
     "float32": (TensorProto.FLOAT, np.float32, ["Add", "Mul", "Sigmoid"]),
