@@ -516,7 +516,7 @@ def test_pointwise_packed_isa_threads(isa, threads, pw_lib):
 
 
 # A strided 1x1 with constant weights as a pointwise conv over the subsampled input
-# (tcc_cpu_conv2d_pw_strided; AVX2's choice, made to answer so on every build): odd planes,
+# (tcc_cpu_conv2d_pw_strided; the AVX2 and AVX-512 choice, made to answer so on every build): odd planes,
 # strides 2 and 3 per axis, channels not a multiple of 8, batch 2, ResNet's shortcut shapes.
 @pytest.mark.parametrize("n,c,h,w,m,s", [
     (1, 9, 13, 15, 10, (2, 2)),

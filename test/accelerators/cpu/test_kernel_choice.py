@@ -67,9 +67,9 @@ def test_the_selection_differs_by_isa_where_documented():
         assert expected_conv(case, "avx512") == "tcc_cpu_conv2d_wino"
     assert expected_conv(CONVS[3], "avx512") == "tcc_cpu_conv2d_packed"
     assert all(expected_conv(c, isa) == "tcc_cpu_conv2d_pw" for c in CONVS[5:6] for isa in build.ISA_ORDER)
-    # ResNet's unpadded 1x1 stride-2 shortcuts: subsampled into conv_pw.c's kernel on AVX2 only
+    # ResNet's unpadded 1x1 stride-2 shortcuts: subsampled into conv_pw.c's kernel on AVX2 and AVX-512
     assert [expected_conv(CONVS[8], isa) for isa in ("avx512", "avx2", "generic")] == \
-        ["tcc_cpu_conv2d_packed", "tcc_cpu_conv2d_pw_strided", "tcc_cpu_conv2d"]
+        ["tcc_cpu_conv2d_pw_strided", "tcc_cpu_conv2d_pw_strided", "tcc_cpu_conv2d"]
     assert expected_conv(CONVS[9], "avx2") == "tcc_cpu_conv2d_packed"
     # narrow B: the AVX-512 panels win from 14 columns at K = 256, the portable ones lose below 17
     assert (codegen.narrow_gemm("avx512", 10, 300), codegen.narrow_gemm("avx512", 14, 300)) == (True, False)
