@@ -103,6 +103,17 @@ def header(threads):
 # off (AMD EPYC Zen 4, 2026-12-06). 50 ms was the edge; 0.1 s is past it.
 PAUSE = 0.1
 
+# Seconds of untimed runs before each burst, past the clock's ramp after
+# the pause: on the Intel Xeon (family 6 model 167), a compute-bound call
+# after 0.1 s idle runs up to 2x its steady time for 30-40 ms (the `avx2`
+# library's elementwise chain, 1 thread: 7.1-7.5 ms per run in the first
+# 20 ms, 6.0 at 20-30, 3.7-3.9 from 60 ms on; onnxruntime's 20.4 then
+# 12.3-12.9). Two warm-up runs covered that for a 12 ms model and not for
+# a 3.5 ms one, so the faster engine was timed on the ramp (the chain read
+# 0.66x onnxruntime's time instead of ~0.3x). At least this long, and at
+# least `warmup` runs.
+WARM_S = 0.05
+
 
 def _interleaved_ms(fa, fb, repeats, warmup=2, burst=5, pause=PAUSE):
     """Medians (ms) of fa and fb timed in alternating bursts, so both see
@@ -121,8 +132,10 @@ def _interleaved_samples(fns, repeats, warmup=2, burst=5, pause=PAUSE):
         n = min(burst, repeats - len(out[0]))
         for f, ts in zip(fns, out):
             time.sleep(pause)
-            for _ in range(warmup):
+            t0, k = time.perf_counter(), 0
+            while k < warmup or time.perf_counter() - t0 < WARM_S:
                 f()
+                k += 1
             for _ in range(n):
                 t = time.perf_counter()
                 f()
