@@ -4,8 +4,8 @@ model's specialization compile, is not timed, and the timing waits for that
 compile: until it lands the calls run the shape-generic path beside it, which
 the scoreboard times on its own), with the default compile (the cpu accelerator) and with
 the host path alone (--maccel=host), against onnxruntime's CPU provider, all
-three timed in turn in one process (alternating bursts with pauses, as
-bench_models.py does). Each thread count runs in a fresh process with
+three timed in turn in one process (alternating bursts, each after 0.1 s of
+untimed runs, as bench_models.py does). Each thread count runs in a fresh process with
 TCC_NUM_THREADS, OPENBLAS_NUM_THREADS and ORT's intra-op threads set to it.
 
 Columns: medians (ms); ratios tcc / onnxruntime (target: default <= 1.0 at 2

@@ -60,9 +60,10 @@ def bench_models(threads, names, min_time):
         err = float(np.max(np.abs(ours - ref)) / (np.max(np.abs(ref)) + 1e-30))
         h = host.run(feeds)[0]
         err = max(err, float(np.max(np.abs(h - ref)) / (np.max(np.abs(ref)) + 1e-30)))
-        # alternating bursts with pauses (bench_models.py's method): both
-        # engines see the same machine load, and neither one's idle spinning
-        # threads steal the other's second core
+        # alternating bursts, each after 0.1 s of untimed runs (bench_models.py's
+        # method): both engines see the same machine load, neither one's idle
+        # spinning threads steal the other's second core, and neither is timed
+        # on the clock's ramp after idle
         # at least 8 bursts a side, and up to 40 for the fast models: this
         # machine's speed swings over seconds, and 12 bursts of a 1.5 ms model
         # (0.7 s in all) could land in one swing on one side

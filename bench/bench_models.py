@@ -95,31 +95,31 @@ def header(threads):
             f"threads: {threads}; onnxruntime {ort.__version__}, numpy {np.__version__}{hidden}")
 
 
-# Seconds between bursts. onnxruntime's idle pool threads spin for tens of
-# ms after a run (tcc's for under 1 ms) and take the next engine's second
-# core meanwhile: tcc's MLP on 2 threads right after onnxruntime's runs
-# took 2.4-2.6 ms with 0-20 ms pauses, 1.5-1.65 with 50 ms and 1.49-1.79
-# with 200 ms, and 1.3-1.6 with any pause once onnxruntime's spinning was
-# off (AMD EPYC Zen 4, 2026-12-06). 50 ms was the edge; 0.1 s is past it.
-PAUSE = 0.1
-
-# Seconds of untimed runs before each burst, past the clock's ramp after
-# the pause: on the Intel Xeon (family 6 model 167), a compute-bound call
-# after 0.1 s idle runs up to 2x its steady time for 30-40 ms (the `avx2`
-# library's elementwise chain, 1 thread: 7.1-7.5 ms per run in the first
-# 20 ms, 6.0 at 20-30, 3.7-3.9 from 60 ms on; onnxruntime's 20.4 then
-# 12.3-12.9). Two warm-up runs covered that for a 12 ms model and not for
-# a 3.5 ms one, so the faster engine was timed on the ramp (the chain read
-# 0.66x onnxruntime's time instead of ~0.3x). At least this long, and at
-# least `warmup` runs.
-WARM_S = 0.05
+# Each engine's burst starts with WARM_S seconds of untimed runs (and at
+# least `warmup` runs), for two reasons:
+# - onnxruntime's idle pool threads spin for tens of ms after a run (tcc's
+#   for under 1 ms) and take the next engine's second core meanwhile: tcc's
+#   MLP on 2 threads right after onnxruntime's runs took 2.4-2.6 ms with
+#   0-20 ms between them, 1.5-1.65 with 50 ms and 1.49-1.79 with 200 ms
+#   (AMD EPYC Zen 4, 2026-12-06);
+# - after idle, the clock ramps up: on the Intel Xeon (family 6 model 167) a
+#   compute-bound call after 0.1 s idle ran up to 2x its steady time for
+#   40-80 ms (the `avx2` library's elementwise chain at 1 thread: 7.3 ms a
+#   run for the first 40 ms, then 6.0, 5.4, 4.9, 4.4 down to 3.8-4.0;
+#   onnxruntime's 22.4 then 13.8 down to 11.8), so with two warm-up runs
+#   and a pause before each burst a fast engine was timed on the ramp and a
+#   slow one was not (that chain read 0.58-0.70x onnxruntime's time).
+# Timed runs therefore follow 0.1 s of the engine's own runs, not a pause.
+PAUSE = 0.0
+WARM_S = 0.1
 
 
 def _interleaved_ms(fa, fb, repeats, warmup=2, burst=5, pause=PAUSE):
     """Medians (ms) of fa and fb timed in alternating bursts, so both see
     the same machine load (the CI machine is shared: absolute times drift).
-    Bursts, not single calls, with a pause between them (PAUSE): one
-    engine's idle spinning threads would steal the other's second core."""
+    Bursts, not single calls, each after WARM_S of untimed runs: one
+    engine's idle spinning threads would steal the other's second core, and
+    the clock ramps up after idle."""
     ta, tb = _interleaved_samples([fa, fb], repeats, warmup, burst, pause)
     return float(np.median(ta)) * 1e3, float(np.median(tb)) * 1e3
 
@@ -131,7 +131,8 @@ def _interleaved_samples(fns, repeats, warmup=2, burst=5, pause=PAUSE):
     while len(out[0]) < repeats:
         n = min(burst, repeats - len(out[0]))
         for f, ts in zip(fns, out):
-            time.sleep(pause)
+            if pause:
+                time.sleep(pause)
             t0, k = time.perf_counter(), 0
             while k < warmup or time.perf_counter() - t0 < WARM_S:
                 f()
