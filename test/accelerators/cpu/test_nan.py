@@ -54,3 +54,41 @@ def test_nan_passes_through_fused_activations(case, every):
     assert nan.any()
     np.testing.assert_array_equal(np.isnan(got), nan)
     np.testing.assert_allclose(got[~nan], want[~nan], rtol=1e-4, atol=1e-5)
+
+
+def _maxpool_ref(x, k, s, pad):
+    """MaxPool over NCHW by numpy: a window holding a NaN gives NaN (np.max),
+    as the ONNX reference and the host path answer; padding never wins."""
+    n, c, h, w = x.shape
+    xp = np.full((n, c, h + 2 * pad, w + 2 * pad), -np.inf, np.float32)
+    xp[:, :, pad:pad + h, pad:pad + w] = x
+    oh, ow = (h + 2 * pad - k) // s + 1, (w + 2 * pad - k) // s + 1
+    win = np.stack([xp[:, :, i:i + s * oh:s, j:j + s * ow:s] for i in range(k) for j in range(k)])
+    return np.max(win, axis=0)
+
+
+# (kernel, stride, pad): ResNet's 3x3 stride 2 pad 1, a 2x2 stride 2, a 3x3 stride 1
+@pytest.mark.parametrize("k,s,pad", [(3, 2, 1), (2, 2, 0), (3, 1, 1)])
+@pytest.mark.parametrize("every", [1, 5, 37])
+def test_nan_anywhere_in_a_maxpool_window_gives_nan(k, s, pad, every):
+    """The cpu kernel reduced with max_ps, which keeps a NaN only when it is
+    the last element read: a window's answer depended on where its NaN sat.
+    numpy is the reference (onnxruntime's MaxPool has the same position
+    dependence), and the host path must agree with it."""
+    import tcc
+
+    from .helpers import cpu_steps
+    shape = [1, 16, 20, 23]
+    x = rand(*shape)
+    x.ravel()[int(RNG.integers(every))::every] = np.nan
+    want = _maxpool_ref(x, k, s, pad)
+    m = model([H("MaxPool", ["x"], ["y"], kernel_shape=[k, k], strides=[s, s], pads=[pad] * 4)],
+              [("x", shape)], [("y", list(want.shape))])
+    sess = tcc.load(tcc.compile(m, maccel=["cpu"]))
+    assert cpu_steps(sess)
+    host = tcc.load(tcc.compile(m, maccel=["host"]))
+    for got in (sess.run({"x": x})[0], host.run({"x": x})[0]):
+        nan = np.isnan(want)
+        assert nan.any()
+        np.testing.assert_array_equal(np.isnan(got), nan)
+        np.testing.assert_array_equal(got[~nan], want[~nan])
