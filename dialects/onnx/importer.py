@@ -114,7 +114,14 @@ def check_and_infer(model: onnx.ModelProto, where="model") -> onnx.ModelProto:
     try:
         onnx.checker.check_model(model)
     except onnx.checker.ValidationError as e:
-        raise ImportError_(f"{where}: invalid model: {_one_line(e)}") from None
+        shaped = _shape_unranked_outputs(model)
+        if shaped is None:
+            raise ImportError_(f"{where}: invalid model: {_one_line(e)}") from None
+        model = shaped
+        try:
+            onnx.checker.check_model(model)
+        except onnx.checker.ValidationError as e2:
+            raise ImportError_(f"{where}: invalid model: {_one_line(e2)}") from None
     if model.functions:
         model = onnx.inliner.inline_local_functions(model)
     restore = _forget_declared_dims(model)
@@ -128,6 +135,25 @@ def check_and_infer(model: onnx.ModelProto, where="model") -> onnx.ModelProto:
         raise ImportError_(f"{where}: shape inference failed: {msg}") from None
     finally:
         restore()
+    return inferred
+
+
+def _shape_unranked_outputs(model):
+    """The model with its graph outputs' shapes inferred, where some declare
+    an element type and no shape (unknown rank), or None. onnx's checker
+    requires a shape on a graph output; onnxruntime runs such models, and
+    inference gives the shape the graph computes."""
+    outs = [o for o in model.graph.output
+            if o.type.WhichOneof("value") == "tensor_type" and not o.type.tensor_type.HasField("shape")]
+    if not outs:
+        return None
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False)
+    except Exception:  # the checker's message is the better one then
+        return None
+    got = {o.name: o for o in inferred.graph.output}
+    if any(not got[o.name].type.tensor_type.HasField("shape") for o in outs if o.name in got):
+        return None
     return inferred
 
 
