@@ -111,17 +111,11 @@ def _check_opsets_and_outputs(model, where):
 def check_and_infer(model: onnx.ModelProto, where="model") -> onnx.ModelProto:
     _check_opsets_and_outputs(model, where)
     _check_domains(model, where)
+    model = _shape_unranked_outputs(model) or model
     try:
         onnx.checker.check_model(model)
     except onnx.checker.ValidationError as e:
-        shaped = _shape_unranked_outputs(model)
-        if shaped is None:
-            raise ImportError_(f"{where}: invalid model: {_one_line(e)}") from None
-        model = shaped
-        try:
-            onnx.checker.check_model(model)
-        except onnx.checker.ValidationError as e2:
-            raise ImportError_(f"{where}: invalid model: {_one_line(e2)}") from None
+        raise ImportError_(f"{where}: invalid model: {_one_line(e)}") from None
     if model.functions:
         model = onnx.inliner.inline_local_functions(model)
     restore = _forget_declared_dims(model)
@@ -140,7 +134,8 @@ def check_and_infer(model: onnx.ModelProto, where="model") -> onnx.ModelProto:
 
 def _shape_unranked_outputs(model):
     """The model with its graph outputs' shapes inferred, where some declare
-    an element type and no shape (unknown rank), or None. onnx's checker
+    an element type and no shape (unknown rank); None when none does or
+    inference cannot shape them (the checker then says so). onnx's checker
     requires a shape on a graph output; onnxruntime runs such models, and
     inference gives the shape the graph computes."""
     outs = [o for o in model.graph.output
@@ -149,7 +144,7 @@ def _shape_unranked_outputs(model):
         return None
     try:
         inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False)
-    except Exception:  # the checker's message is the better one then
+    except Exception:  # the checker's message is the better one
         return None
     got = {o.name: o for o in inferred.graph.output}
     if any(not got[o.name].type.tensor_type.HasField("shape") for o in outs if o.name in got):
