@@ -85,3 +85,51 @@ def test_qlinear_conv(attrs, per_channel, bias, dt):
         ins.append("b")
     check([h.make_node("QLinearConv", ins, ["y"], **attrs)], {"x": q((1, 4, 6, 5), dt)}, {"y": dt}, opset=10,
           ref="onnx", initializers=inits)
+
+
+def _library_calls(mod):
+    """The callees of the nests marked as runtime library calls."""
+    out = []
+
+    def walk(op):
+        spec = op.attributes.get("tcc.library_call")
+        if spec is not None:
+            out.append(spec.value["callee"].value)
+        for region in op.regions:
+            for block in region.blocks:
+                for o in block.ops:
+                    walk(o)
+    walk(mod.op if hasattr(mod, "op") else mod)
+    return out
+
+
+@pytest.mark.parametrize("isa", ["", "avx2", "generic"])
+@pytest.mark.parametrize("adt,bdt,zb", [(np.uint8, np.int8, "none"), (np.int8, np.uint8, "column"),
+                                        (np.uint8, np.uint8, "scalar"), (np.int8, np.int8, "scalar")])
+def test_matmul_integer_kernel(monkeypatch, isa, adt, bdt, zb):
+    """Products of at least 8 rows with a 2-D B run on runtime/native/gemm_int.c
+    (each of its ISA paths here: TCC_CPU_ISA picks the lesser ones): odd K,
+    N past a whole panel, A batched over a shared B, A's zero point a run-time
+    input (DynamicQuantizeLinear's), B's none, one or one per column; int64
+    numpy is the reference."""
+    monkeypatch.setenv("TCC_CPU_ISA", isa)
+    a, b, az = q((3, 6, 67), adt), q((67, 45), bdt), q((), adt)
+    inits = {"b": b}
+    bz = None if zb == "none" else q((45,) if zb == "column" else (), bdt)
+    if bz is not None:
+        inits["bz"] = bz
+    node = h.make_node("MatMulInteger", ["a", "b", "az"] + (["bz"] if bz is not None else []), ["y"])
+    m = model([node], {"a": a, "az": az}, {"y": np.int32}, opset=10, initializers=inits)
+    mod = lowered(m)
+    assert _library_calls(mod) == ["tcc_matmul_i8"]
+    want = (a.astype(np.int64) - az.astype(np.int64)) @ (b.astype(np.int64) - (0 if bz is None else bz.astype(np.int64)))
+    np.testing.assert_array_equal(run_native(mod, [a, az])[0], want)
+    if isa == "":  # the nest (the semantics) agrees
+        np.testing.assert_array_equal(run_loop_module(mod, [a, az])[0], want)
+
+
+def test_matmul_integer_few_rows_stay_a_nest():
+    """Below 8 rows packing B would outweigh the products: no library call."""
+    m = model([h.make_node("MatMulInteger", ["a", "b"], ["y"])], {"a": q((4, 16), np.uint8)}, {"y": np.int32},
+              opset=10, initializers={"b": q((16, 8), np.int8)})
+    assert _library_calls(lowered(m)) == []

@@ -1,0 +1,242 @@
+/* Exact 8-bit integer matrix products for the host runtime (MatMulInteger,
+ * and the int32 core of QLinearMatMul):
+ *
+ *   void tcc_matmul_i8(const int64_t *p, int32_t *C, const void *A, const void *B,
+ *                      const void *azp, const void *bzp);
+ *
+ * C[M,N] = (A[M,K] - azp) (B[K,N] - bzp) in int32, A and B uint8 or int8,
+ * row-major and contiguous; azp absent or one value; bzp absent, one value
+ * or one per column. `p`: M, N, K, A signed, B signed, azp given, bzp mode
+ * (0 none, 1 one value, 2 per column).
+ *
+ * Why int16 pairs and not the u8 x s8 instructions: vpmaddubsw adds its
+ * two products in a saturating int16 (255 * 127 * 2 > 32767), the AVX2
+ * result onnxruntime gives without VNNI, and zero points can move either
+ * operand out of its 8-bit range. Widened to int16 less the zero points
+ * (|v| <= 255), vpmaddwd's pair sums (<= 130050) and the int32 sums are
+ * exact, as onnx.reference's int32 arithmetic (which wraps past 2^31, as
+ * these sums do). VNNI's vpdpwssd fuses the multiply and the add.
+ *
+ * B is packed per call into 32-column panels of int16 pairs, Bp[panel][K/2]
+ * [32][2] (the call's share of the work: K*N of the M*K*N products); tasks
+ * are (row tile, panel) on the tcc thread pool, each widening its rows of A
+ * into int32 words of two int16 (one broadcast per pair of k). The loop
+ * nest the lowering writes stays the semantics (the interpreter runs it). */
+#pragma GCC optimize("O3")
+#define _GNU_SOURCE
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+typedef void (*tcc_body_fn)(int64_t begin, int64_t end, void *ctx);
+void tcc_parallel_for(int64_t n, tcc_body_fn body, void *ctx);
+
+enum { Q_M, Q_N, Q_K, Q_ASIGNED, Q_BSIGNED, Q_AZP, Q_BZP };
+
+#define PW 32   /* columns per panel */
+#define MR_MAX 8
+
+typedef struct {
+    int64_t M, N, K, KP, npan, mr;
+    const uint8_t *A;
+    const uint8_t *B;
+    int asig, bsig, bzp_mode;
+    int32_t za;
+    const uint8_t *bzp;
+    int16_t *Bp; /* [npan][KP][PW][2] */
+    int32_t *C;
+} qjob;
+
+static inline int32_t ld8(const uint8_t *p, int64_t i, int sig) { return sig ? (int32_t)(int8_t)p[i] : (int32_t)p[i]; }
+
+/* panels [b, e): B less its zero point, as int16 pairs (k odd past K: 0);
+ * the loops over a panel's 32 columns vectorize */
+static void pack_body(int64_t b, int64_t e, void *ctx) {
+    const qjob *j = ctx;
+    for (int64_t p = b; p < e; p++) {
+        int16_t *dst = j->Bp + p * j->KP * PW * 2;
+        const int64_t n0 = p * PW, nc = j->N - n0 < PW ? j->N - n0 : PW;
+        int16_t z[PW];
+        for (int64_t c = 0; c < PW; c++)
+            z[c] = (int16_t)(j->bzp_mode == 0 || c >= nc ? 0 : ld8(j->bzp, j->bzp_mode == 2 ? n0 + c : 0, j->bsig));
+        for (int64_t kp = 0; kp < j->KP; kp++) {
+            int16_t r0[PW], r1[PW];
+            for (int h = 0; h < 2; h++) {
+                int16_t *r = h ? r1 : r0;
+                const int64_t k = 2 * kp + h;
+                if (k >= j->K) {
+                    memset(r, 0, sizeof r0);
+                    continue;
+                }
+                const uint8_t *src = j->B + k * j->N + n0;
+                if (nc < PW) memset(r, 0, sizeof r0);
+                if (j->bsig)
+                    for (int64_t c = 0; c < nc; c++) r[c] = (int16_t)((int8_t)src[c] - z[c]);
+                else
+                    for (int64_t c = 0; c < nc; c++) r[c] = (int16_t)(src[c] - z[c]);
+                for (int64_t c = nc; c < PW; c++) r[c] = 0;
+            }
+            for (int c = 0; c < PW; c++) {
+                dst[(kp * PW + c) * 2] = r0[c];
+                dst[(kp * PW + c) * 2 + 1] = r1[c];
+            }
+        }
+    }
+}
+
+/* rows [i0, i0 + mr) of A less its zero point as int32 words of two int16 */
+static void widen_rows(const qjob *j, int64_t i0, int mr, int32_t *ap) {
+    for (int r = 0; r < mr; r++) {
+        const uint8_t *a = j->A + (i0 + r) * j->K;
+        for (int64_t kp = 0; kp < j->KP; kp++) {
+            const int32_t v0 = ld8(a, 2 * kp, j->asig) - j->za;
+            const int32_t v1 = 2 * kp + 1 < j->K ? ld8(a, 2 * kp + 1, j->asig) - j->za : 0;
+            ap[r * j->KP + kp] = (int32_t)((uint32_t)(uint16_t)v0 | (uint32_t)(uint16_t)v1 << 16);
+        }
+    }
+}
+
+/* acc[r][c] for mr rows x PW columns into C (columns past N dropped) */
+static void store_rows(const qjob *j, int64_t i0, int mr, int64_t n0, const int32_t *acc) {
+    const int64_t nc = j->N - n0 < PW ? j->N - n0 : PW;
+    for (int r = 0; r < mr; r++) memcpy(j->C + (i0 + r) * j->N + n0, acc + r * PW, (size_t)nc * sizeof(int32_t));
+}
+
+typedef void (*tile_fn)(const qjob *, const int32_t *ap, const int16_t *bp, int mr, int32_t *acc);
+
+static void tile_generic(const qjob *j, const int32_t *ap, const int16_t *bp, int mr, int32_t *acc) {
+    for (int r = 0; r < mr; r++) {
+        uint32_t s[PW] = {0}; /* wraps past 2^31 as int32 arithmetic in the nest does */
+        for (int64_t kp = 0; kp < j->KP; kp++) {
+            const uint32_t w = (uint32_t)ap[r * j->KP + kp];
+            const int32_t a0 = (int16_t)(w & 0xffff), a1 = (int16_t)(w >> 16);
+            const int16_t *b = bp + kp * PW * 2;
+            for (int c = 0; c < PW; c++) s[c] += (uint32_t)(a0 * b[2 * c] + a1 * b[2 * c + 1]);
+        }
+        for (int c = 0; c < PW; c++) acc[r * PW + c] = (int32_t)s[c];
+    }
+}
+
+#if defined(__x86_64__)
+/* One body per ISA: a vector of int16 pairs holds VL columns (its bytes / 4),
+ * a panel row PW / VL vectors; MRT rows a tile. */
+#define DEF_TILE(NAME, TARGET, VT, VL, MRT, LOAD, SET1, MADDACC, STORE, ZERO)                                  \
+    __attribute__((target(TARGET))) static void NAME(const qjob *j, const int32_t *ap, const int16_t *bp,        \
+                                                      int mr, int32_t *acc) {                                     \
+        enum { NV = PW / VL };                                                                                    \
+        VT c[MRT][NV];                                                                                            \
+        for (int r = 0; r < MRT; r++)                                                                             \
+            for (int v = 0; v < NV; v++) c[r][v] = ZERO();                                                        \
+        const int64_t KP = j->KP;                                                                                 \
+        if (mr == MRT) {                                                                                          \
+            for (int64_t kp = 0; kp < KP; kp++) {                                                                 \
+                VT b[NV];                                                                                         \
+                for (int v = 0; v < NV; v++) b[v] = LOAD((const void *)(bp + (kp * PW + v * VL) * 2));            \
+                for (int r = 0; r < MRT; r++) {                                                                   \
+                    const VT a = SET1(ap[r * KP + kp]);                                                           \
+                    for (int v = 0; v < NV; v++) c[r][v] = MADDACC(c[r][v], a, b[v]);                             \
+                }                                                                                                 \
+            }                                                                                                     \
+        } else {                                                                                                  \
+            for (int64_t kp = 0; kp < KP; kp++) {                                                                 \
+                VT b[NV];                                                                                         \
+                for (int v = 0; v < NV; v++) b[v] = LOAD((const void *)(bp + (kp * PW + v * VL) * 2));            \
+                for (int r = 0; r < MRT; r++) {                                                                   \
+                    if (r >= mr) break;                                                                           \
+                    const VT a = SET1(ap[r * KP + kp]);                                                           \
+                    for (int v = 0; v < NV; v++) c[r][v] = MADDACC(c[r][v], a, b[v]);                             \
+                }                                                                                                 \
+            }                                                                                                     \
+        }                                                                                                         \
+        for (int r = 0; r < mr; r++)                                                                              \
+            for (int v = 0; v < NV; v++) STORE((void *)(acc + r * PW + v * VL), c[r][v]);                         \
+    }
+
+#define MADD512(c, a, b) _mm512_add_epi32(c, _mm512_madd_epi16(a, b))
+#define DP512(c, a, b) _mm512_dpwssd_epi32(c, a, b)
+#define MADD256(c, a, b) _mm256_add_epi32(c, _mm256_madd_epi16(a, b))
+/* 16 accumulators (AVX-512: 32 registers) or 8 (AVX2: 16) */
+DEF_TILE(tile_avx512vnni, "avx512f,avx512bw,avx512vnni", __m512i, 16, 8, _mm512_loadu_si512, _mm512_set1_epi32, DP512,
+         _mm512_storeu_si512, _mm512_setzero_si512)
+DEF_TILE(tile_avx512bw, "avx512f,avx512bw", __m512i, 16, 8, _mm512_loadu_si512, _mm512_set1_epi32, MADD512,
+         _mm512_storeu_si512, _mm512_setzero_si512)
+DEF_TILE(tile_avx2, "avx2", __m256i, 8, 2, _mm256_loadu_si256, _mm256_set1_epi32, MADD256, _mm256_storeu_si256,
+         _mm256_setzero_si256)
+#endif
+
+static tile_fn pick(int *mr) {
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    const char *isa = getenv("TCC_CPU_ISA"); /* as gemm.c: a lesser kernel on request, so each is tested anywhere */
+    const int generic = isa && !strcmp(isa, "generic"), avx2_only = isa && !strcmp(isa, "avx2");
+    if (!generic && !avx2_only && __builtin_cpu_supports("avx512bw")) {
+        *mr = 8;
+        return __builtin_cpu_supports("avx512vnni") ? tile_avx512vnni : tile_avx512bw;
+    }
+    if (!generic && __builtin_cpu_supports("avx2")) {
+        *mr = 2;
+        return tile_avx2;
+    }
+#endif
+    *mr = 4;
+    return tile_generic;
+}
+
+typedef struct {
+    const qjob *j;
+    tile_fn tile;
+} qrun;
+
+static void tile_body(int64_t b, int64_t e, void *ctx) {
+    const qrun *q = ctx;
+    const qjob *j = q->j;
+    int32_t *ap = malloc((size_t)MR_MAX * (size_t)j->KP * sizeof(int32_t));
+    int32_t acc[MR_MAX * PW];
+    int64_t widened = -1;
+    if (!ap) abort(); /* a few KB: the nest's own buffers were allocated already */
+    for (int64_t t = b; t < e; t++) {
+        const int64_t mt = t / j->npan, p = t % j->npan, i0 = mt * j->mr;
+        const int mr = (int)(j->M - i0 < j->mr ? j->M - i0 : j->mr);
+        if (mt != widened) {
+            widen_rows(j, i0, mr, ap);
+            widened = mt;
+        }
+        q->tile(j, ap, j->Bp + p * j->KP * PW * 2, mr, acc);
+        store_rows(j, i0, mr, p * PW, acc);
+    }
+    free(ap);
+}
+
+void tcc_matmul_i8(const int64_t *p, int32_t *C, const void *A, const void *B, const void *azp, const void *bzp) {
+    qjob j;
+    memset(&j, 0, sizeof j);
+    j.M = p[Q_M];
+    j.N = p[Q_N];
+    j.K = p[Q_K];
+    j.asig = (int)p[Q_ASIGNED];
+    j.bsig = (int)p[Q_BSIGNED];
+    j.A = A;
+    j.B = B;
+    j.C = C;
+    j.za = p[Q_AZP] ? ld8(azp, 0, j.asig) : 0;
+    j.bzp_mode = (int)p[Q_BZP];
+    j.bzp = bzp;
+    if (j.M <= 0 || j.N <= 0) return;
+    if (j.K <= 0) {
+        memset(C, 0, (size_t)(j.M * j.N) * sizeof(int32_t));
+        return;
+    }
+    int mr;
+    qrun q = {&j, pick(&mr)};
+    j.mr = mr;
+    j.KP = (j.K + 1) / 2;
+    j.npan = (j.N + PW - 1) / PW;
+    j.Bp = aligned_alloc(64, (size_t)(j.npan * j.KP * PW * 2 * sizeof(int16_t) + 63) / 64 * 64);
+    if (!j.Bp) abort();
+    tcc_parallel_for(j.npan, pack_body, &j);
+    tcc_parallel_for((j.M + mr - 1) / mr * j.npan, tile_body, &q);
+    free(j.Bp);
+}
