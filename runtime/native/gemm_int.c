@@ -7,7 +7,9 @@
  * C[M,N] = (A[M,K] - azp) (B[K,N] - bzp) in int32, A and B uint8 or int8,
  * row-major and contiguous; azp absent or one value; bzp absent, one value
  * or one per column. `p`: M, N, K, A signed, B signed, azp given, bzp mode
- * (0 none, 1 one value, 2 per column).
+ * (0 none, 1 one value, 2 per column), B packed (then B is the panels
+ * below, its zero point subtracted: kernels.pack_int16_pairs at compile
+ * time, for constant weights).
  *
  * Why int16 pairs and not the u8 x s8 instructions: vpmaddubsw adds its
  * two products in a saturating int16 (255 * 127 * 2 > 32767), the AVX2
@@ -17,8 +19,8 @@
  * exact, as onnx.reference's int32 arithmetic (which wraps past 2^31, as
  * these sums do). VNNI's vpdpwssd fuses the multiply and the add.
  *
- * B is packed per call into 32-column panels of int16 pairs, Bp[panel][K/2]
- * [32][2] (the call's share of the work: K*N of the M*K*N products); tasks
+ * B is packed into 32-column panels of int16 pairs, Bp[panel][K/2][32][2],
+ * at compile time for constant weights, else per call; tasks
  * are (row tile, panel) on the tcc thread pool, each widening its rows of A
  * into int32 words of two int16 (one broadcast per pair of k). The loop
  * nest the lowering writes stays the semantics (the interpreter runs it). */
@@ -34,7 +36,7 @@
 typedef void (*tcc_body_fn)(int64_t begin, int64_t end, void *ctx);
 void tcc_parallel_for(int64_t n, tcc_body_fn body, void *ctx);
 
-enum { Q_M, Q_N, Q_K, Q_ASIGNED, Q_BSIGNED, Q_AZP, Q_BZP };
+enum { Q_M, Q_N, Q_K, Q_ASIGNED, Q_BSIGNED, Q_AZP, Q_BZP, Q_BPACKED };
 
 #define PW 32   /* columns per panel */
 #define MR_MAX 8
@@ -234,9 +236,14 @@ void tcc_matmul_i8(const int64_t *p, int32_t *C, const void *A, const void *B, c
     j.mr = mr;
     j.KP = (j.K + 1) / 2;
     j.npan = (j.N + PW - 1) / PW;
-    j.Bp = aligned_alloc(64, (size_t)(j.npan * j.KP * PW * 2 * sizeof(int16_t) + 63) / 64 * 64);
-    if (!j.Bp) abort();
-    tcc_parallel_for(j.npan, pack_body, &j);
+    const int packed = (int)p[Q_BPACKED];
+    if (packed) {
+        j.Bp = (int16_t *)B;
+    } else {
+        j.Bp = aligned_alloc(64, (size_t)(j.npan * j.KP * PW * 2 * sizeof(int16_t) + 63) / 64 * 64);
+        if (!j.Bp) abort();
+        tcc_parallel_for(j.npan, pack_body, &j);
+    }
     tcc_parallel_for((j.M + mr - 1) / mr * j.npan, tile_body, &q);
-    free(j.Bp);
+    if (!packed) free(j.Bp);
 }

@@ -104,32 +104,39 @@ def _library_calls(mod):
 
 
 @pytest.mark.parametrize("isa", ["", "avx2", "generic"])
-@pytest.mark.parametrize("adt,bdt,zb", [(np.uint8, np.int8, "none"), (np.int8, np.uint8, "column"),
-                                        (np.uint8, np.uint8, "scalar"), (np.int8, np.int8, "scalar")])
-def test_matmul_integer_kernel(monkeypatch, isa, adt, bdt, zb):
-    """Products of at least 8 rows with a 2-D B run on runtime/native/gemm_int.c
-    (each of its ISA paths here: TCC_CPU_ISA picks the lesser ones): odd K,
-    N past a whole panel, A batched over a shared B, A's zero point a run-time
-    input (DynamicQuantizeLinear's), B's none, one or one per column; int64
-    numpy is the reference."""
+@pytest.mark.parametrize("adt,bdt,zb,rows", [(np.uint8, np.int8, "none", 6), (np.int8, np.uint8, "column", 6),
+                                             (np.uint8, np.uint8, "scalar", 1), (np.int8, np.int8, "scalar", 6)])
+@pytest.mark.parametrize("b_input", [False, True])
+def test_matmul_integer_kernel(monkeypatch, isa, adt, bdt, zb, rows, b_input):
+    """8-bit products with a 2-D B run on runtime/native/gemm_int.c (each of
+    its ISA paths here: TCC_CPU_ISA picks the lesser ones), B packed at
+    compile time (a constant) or per call (an input): odd K, N past a whole
+    panel, A batched over a shared B, A's zero point a run-time input
+    (DynamicQuantizeLinear's), B's none, one or one per column; int64 numpy
+    is the reference."""
     monkeypatch.setenv("TCC_CPU_ISA", isa)
-    a, b, az = q((3, 6, 67), adt), q((67, 45), bdt), q((), adt)
-    inits = {"b": b}
+    a, b, az = q((3, rows, 67), adt), q((67, 45), bdt), q((), adt)
+    inits = {}
     bz = None if zb == "none" else q((45,) if zb == "column" else (), bdt)
     if bz is not None:
         inits["bz"] = bz
+    inputs = {"a": a, "az": az, "b": b} if b_input else {"a": a, "az": az}
+    if not b_input:
+        inits["b"] = b
     node = h.make_node("MatMulInteger", ["a", "b", "az"] + (["bz"] if bz is not None else []), ["y"])
-    m = model([node], {"a": a, "az": az}, {"y": np.int32}, opset=10, initializers=inits)
+    m = model([node], inputs, {"y": np.int32}, opset=10, initializers=inits)
     mod = lowered(m)
-    assert _library_calls(mod) == ["tcc_matmul_i8"]
+    # an input B is packed on every call: only from 8 rows (3 * rows) on
+    assert _library_calls(mod) == ([] if b_input and 3 * rows < 8 else ["tcc_matmul_i8"])
     want = (a.astype(np.int64) - az.astype(np.int64)) @ (b.astype(np.int64) - (0 if bz is None else bz.astype(np.int64)))
-    np.testing.assert_array_equal(run_native(mod, [a, az])[0], want)
+    np.testing.assert_array_equal(run_native(mod, list(inputs.values()))[0], want)
     if isa == "":  # the nest (the semantics) agrees
-        np.testing.assert_array_equal(run_loop_module(mod, [a, az])[0], want)
+        np.testing.assert_array_equal(run_loop_module(mod, list(inputs.values()))[0], want)
 
 
-def test_matmul_integer_few_rows_stay_a_nest():
-    """Below 8 rows packing B would outweigh the products: no library call."""
-    m = model([h.make_node("MatMulInteger", ["a", "b"], ["y"])], {"a": q((4, 16), np.uint8)}, {"y": np.int32},
-              opset=10, initializers={"b": q((16, 8), np.int8)})
+def test_matmul_integer_few_rows_of_an_input_b_stay_a_nest():
+    """Packing a B that is no constant on every call would outweigh the
+    products of fewer than 8 rows: no library call there."""
+    m = model([h.make_node("MatMulInteger", ["a", "b"], ["y"])], {"a": q((4, 16), np.uint8), "b": q((16, 8), np.int8)},
+              {"y": np.int32}, opset=10)
     assert _library_calls(lowered(m)) == []

@@ -72,6 +72,20 @@ def pack_b_panels(b):
     return np.ascontiguousarray(out.reshape(K, panels, NR).transpose(1, 0, 2))
 
 
+def pack_int16_pairs(b):
+    """A constant (K, N) integer GEMM operand, its zero point subtracted
+    (|v| <= 255) -> gemm_int.c's panels [ceil(N/32)][ceil(K/2)][32][2] of
+    int16 (k and k + 1 of a column side by side; zero past K and N), for
+    tcc_matmul_i8 with B packed."""
+    import numpy as np
+    b = np.asarray(b)
+    K, N = b.shape
+    kp, panels = -(-K // 2), -(-N // 32)
+    out = np.zeros((2 * kp, panels * 32), np.int16)
+    out[:K, :N] = b
+    return np.ascontiguousarray(out.reshape(kp, 2, panels, 32).transpose(2, 0, 3, 1))
+
+
 def annotate(root, callee, params, buffers, packed=None):
     """Marks `root` (a loop.for) as `callee(params, *buffers)`; `buffers`
     are memref Values the nest uses (or None). Returns False, leaving the
@@ -95,8 +109,8 @@ def annotate(root, callee, params, buffers, packed=None):
             "buffers": DenseArrayAttr(idx, i64)}
     if packed is not None:
         from ...ir.attributes import DenseElementsAttr
-        from ...ir.types import TensorType, f32
-        spec["packed"] = DenseElementsAttr(packed, TensorType(packed.shape, f32))
+        from ...ir.types import TensorType, from_numpy_dtype
+        spec["packed"] = DenseElementsAttr(packed, TensorType(packed.shape, from_numpy_dtype(packed.dtype)))
     root.attributes[ATTR] = DictAttr(spec)
     return True
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from ....ir.types import NONE, f32, f64, i32
 from ..common import LOW_FLOATS, is_float, library_root
-from ..kernels import annotate
+from ..kernels import annotate, pack_int16_pairs
 from ..cast import emit_cast
 from ..nn.conv import ConvGeometry, direct_conv
 from ..math.matmul import gemm_core, matmul_views
@@ -66,10 +66,12 @@ def _matmul_i32(cx, op, A, B, azp, bzp, acc):
     """acc (int32, the result shape) = (A - azp) @ (B - bzp), batched and
     broadcast like MatMul; azp per row of A, bzp per column of B.
 
-    8-bit A and a 2-D B (a model's weights), with one A zero point and one
-    B zero point or one per column, are also marked as a library call
-    (kernels.py): runtime/native/gemm_int.c's int16-pair kernel, exact like
-    the nest, which stays the semantics the interpreter runs. A dynamically
+    8-bit A and a 2-D B, with one A zero point and one B zero point or one
+    per column, are also marked as a library call (kernels.py):
+    runtime/native/gemm_int.c's int16-pair kernel, exact like the nest, which
+    stays the semantics the interpreter runs. A constant B (a model's
+    weights) is packed here, less its zero point; another is packed per call,
+    which only pays from MIN_ROWS rows on. A dynamically
     quantized BERT (onnxruntime's quantize_dynamic: 24 MatMulInteger,
     128x256 activations) spent 21 of its 23 ms in these nests."""
     L = cx.L
@@ -79,10 +81,13 @@ def _matmul_i32(cx, op, A, B, azp, bzp, acc):
     za, zb = _zp(za_load, azp), _zp(zb_load, bzp)
     ta, tb = str(A.type.element), str(B.type.element)
     rows = M * int(np.prod(batch, dtype=np.int64))
-    # below 8 rows the kernel's packing of B (K*N) outweighs the products:
-    # 1x1024x1024 took 0.14 ms there, about twice the nest's time
+    bval = cx.const(B)
+    zval = 0 if bzp is None else cx.const(bzp)
+    packed = bval is not None and zval is not None  # weights: B packed here, once
+    # B packed per call below 8 rows costs more than the products (K*N
+    # against rows*K*N: 1x1024x1024 took 0.14 ms, about twice the nest's time)
     kernel = (ta in INT8 and tb in INT8 and B.type.rank == 2 and str(acc.type.element) == "i32"
-              and (za_load is None or not za_load.per_index) and rows >= MIN_ROWS)
+              and (za_load is None or not za_load.per_index) and (packed or rows >= MIN_ROWS))
     with ExitStack() as st:
         root = st.enter_context(library_root(L)) if kernel else None
         with L.loops(batch, vectorize_inner=False) as bivs:
@@ -95,9 +100,14 @@ def _matmul_i32(cx, op, A, B, azp, bzp, acc):
     if kernel:
         # B is shared by every batch of A (2-D): the batches fold into rows
         bzp_mode = 0 if zb_load is None else 2 if zb_load.per_index else 1
-        params = [rows, N, K, INT8[ta], INT8[tb], int(za_load is not None), bzp_mode]
-        annotate(root[0], "tcc_matmul_i8", params,
-                 [cv, av, bv, za_load.buffer if za_load else None, zb_load.buffer if zb_load else None])
+        za_buf = za_load.buffer if za_load else None
+        if packed:  # less its zero point (one value, or a row of one per column)
+            z = np.asarray(zval, np.int32).reshape(1, -1)
+            annotate(root[0], "tcc_matmul_i8", [rows, N, K, INT8[ta], INT8[tb], int(za_load is not None), 0, 1],
+                     [cv, av, "packed", za_buf, None], packed=pack_int16_pairs(np.asarray(bval, np.int32) - z))
+        else:
+            annotate(root[0], "tcc_matmul_i8", [rows, N, K, INT8[ta], INT8[tb], int(za_load is not None), bzp_mode, 0],
+                     [cv, av, bv, za_buf, zb_load.buffer if zb_load else None])
     return (lambda ivs: ivs[-1]), N  # what a per-column B scale follows
 
 
