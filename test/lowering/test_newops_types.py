@@ -82,9 +82,10 @@ def test_quantize_blocked_and_float8():
           {"q": TP.UINT8, "d": TP.FLOAT, "f8": TP.FLOAT8E4M3FN, "g": TP.FLOAT}, ref="onnx")
 
 
+@pytest.mark.parametrize("shape", [(3, 7), (5, 131)])  # the second: vector loop bodies and tails
 @pytest.mark.parametrize("shift", [0.0, 3.0, -3.0])
-def test_dynamic_quantize_linear(shift):
-    x = (RNG.standard_normal((3, 7)) + shift).astype(np.float32)
+def test_dynamic_quantize_linear(shift, shape):
+    x = (RNG.standard_normal(shape) + shift).astype(np.float32)
     # onnx.reference, not onnxruntime: MLAS quantizes with ISA-specific kernels, and the
     # reference must be the same on every CPU (integer outputs are compared exactly)
     check([h.make_node("DynamicQuantizeLinear", ["x"], ["y", "s", "z"])], {"x": x},

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ....ir.types import NONE, f32, f64, i64, to_numpy_dtype
+from ....ir.types import NONE, f32, f64, i1, i32, i64, to_numpy_dtype
 from ..common import LOW_FLOATS, is_float, is_unsigned
 from ..cast import SMALL, emit_cast
 from ..registry import lowering
@@ -149,7 +149,6 @@ def lower_dynamic_quantize(cx, op):
         L.store(L.op("arith.maximumf", [L.load(st, [0]), v], f32), st, [0])
         L.store(L.op("arith.minimumf", [L.load(st, [1]), v], f32), st, [1])
     mx, mn = L.load(st, [0]), L.load(st, [1])
-    from ....ir.types import i1
     same = L.op("arith.cmpf", [mx, mn], i1, predicate="oeq")
     rng = L.op("arith.select", [same, L.c(1.0, f32), L.op("arith.subf", [mx, mn], f32)], f32)
     scale = L.op("arith.divf", [rng, L.c(255.0, f32)], f32)
@@ -165,5 +164,12 @@ def lower_dynamic_quantize(cx, op):
         q = L.op("arith.addf", [L.op("math.roundeven", [L.op("arith.divf", [L.load(xv, [i]), scale], f32)], f32),
                                 zpi], f32)
         q = L.op("arith.minimumf", [L.op("arith.maximumf", [q, L.c(0.0, f32)], f32), L.c(255.0, f32)], f32)
-        L.store(emit_cast(L, q, f32, U), yv, [i])
+        # q is a whole number in [0, 255] or NaN (0, as the cast gives it):
+        # 1.5 * 2^23 + q holds q in its low mantissa bits, so an add and a
+        # bitcast convert it. The general cast (wrapping modulo 2^8 through a
+        # saturating i64 conversion) ran scalar: 128x1024 took 0.34 ms at 1
+        # thread, now 0.06 (onnxruntime: 0.03).
+        q = L.op("arith.select", [L.op("arith.cmpf", [q, q], i1, predicate="uno"), L.c(0.0, f32), q], f32)
+        bits = L.op("arith.bitcast", [L.op("arith.addf", [q, L.c(12582912.0, f32)], f32)], i32)
+        L.store(emit_cast(L, bits, i32, U), yv, [i])
     L.op("loop.dealloc", [st])
