@@ -7,9 +7,18 @@
  * C[M,N] = (A[M,K] - azp) (B[K,N] - bzp) in int32, A and B uint8 or int8,
  * row-major and contiguous; azp absent or one value; bzp absent, one value
  * or one per column. `p`: M, N, K, A signed, B signed, azp given, bzp mode
- * (0 none, 1 one value, 2 per column), B packed (then B is the panels
- * below, its zero point subtracted: kernels.pack_int16_pairs at compile
- * time, for constant weights).
+ * (0 none, 1 one value, 2 per column), B packed: 0 no (packed here, per
+ * call), 1 int16 pairs (kernels.pack_int16_pairs, at compile time), 2
+ * bytes for VNNI (kernels.pack_u8s8: chosen at compile time on a CPU with
+ * AVX-512 VNNI when B less its zero point fits int8, as symmetric int8
+ * weights do); packed B has its zero point subtracted.
+ *
+ * The bytes layout, Bq[panel][K/4][32][4] int8 and then each column's sum
+ * (int32), feeds vpdpbusd: 4 products of an unsigned A byte and a signed B
+ * byte added into int32 without saturation (64 multiply-adds a zmm, twice
+ * vpdpwssd's). A is then unsigned bytes: int8 A is moved up by 128 (a ^
+ * 0x80) and its zero point with it, and sum((a - za) b) = sum(a b) - za *
+ * colsum(b). Without VNNI at run time that layout runs in portable C.
  *
  * Why int16 pairs and not the u8 x s8 instructions: vpmaddubsw adds its
  * two products in a saturating int16 (255 * 127 * 2 > 32767), the AVX2
@@ -49,6 +58,9 @@ typedef struct {
     int32_t za;
     const uint8_t *bzp;
     int16_t *Bp; /* [npan][KP][PW][2] */
+    const int8_t *Bq; /* or [npan][KQ][PW][4], then */
+    const int32_t *colsum; /* [npan * PW] */
+    int64_t KQ;
     int32_t *C;
 } qjob;
 
@@ -169,6 +181,94 @@ DEF_TILE(tile_avx2, "avx2", __m256i, 8, 2, _mm256_loadu_si256, _mm256_set1_epi32
          _mm256_setzero_si256)
 #endif
 
+/* -- the VNNI bytes layout ------------------------------------------------- */
+
+/* rows [i0, i0 + mr) of A as unsigned bytes (int8 A moved up by 128), 4 a word */
+static void widen_rows_u8(const qjob *j, int64_t i0, int mr, int32_t *ap) {
+    for (int r = 0; r < mr; r++) {
+        const uint8_t *a = j->A + (i0 + r) * j->K;
+        for (int64_t kq = 0; kq < j->KQ; kq++) {
+            uint32_t w = 0;
+            for (int h = 0; h < 4; h++) {
+                const int64_t k = 4 * kq + h;
+                const uint32_t v = k < j->K ? (uint32_t)(uint8_t)(a[k] ^ (j->asig ? 0x80 : 0)) : 0;
+                w |= v << (8 * h);
+            }
+            ap[r * j->KQ + kq] = (int32_t)w;
+        }
+    }
+}
+
+typedef void (*tile_q_fn)(const qjob *, const int32_t *ap, const int8_t *bq, int mr, int32_t *acc);
+
+static void tile_q_generic(const qjob *j, const int32_t *ap, const int8_t *bq, int mr, int32_t *acc) {
+    for (int r = 0; r < mr; r++) {
+        uint32_t s[PW] = {0};
+        for (int64_t kq = 0; kq < j->KQ; kq++) {
+            const uint32_t w = (uint32_t)ap[r * j->KQ + kq];
+            const int8_t *b = bq + kq * PW * 4;
+            for (int c = 0; c < PW; c++)
+                for (int h = 0; h < 4; h++) s[c] += (uint32_t)((int32_t)((w >> (8 * h)) & 0xff) * b[4 * c + h]);
+        }
+        for (int c = 0; c < PW; c++) acc[r * PW + c] = (int32_t)s[c];
+    }
+}
+
+#if defined(__x86_64__)
+#define DPB512(c, a, b) _mm512_dpbusd_epi32(c, a, b)
+DEF_TILE(tile_q_avx512vnni_i, "avx512f,avx512bw,avx512vnni", __m512i, 16, 8, _mm512_loadu_si512, _mm512_set1_epi32,
+         DPB512, _mm512_storeu_si512, _mm512_setzero_si512)
+/* the same loop over K/4 words of bytes (DEF_TILE walks KP pairs of int16:
+ * the same 4 bytes a column a step) */
+static void tile_q_avx512vnni(const qjob *j, const int32_t *ap, const int8_t *bq, int mr, int32_t *acc) {
+    qjob jq = *j;
+    jq.KP = j->KQ;
+    tile_q_avx512vnni_i(&jq, ap, (const int16_t *)bq, mr, acc);
+}
+#endif
+
+static tile_q_fn pick_q(int *mr) {
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    const char *isa = getenv("TCC_CPU_ISA");
+    if (!(isa && (!strcmp(isa, "generic") || !strcmp(isa, "avx2"))) && __builtin_cpu_supports("avx512vnni") &&
+        __builtin_cpu_supports("avx512bw")) {
+        *mr = 8;
+        return tile_q_avx512vnni;
+    }
+#endif
+    *mr = 4;
+    return tile_q_generic;
+}
+
+typedef struct {
+    const qjob *j;
+    tile_q_fn tile;
+} qrun_q;
+
+static void tile_q_body(int64_t b, int64_t e, void *ctx) {
+    const qrun_q *q = ctx;
+    const qjob *j = q->j;
+    int32_t *ap = malloc((size_t)MR_MAX * (size_t)j->KQ * sizeof(int32_t));
+    int32_t acc[MR_MAX * PW];
+    int64_t widened = -1;
+    if (!ap) abort();
+    for (int64_t t = b; t < e; t++) {
+        const int64_t mt = t / j->npan, p = t % j->npan, i0 = mt * j->mr;
+        const int mr = (int)(j->M - i0 < j->mr ? j->M - i0 : j->mr);
+        if (mt != widened) {
+            widen_rows_u8(j, i0, mr, ap);
+            widened = mt;
+        }
+        q->tile(j, ap, j->Bq + p * j->KQ * PW * 4, mr, acc);
+        const int32_t *cs = j->colsum + p * PW;
+        for (int r = 0; r < mr; r++)
+            for (int c = 0; c < PW; c++) acc[r * PW + c] = (int32_t)((uint32_t)acc[r * PW + c] - (uint32_t)j->za * (uint32_t)cs[c]);
+        store_rows(j, i0, mr, p * PW, acc);
+    }
+    free(ap);
+}
+
 static tile_fn pick(int *mr) {
 #if defined(__x86_64__)
     __builtin_cpu_init();
@@ -232,11 +332,21 @@ void tcc_matmul_i8(const int64_t *p, int32_t *C, const void *A, const void *B, c
         return;
     }
     int mr;
+    j.npan = (j.N + PW - 1) / PW;
+    const int packed = (int)p[Q_BPACKED];
+    if (packed == 2) {
+        j.KQ = (j.K + 3) / 4;
+        j.Bq = B;
+        j.colsum = (const int32_t *)((const int8_t *)B + j.npan * j.KQ * PW * 4);
+        if (j.asig) j.za += 128; /* A's bytes are moved up by 128 */
+        qrun_q q = {&j, pick_q(&mr)};
+        j.mr = mr;
+        tcc_parallel_for((j.M + mr - 1) / mr * j.npan, tile_q_body, &q);
+        return;
+    }
     qrun q = {&j, pick(&mr)};
     j.mr = mr;
     j.KP = (j.K + 1) / 2;
-    j.npan = (j.N + PW - 1) / PW;
-    const int packed = (int)p[Q_BPACKED];
     if (packed) {
         j.Bp = (int16_t *)B;
     } else {

@@ -103,21 +103,29 @@ def _library_calls(mod):
     return out
 
 
-@pytest.mark.parametrize("isa", ["", "avx2", "generic"])
-@pytest.mark.parametrize("adt,bdt,zb,rows", [(np.uint8, np.int8, "none", 6), (np.int8, np.uint8, "column", 6),
-                                             (np.uint8, np.uint8, "scalar", 1), (np.int8, np.int8, "scalar", 6)])
+@pytest.mark.parametrize("lower_isa,run_isa", [("", ""), ("", "avx2"), ("", "generic"), ("avx2", "avx2"),
+                                               ("avx2", "generic")])
+@pytest.mark.parametrize("adt,bdt,zb,rows", [(np.uint8, np.int8, "none", 6), (np.int8, np.int8, "small", 6),
+                                             (np.int8, np.uint8, "column", 6), (np.uint8, np.uint8, "scalar", 1),
+                                             (np.int8, np.int8, "scalar", 6)])
 @pytest.mark.parametrize("b_input", [False, True])
-def test_matmul_integer_kernel(monkeypatch, isa, adt, bdt, zb, rows, b_input):
-    """8-bit products with a 2-D B run on runtime/native/gemm_int.c (each of
-    its ISA paths here: TCC_CPU_ISA picks the lesser ones), B packed at
-    compile time (a constant) or per call (an input): odd K, N past a whole
-    panel, A batched over a shared B, A's zero point a run-time input
-    (DynamicQuantizeLinear's), B's none, one or one per column; int64 numpy
-    is the reference."""
-    monkeypatch.setenv("TCC_CPU_ISA", isa)
+def test_matmul_integer_kernel(monkeypatch, lower_isa, run_isa, adt, bdt, zb, rows, b_input):
+    """8-bit products with a 2-D B run on runtime/native/gemm_int.c, B packed
+    at compile time (a constant: as bytes for VNNI where B less its zero
+    point fits int8 and the CPU has AVX-512 VNNI, unless TCC_CPU_ISA asks
+    for less; else int16 pairs) or per call (an input), each layout run on
+    each ISA path (TCC_CPU_ISA at run time picks the lesser ones): odd K, N
+    past a whole panel, A batched over a shared B, A's zero point a run-time
+    input (DynamicQuantizeLinear's), B's none, one or one per column; int64
+    numpy is the reference."""
+    monkeypatch.setenv("TCC_CPU_ISA", lower_isa)
     a, b, az = q((3, rows, 67), adt), q((67, 45), bdt), q((), adt)
+    if zb == "small":  # B less its zero point within int8: the VNNI layout
+        b = (b // 2).astype(bdt)
     inits = {}
     bz = None if zb == "none" else q((45,) if zb == "column" else (), bdt)
+    if zb == "small":
+        bz = (q((), bdt) // 2).astype(bdt)
     if bz is not None:
         inits["bz"] = bz
     inputs = {"a": a, "az": az, "b": b} if b_input else {"a": a, "az": az}
@@ -126,11 +134,12 @@ def test_matmul_integer_kernel(monkeypatch, isa, adt, bdt, zb, rows, b_input):
     node = h.make_node("MatMulInteger", ["a", "b", "az"] + (["bz"] if bz is not None else []), ["y"])
     m = model([node], inputs, {"y": np.int32}, opset=10, initializers=inits)
     mod = lowered(m)
+    monkeypatch.setenv("TCC_CPU_ISA", run_isa)
     # an input B is packed on every call: only from 8 rows (3 * rows) on
     assert _library_calls(mod) == ([] if b_input and 3 * rows < 8 else ["tcc_matmul_i8"])
     want = (a.astype(np.int64) - az.astype(np.int64)) @ (b.astype(np.int64) - (0 if bz is None else bz.astype(np.int64)))
     np.testing.assert_array_equal(run_native(mod, list(inputs.values()))[0], want)
-    if isa == "":  # the nest (the semantics) agrees
+    if run_isa == "":  # the nest (the semantics) agrees
         np.testing.assert_array_equal(run_loop_module(mod, list(inputs.values()))[0], want)
 
 

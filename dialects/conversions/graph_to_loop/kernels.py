@@ -86,6 +86,22 @@ def pack_int16_pairs(b):
     return np.ascontiguousarray(out.reshape(kp, 2, panels, 32).transpose(2, 0, 3, 1))
 
 
+def pack_u8s8(b):
+    """A constant (K, N) integer GEMM operand, its zero point subtracted and
+    within int8 -> gemm_int.c's VNNI layout as one int8 array: panels
+    [ceil(N/32)][ceil(K/4)][32][4] (4 consecutive k of a column side by
+    side; zero past K and N), then each padded column's sum as int32."""
+    import numpy as np
+    b = np.asarray(b, np.int64)
+    K, N = b.shape
+    kq, panels = -(-K // 4), -(-N // 32)
+    out = np.zeros((4 * kq, panels * 32), np.int8)
+    out[:K, :N] = b
+    tiles = out.reshape(kq, 4, panels, 32).transpose(2, 0, 3, 1)
+    colsum = out.astype(np.int32).sum(axis=0).astype("<i4")
+    return np.concatenate([np.ascontiguousarray(tiles).reshape(-1), colsum.view(np.int8)])
+
+
 def annotate(root, callee, params, buffers, packed=None):
     """Marks `root` (a loop.for) as `callee(params, *buffers)`; `buffers`
     are memref Values the nest uses (or None). Returns False, leaving the

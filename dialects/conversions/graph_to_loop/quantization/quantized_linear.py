@@ -13,7 +13,7 @@ import numpy as np
 
 from ....ir.types import NONE, f32, f64, i32
 from ..common import LOW_FLOATS, is_float, library_root
-from ..kernels import annotate, pack_int16_pairs
+from ..kernels import annotate, pack_int16_pairs, pack_u8s8
 from ..cast import emit_cast
 from ..nn.conv import ConvGeometry, direct_conv
 from ..math.matmul import gemm_core, matmul_views
@@ -59,6 +59,16 @@ def _zp(loader, v):
 
 
 INT8 = {"ui8": 0, "i8": 1}  # tcc_matmul_i8's operand types: whether signed
+
+
+def _vnni():
+    """Whether the code is compiled for a CPU with AVX-512 VNNI (the native
+    target is this CPU), and TCC_CPU_ISA does not ask for less: then B is
+    packed as bytes for vpdpbusd (gemm_int.c)."""
+    import os
+    from ...loop_to_native.target import host_features
+    isa = os.environ.get("TCC_CPU_ISA", "")
+    return isa not in ("avx2", "generic") and {"avx512vnni", "avx512bw"} <= host_features()
 MIN_ROWS = 8
 
 
@@ -102,9 +112,11 @@ def _matmul_i32(cx, op, A, B, azp, bzp, acc):
         bzp_mode = 0 if zb_load is None else 2 if zb_load.per_index else 1
         za_buf = za_load.buffer if za_load else None
         if packed:  # less its zero point (one value, or a row of one per column)
-            z = np.asarray(zval, np.int32).reshape(1, -1)
-            annotate(root[0], "tcc_matmul_i8", [rows, N, K, INT8[ta], INT8[tb], int(za_load is not None), 0, 1],
-                     [cv, av, "packed", za_buf, None], packed=pack_int16_pairs(np.asarray(bval, np.int32) - z))
+            bz = np.asarray(bval, np.int32) - np.asarray(zval, np.int32).reshape(1, -1)
+            vnni = _vnni() and bz.min(initial=0) >= -128 and bz.max(initial=0) <= 127
+            annotate(root[0], "tcc_matmul_i8",
+                     [rows, N, K, INT8[ta], INT8[tb], int(za_load is not None), 0, 2 if vnni else 1],
+                     [cv, av, "packed", za_buf, None], packed=pack_u8s8(bz) if vnni else pack_int16_pairs(bz))
         else:
             annotate(root[0], "tcc_matmul_i8", [rows, N, K, INT8[ta], INT8[tb], int(za_load is not None), bzp_mode, 0],
                      [cv, av, bv, za_buf, zb_load.buffer if zb_load else None])
