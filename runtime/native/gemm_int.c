@@ -13,12 +13,13 @@
  * AVX-512 VNNI when B less its zero point fits int8, as symmetric int8
  * weights do); packed B has its zero point subtracted.
  *
- * The bytes layout, Bq[panel][K/4][32][4] int8 and then each column's sum
+ * The bytes layout, Bq[panel][K/4 padded to 16][32][4] int8, then each column's sum
  * (int32), feeds vpdpbusd: 4 products of an unsigned A byte and a signed B
  * byte added into int32 without saturation (64 multiply-adds a zmm, twice
  * vpdpwssd's). A is then unsigned bytes: int8 A is moved up by 128 (a ^
  * 0x80) and its zero point with it, and sum((a - za) b) = sum(a b) - za *
- * colsum(b). Without VNNI at run time that layout runs in portable C.
+ * colsum(b). Intel's AMX (tdpbusd on 16 x 16 tiles) runs it where the CPU
+ * and the kernel allow, else VNNI, else portable C.
  *
  * Why int16 pairs and not the u8 x s8 instructions: vpmaddubsw adds its
  * two products in a saturating int16 (255 * 127 * 2 > 32767), the AVX2
@@ -39,7 +40,10 @@
 #include <stdlib.h>
 #include <string.h>
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #endif
 
 typedef void (*tcc_body_fn)(int64_t begin, int64_t end, void *ctx);
@@ -48,7 +52,7 @@ void tcc_parallel_for(int64_t n, tcc_body_fn body, void *ctx);
 enum { Q_M, Q_N, Q_K, Q_ASIGNED, Q_BSIGNED, Q_AZP, Q_BZP, Q_BPACKED };
 
 #define PW 32   /* columns per panel */
-#define MR_MAX 8
+#define MR_MAX 32 /* rows a task widens at once: the AMX tiles' 2 x 16 */
 
 typedef struct {
     int64_t M, N, K, KP, npan, mr;
@@ -183,8 +187,10 @@ DEF_TILE(tile_avx2, "avx2", __m256i, 8, 2, _mm256_loadu_si256, _mm256_set1_epi32
 
 /* -- the VNNI bytes layout ------------------------------------------------- */
 
-/* rows [i0, i0 + mr) of A as unsigned bytes (int8 A moved up by 128), 4 a word */
+/* rows [i0, i0 + mr) of A as unsigned bytes (int8 A moved up by 128), 4 a
+ * word; the tile's rows past them zero */
 static void widen_rows_u8(const qjob *j, int64_t i0, int mr, int32_t *ap) {
+    memset(ap + mr * j->KQ, 0, (size_t)((j->mr - mr) * j->KQ) * sizeof(int32_t));
     for (int r = 0; r < mr; r++) {
         const uint8_t *a = j->A + (i0 + r) * j->K;
         for (int64_t kq = 0; kq < j->KQ; kq++) {
@@ -227,10 +233,75 @@ static void tile_q_avx512vnni(const qjob *j, const int32_t *ap, const int8_t *bq
 }
 #endif
 
+#if defined(__x86_64__)
+/* AMX (Intel Sapphire Rapids on): 32 rows x 32 columns a call in four 16 x 16
+ * int32 tiles, tdpbusd on tiles of A (16 rows x 16 words of 4 bytes) and of
+ * the bytes layout (16 k-words x 16 columns: a panel row's half, 128 bytes
+ * apart), K padded to 64 (pack_u8s8 pads K/4 to 16). The tile configuration
+ * is loaded once a task (amx_begin). */
+typedef struct {
+    uint8_t palette, start;
+    uint8_t reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} __attribute__((packed)) amx_cfg;
+
+/* palette 1, tiles 0-7 of 16 rows x 64 bytes. A constant in memory: built on
+ * the stack, GCC dropped the stores of rows and colsb before ldtilecfg
+ * (which it does not see read them), and ldtilecfg faulted. */
+static const amx_cfg AMX_CFG = {.palette = 1,
+                                .colsb = {64, 64, 64, 64, 64, 64, 64, 64},
+                                .rows = {16, 16, 16, 16, 16, 16, 16, 16}};
+
+__attribute__((target("amx-tile"))) static void amx_begin(void) { _tile_loadconfig(&AMX_CFG); }
+
+__attribute__((target("amx-tile"))) static void amx_end(void) { _tile_release(); }
+
+__attribute__((target("amx-tile,amx-int8"))) static void tile_q_amx(const qjob *j, const int32_t *ap, const int8_t *bq,
+                                                                    int mr, int32_t *acc) {
+    (void)mr; /* rows past mr are zero words (widen_rows_u8), never stored */
+    const long as = j->KQ * 4;
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (int64_t kq = 0; kq < j->KQ; kq += 16) {
+        _tile_loadd(4, (const char *)ap + kq * 4, as);
+        _tile_loadd(5, (const char *)(ap + 16 * j->KQ) + kq * 4, as);
+        _tile_loadd(6, bq + kq * PW * 4, PW * 4);
+        _tile_loadd(7, bq + kq * PW * 4 + 64, PW * 4);
+        _tile_dpbusd(0, 4, 6);
+        _tile_dpbusd(1, 4, 7);
+        _tile_dpbusd(2, 5, 6);
+        _tile_dpbusd(3, 5, 7);
+    }
+    _tile_stored(0, acc, PW * 4);
+    _tile_stored(1, acc + 16, PW * 4);
+    _tile_stored(2, acc + 16 * PW, PW * 4);
+    _tile_stored(3, acc + 16 * PW + 16, PW * 4);
+}
+
+/* AMX-INT8 in CPUID and granted by the kernel (arch_prctl, once a process) */
+static int amx_usable(void) {
+    static int ok = -1;
+    if (ok < 0) {
+        unsigned a, b, c, d;
+        ok = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 24 & 1) && (d >> 25 & 1) &&
+             syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0;
+    }
+    return ok;
+}
+#endif
+
 static tile_q_fn pick_q(int *mr) {
 #if defined(__x86_64__)
     __builtin_cpu_init();
     const char *isa = getenv("TCC_CPU_ISA");
+    /* TCC_CPU_ISA=avx512 keeps AMX out (each path tested on one machine) */
+    if (!(isa && (!strcmp(isa, "generic") || !strcmp(isa, "avx2") || !strcmp(isa, "avx512"))) && amx_usable()) {
+        *mr = 32;
+        return tile_q_amx;
+    }
     if (!(isa && (!strcmp(isa, "generic") || !strcmp(isa, "avx2"))) && __builtin_cpu_supports("avx512vnni") &&
         __builtin_cpu_supports("avx512bw")) {
         *mr = 8;
@@ -253,6 +324,10 @@ static void tile_q_body(int64_t b, int64_t e, void *ctx) {
     int32_t acc[MR_MAX * PW];
     int64_t widened = -1;
     if (!ap) abort();
+#if defined(__x86_64__)
+    const int amx = q->tile == tile_q_amx;
+    if (amx) amx_begin();
+#endif
     for (int64_t t = b; t < e; t++) {
         const int64_t mt = t / j->npan, p = t % j->npan, i0 = mt * j->mr;
         const int mr = (int)(j->M - i0 < j->mr ? j->M - i0 : j->mr);
@@ -266,6 +341,9 @@ static void tile_q_body(int64_t b, int64_t e, void *ctx) {
             for (int c = 0; c < PW; c++) acc[r * PW + c] = (int32_t)((uint32_t)acc[r * PW + c] - (uint32_t)j->za * (uint32_t)cs[c]);
         store_rows(j, i0, mr, p * PW, acc);
     }
+#if defined(__x86_64__)
+    if (amx) amx_end();
+#endif
     free(ap);
 }
 
@@ -335,7 +413,7 @@ void tcc_matmul_i8(const int64_t *p, int32_t *C, const void *A, const void *B, c
     j.npan = (j.N + PW - 1) / PW;
     const int packed = (int)p[Q_BPACKED];
     if (packed == 2) {
-        j.KQ = (j.K + 3) / 4;
+        j.KQ = ((j.K + 3) / 4 + 15) / 16 * 16; /* pack_u8s8 pads K/4 to 16 (AMX's tile of K) */
         j.Bq = B;
         j.colsum = (const int32_t *)((const int8_t *)B + j.npan * j.KQ * PW * 4);
         if (j.asig) j.za += 128; /* A's bytes are moved up by 128 */

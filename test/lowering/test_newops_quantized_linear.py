@@ -103,9 +103,9 @@ def _library_calls(mod):
     return out
 
 
-@pytest.mark.parametrize("lower_isa,run_isa", [("", ""), ("", "avx2"), ("", "generic"), ("avx2", "avx2"),
-                                               ("avx2", "generic")])
-@pytest.mark.parametrize("adt,bdt,zb,rows", [(np.uint8, np.int8, "none", 6), (np.int8, np.int8, "small", 6),
+@pytest.mark.parametrize("lower_isa,run_isa", [("", ""), ("", "avx512"), ("", "avx2"), ("", "generic"),
+                                               ("avx2", "avx2"), ("avx2", "generic")])
+@pytest.mark.parametrize("adt,bdt,zb,rows", [(np.uint8, np.int8, "none", 6), (np.int8, np.int8, "small", 13),
                                              (np.int8, np.uint8, "column", 6), (np.uint8, np.uint8, "scalar", 1),
                                              (np.int8, np.int8, "scalar", 6)])
 @pytest.mark.parametrize("b_input", [False, True])
@@ -114,7 +114,8 @@ def test_matmul_integer_kernel(monkeypatch, lower_isa, run_isa, adt, bdt, zb, ro
     at compile time (a constant: as bytes for VNNI where B less its zero
     point fits int8 and the CPU has AVX-512 VNNI, unless TCC_CPU_ISA asks
     for less; else int16 pairs) or per call (an input), each layout run on
-    each ISA path (TCC_CPU_ISA at run time picks the lesser ones): odd K, N
+    each ISA path (TCC_CPU_ISA at run time picks the lesser ones: avx512
+    keeps AMX out, where the CPU has it): odd K, N
     past a whole panel, A batched over a shared B, A's zero point a run-time
     input (DynamicQuantizeLinear's), B's none, one or one per column; int64
     numpy is the reference."""

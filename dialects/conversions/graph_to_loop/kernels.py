@@ -89,12 +89,13 @@ def pack_int16_pairs(b):
 def pack_u8s8(b):
     """A constant (K, N) integer GEMM operand, its zero point subtracted and
     within int8 -> gemm_int.c's VNNI layout as one int8 array: panels
-    [ceil(N/32)][ceil(K/4)][32][4] (4 consecutive k of a column side by
-    side; zero past K and N), then each padded column's sum as int32."""
+    [ceil(N/32)][ceil(K/4) up to a multiple of 16][32][4] (4 consecutive k
+    of a column side by side; zero past K and N: AMX's tiles take 64 k),
+    then each padded column's sum as int32."""
     import numpy as np
     b = np.asarray(b, np.int64)
     K, N = b.shape
-    kq, panels = -(-K // 4), -(-N // 32)
+    kq, panels = -(-K // 64) * 16, -(-N // 32)
     out = np.zeros((4 * kq, panels * 32), np.int8)
     out[:K, :N] = b
     tiles = out.reshape(kq, 4, panels, 32).transpose(2, 0, 3, 1)
