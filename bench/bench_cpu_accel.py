@@ -19,7 +19,29 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_models import (_interleaved_ms, _interleaved_samples, header, hide_avx512_env,  # noqa: E402  (one timing method and header for every table)
                           run_per_thread_count)
 
-MODELS = ["mlp", "resnet18", "mobilenetv2", "bert", "chain", "softmax_ln"]
+MODELS = ["mlp", "resnet18", "mobilenetv2", "bert", "bert_int8", "chain", "softmax_ln"]
+
+
+def _quantized(model):
+    """`model` as onnxruntime's quantize_dynamic writes it (int8 weights,
+    DynamicQuantizeLinear + MatMulInteger on the activations): the usual CPU
+    recipe for transformers. Its max rel err is against onnxruntime's fused
+    integer kernels, which round otherwise than the ops' definition (tcc's
+    result equals onnxruntime's with graph optimizations off)."""
+    import logging
+    import tempfile
+
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    with tempfile.TemporaryDirectory() as d:
+        src, dst = os.path.join(d, "f.onnx"), os.path.join(d, "q.onnx")
+        onnx.save(model, src)
+        logging.disable(logging.WARNING)  # its advice to pre-process the model first
+        try:
+            quantize_dynamic(src, dst, weight_type=QuantType.QInt8)
+        finally:
+            logging.disable(logging.NOTSET)
+        return onnx.load(dst)
 
 
 def build_model(name):
@@ -32,6 +54,8 @@ def build_model(name):
         return samples.mobilenetv2(seed=0)
     if name == "bert":
         return samples.transformer(batch=1, seq=128, d=256, heads=4, layers=4, seed=0)
+    if name == "bert_int8":
+        return _quantized(build_model("bert"))
     if name == "chain":  # the host path's memory-bound rows: their lead must hold on the cpu accelerator
         return samples.elementwise_chain()
     if name == "softmax_ln":
