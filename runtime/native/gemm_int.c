@@ -105,15 +105,19 @@ static void pack_body(int64_t b, int64_t e, void *ctx) {
     }
 }
 
-/* rows [i0, i0 + mr) of A less its zero point as int32 words of two int16 */
+/* rows [i0, i0 + mr) of A less its zero point as int32 words of two int16
+ * (little-endian: k even in the low half), zero past K; loops that vectorize
+ * (a branch a byte cost a 128 x 1024 A as much as its products on AMX) */
 static void widen_rows(const qjob *j, int64_t i0, int mr, int32_t *ap) {
     for (int r = 0; r < mr; r++) {
         const uint8_t *a = j->A + (i0 + r) * j->K;
-        for (int64_t kp = 0; kp < j->KP; kp++) {
-            const int32_t v0 = ld8(a, 2 * kp, j->asig) - j->za;
-            const int32_t v1 = 2 * kp + 1 < j->K ? ld8(a, 2 * kp + 1, j->asig) - j->za : 0;
-            ap[r * j->KP + kp] = (int32_t)((uint32_t)(uint16_t)v0 | (uint32_t)(uint16_t)v1 << 16);
-        }
+        int16_t *d = (int16_t *)(ap + r * j->KP);
+        const int16_t za = (int16_t)j->za;
+        if (j->asig)
+            for (int64_t k = 0; k < j->K; k++) d[k] = (int16_t)((int8_t)a[k] - za);
+        else
+            for (int64_t k = 0; k < j->K; k++) d[k] = (int16_t)(a[k] - za);
+        for (int64_t k = j->K; k < 2 * j->KP; k++) d[k] = 0;
     }
 }
 
@@ -188,20 +192,17 @@ DEF_TILE(tile_avx2, "avx2", __m256i, 8, 2, _mm256_loadu_si256, _mm256_set1_epi32
 /* -- the VNNI bytes layout ------------------------------------------------- */
 
 /* rows [i0, i0 + mr) of A as unsigned bytes (int8 A moved up by 128), 4 a
- * word; the tile's rows past them zero */
+ * word, zero past K; the tile's rows past them zero */
 static void widen_rows_u8(const qjob *j, int64_t i0, int mr, int32_t *ap) {
     memset(ap + mr * j->KQ, 0, (size_t)((j->mr - mr) * j->KQ) * sizeof(int32_t));
     for (int r = 0; r < mr; r++) {
         const uint8_t *a = j->A + (i0 + r) * j->K;
-        for (int64_t kq = 0; kq < j->KQ; kq++) {
-            uint32_t w = 0;
-            for (int h = 0; h < 4; h++) {
-                const int64_t k = 4 * kq + h;
-                const uint32_t v = k < j->K ? (uint32_t)(uint8_t)(a[k] ^ (j->asig ? 0x80 : 0)) : 0;
-                w |= v << (8 * h);
-            }
-            ap[r * j->KQ + kq] = (int32_t)w;
-        }
+        uint8_t *d = (uint8_t *)(ap + r * j->KQ);
+        if (j->asig)
+            for (int64_t k = 0; k < j->K; k++) d[k] = a[k] ^ 0x80;
+        else
+            memcpy(d, a, (size_t)j->K);
+        memset(d + j->K, 0, (size_t)(j->KQ * 4 - j->K));
     }
 }
 
