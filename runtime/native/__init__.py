@@ -22,7 +22,7 @@ from tcc.dialects.ir.errors import TccError
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCES = ["threadpool.c", "gemm.c", "gemm_int.c", "stream.c", "nms.c", "generic_ops.c", "tape.c"]
 # generic_ops.c's and tape.c's math, tape.c's kernel types, threadpool.c's pinning: an edit rebuilds the library too
-HEADERS = ["../../accelerators/cpu/kernels/mathfun.h", "../../accelerators/cpu/kernels/tcc_cpu.h",
+HEADERS = ["pool.h", "../../accelerators/cpu/kernels/mathfun.h", "../../accelerators/cpu/kernels/tcc_cpu.h",
            "../../accelerators/cpu/kernels/pin.h"]
 # a symbol of every source: a library built from fewer sources is stale
 REQUIRED_SYMBOLS = [b"tcc_parallel_for", b"tcc_use_pool", b"tcc_gemm_bpacked_f32", b"tcc_matmul_i8", b"tcc_conv_f32",

@@ -29,9 +29,7 @@
 #include <immintrin.h>
 #endif
 
-typedef void (*tcc_body_fn)(int64_t begin, int64_t end, void *ctx);
-void tcc_parallel_for(int64_t n, tcc_body_fn body, void *ctx);
-int tcc_num_threads(void);
+#include "pool.h"
 
 #define MR 12
 #define NR 32

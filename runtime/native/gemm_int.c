@@ -46,8 +46,7 @@
 #include <unistd.h>
 #endif
 
-typedef void (*tcc_body_fn)(int64_t begin, int64_t end, void *ctx);
-void tcc_parallel_for(int64_t n, tcc_body_fn body, void *ctx);
+#include "pool.h"
 
 enum { Q_M, Q_N, Q_K, Q_ASIGNED, Q_BSIGNED, Q_AZP, Q_BZP, Q_BPACKED };
 
@@ -127,9 +126,11 @@ static void store_rows(const qjob *j, int64_t i0, int mr, int64_t n0, const int3
     for (int r = 0; r < mr; r++) memcpy(j->C + (i0 + r) * j->N + n0, acc + r * PW, (size_t)nc * sizeof(int32_t));
 }
 
-typedef void (*tile_fn)(const qjob *, const int32_t *ap, const int16_t *bp, int mr, int32_t *acc);
+/* a tile of mr rows x PW columns: ap the widened rows, bp the panel (int16 pairs or bytes) */
+typedef void (*tile_fn)(const qjob *, const int32_t *ap, const void *bp, int mr, int32_t *acc);
 
-static void tile_generic(const qjob *j, const int32_t *ap, const int16_t *bp, int mr, int32_t *acc) {
+static void tile_generic(const qjob *j, const int32_t *ap, const void *bpv, int mr, int32_t *acc) {
+    const int16_t *bp = bpv;
     for (int r = 0; r < mr; r++) {
         uint32_t s[PW] = {0}; /* wraps past 2^31 as int32 arithmetic in the nest does */
         for (int64_t kp = 0; kp < j->KP; kp++) {
@@ -146,9 +147,10 @@ static void tile_generic(const qjob *j, const int32_t *ap, const int16_t *bp, in
 /* One body per ISA: a vector of int16 pairs holds VL columns (its bytes / 4),
  * a panel row PW / VL vectors; MRT rows a tile. */
 #define DEF_TILE(NAME, TARGET, VT, VL, MRT, LOAD, SET1, MADDACC, STORE, ZERO)                                  \
-    __attribute__((target(TARGET))) static void NAME(const qjob *j, const int32_t *ap, const int16_t *bp,        \
-                                                      int mr, int32_t *acc) {                                     \
+    __attribute__((target(TARGET))) static void NAME(const qjob *j, const int32_t *ap, const void *bpv, int mr, \
+                                                      int32_t *acc) {                                             \
         enum { NV = PW / VL };                                                                                    \
+        const int16_t *bp = bpv;                                                                                  \
         VT c[MRT][NV];                                                                                            \
         for (int r = 0; r < MRT; r++)                                                                             \
             for (int v = 0; v < NV; v++) c[r][v] = ZERO();                                                        \
@@ -206,9 +208,8 @@ static void widen_rows_u8(const qjob *j, int64_t i0, int mr, int32_t *ap) {
     }
 }
 
-typedef void (*tile_q_fn)(const qjob *, const int32_t *ap, const int8_t *bq, int mr, int32_t *acc);
-
-static void tile_q_generic(const qjob *j, const int32_t *ap, const int8_t *bq, int mr, int32_t *acc) {
+static void tile_q_generic(const qjob *j, const int32_t *ap, const void *bpv, int mr, int32_t *acc) {
+    const int8_t *bq = bpv;
     for (int r = 0; r < mr; r++) {
         uint32_t s[PW] = {0};
         for (int64_t kq = 0; kq < j->KQ; kq++) {
@@ -227,10 +228,10 @@ DEF_TILE(tile_q_avx512vnni_i, "avx512f,avx512bw,avx512vnni", __m512i, 16, 8, _mm
          DPB512, _mm512_storeu_si512, _mm512_setzero_si512)
 /* the same loop over K/4 words of bytes (DEF_TILE walks KP pairs of int16:
  * the same 4 bytes a column a step) */
-static void tile_q_avx512vnni(const qjob *j, const int32_t *ap, const int8_t *bq, int mr, int32_t *acc) {
+static void tile_q_avx512vnni(const qjob *j, const int32_t *ap, const void *bq, int mr, int32_t *acc) {
     qjob jq = *j;
     jq.KP = j->KQ;
-    tile_q_avx512vnni_i(&jq, ap, (const int16_t *)bq, mr, acc);
+    tile_q_avx512vnni_i(&jq, ap, bq, mr, acc);
 }
 #endif
 
@@ -258,8 +259,9 @@ __attribute__((target("amx-tile"))) static void amx_begin(void) { _tile_loadconf
 
 __attribute__((target("amx-tile"))) static void amx_end(void) { _tile_release(); }
 
-__attribute__((target("amx-tile,amx-int8"))) static void tile_q_amx(const qjob *j, const int32_t *ap, const int8_t *bq,
+__attribute__((target("amx-tile,amx-int8"))) static void tile_q_amx(const qjob *j, const int32_t *ap, const void *bpv,
                                                                     int mr, int32_t *acc) {
+    const int8_t *bq = bpv;
     (void)mr; /* rows past mr are zero words (widen_rows_u8), never stored */
     const long as = j->KQ * 4;
     _tile_zero(0);
@@ -294,7 +296,7 @@ static int amx_usable(void) {
 }
 #endif
 
-static tile_q_fn pick_q(int *mr) {
+static tile_fn pick_q(int *mr) {
 #if defined(__x86_64__)
     __builtin_cpu_init();
     const char *isa = getenv("TCC_CPU_ISA");
@@ -311,41 +313,6 @@ static tile_q_fn pick_q(int *mr) {
 #endif
     *mr = 4;
     return tile_q_generic;
-}
-
-typedef struct {
-    const qjob *j;
-    tile_q_fn tile;
-} qrun_q;
-
-static void tile_q_body(int64_t b, int64_t e, void *ctx) {
-    const qrun_q *q = ctx;
-    const qjob *j = q->j;
-    int32_t *ap = malloc((size_t)MR_MAX * (size_t)j->KQ * sizeof(int32_t));
-    int32_t acc[MR_MAX * PW];
-    int64_t widened = -1;
-    if (!ap) abort();
-#if defined(__x86_64__)
-    const int amx = q->tile == tile_q_amx;
-    if (amx) amx_begin();
-#endif
-    for (int64_t t = b; t < e; t++) {
-        const int64_t mt = t / j->npan, p = t % j->npan, i0 = mt * j->mr;
-        const int mr = (int)(j->M - i0 < j->mr ? j->M - i0 : j->mr);
-        if (mt != widened) {
-            widen_rows_u8(j, i0, mr, ap);
-            widened = mt;
-        }
-        q->tile(j, ap, j->Bq + p * j->KQ * PW * 4, mr, acc);
-        const int32_t *cs = j->colsum + p * PW;
-        for (int r = 0; r < mr; r++)
-            for (int c = 0; c < PW; c++) acc[r * PW + c] = (int32_t)((uint32_t)acc[r * PW + c] - (uint32_t)j->za * (uint32_t)cs[c]);
-        store_rows(j, i0, mr, p * PW, acc);
-    }
-#if defined(__x86_64__)
-    if (amx) amx_end();
-#endif
-    free(ap);
 }
 
 static tile_fn pick(int *mr) {
@@ -369,25 +336,44 @@ static tile_fn pick(int *mr) {
 typedef struct {
     const qjob *j;
     tile_fn tile;
+    int bytes; /* B in the bytes layout (else int16 pairs) */
 } qrun;
 
+/* tasks [b, e) of (row tile, panel), panel fastest: a row tile is widened
+ * once for all its panels in a share */
 static void tile_body(int64_t b, int64_t e, void *ctx) {
     const qrun *q = ctx;
     const qjob *j = q->j;
-    int32_t *ap = malloc((size_t)MR_MAX * (size_t)j->KP * sizeof(int32_t));
+    const int64_t words = q->bytes ? j->KQ : j->KP; /* of a widened row */
+    int32_t *ap = malloc((size_t)MR_MAX * (size_t)words * sizeof(int32_t));
     int32_t acc[MR_MAX * PW];
     int64_t widened = -1;
     if (!ap) abort(); /* a few KB: the nest's own buffers were allocated already */
+#if defined(__x86_64__)
+    const int amx = q->tile == tile_q_amx;
+    if (amx) amx_begin();
+#endif
     for (int64_t t = b; t < e; t++) {
         const int64_t mt = t / j->npan, p = t % j->npan, i0 = mt * j->mr;
         const int mr = (int)(j->M - i0 < j->mr ? j->M - i0 : j->mr);
         if (mt != widened) {
-            widen_rows(j, i0, mr, ap);
+            (q->bytes ? widen_rows_u8 : widen_rows)(j, i0, mr, ap);
             widened = mt;
         }
-        q->tile(j, ap, j->Bp + p * j->KP * PW * 2, mr, acc);
+        if (q->bytes) {
+            q->tile(j, ap, j->Bq + p * j->KQ * PW * 4, mr, acc);
+            const int32_t *cs = j->colsum + p * PW;
+            for (int r = 0; r < mr; r++)
+                for (int c = 0; c < PW; c++)
+                    acc[r * PW + c] = (int32_t)((uint32_t)acc[r * PW + c] - (uint32_t)j->za * (uint32_t)cs[c]);
+        } else {
+            q->tile(j, ap, j->Bp + p * j->KP * PW * 2, mr, acc);
+        }
         store_rows(j, i0, mr, p * PW, acc);
     }
+#if defined(__x86_64__)
+    if (amx) amx_end();
+#endif
     free(ap);
 }
 
@@ -418,12 +404,12 @@ void tcc_matmul_i8(const int64_t *p, int32_t *C, const void *A, const void *B, c
         j.Bq = B;
         j.colsum = (const int32_t *)((const int8_t *)B + j.npan * j.KQ * PW * 4);
         if (j.asig) j.za += 128; /* A's bytes are moved up by 128 */
-        qrun_q q = {&j, pick_q(&mr)};
+        qrun q = {&j, pick_q(&mr), 1};
         j.mr = mr;
-        tcc_parallel_for((j.M + mr - 1) / mr * j.npan, tile_q_body, &q);
+        tcc_parallel_for((j.M + mr - 1) / mr * j.npan, tile_body, &q);
         return;
     }
-    qrun q = {&j, pick(&mr)};
+    qrun q = {&j, pick(&mr), 0};
     j.mr = mr;
     j.KP = (j.K + 1) / 2;
     if (packed) {

@@ -27,7 +27,7 @@
 
 #include "../../accelerators/cpu/kernels/pin.h"
 
-typedef void (*tcc_body_fn)(int64_t begin, int64_t end, void *ctx);
+#include "pool.h"
 void tcc_stream_fence(void); /* stream.c: bodies may have streamed stores */
 
 #define SPIN_ITERS 2000

@@ -103,6 +103,17 @@ def matmul_views(cx, A, B, acc):
     return M, K, N, batch, av, bv, L.view(acc, batch + (M, N))
 
 
+def batched_gemm(cx, M, N, K, batch, av, bv, cv, load_a, load_b):
+    """gemm_core into cv[batch..., M, N] for every index of `batch` (a loop
+    nest): load_a(ai, i, k) and load_b(bi, k, j) get A's and B's batch
+    indices, 0 on their broadcast dims."""
+    with cx.L.loops(batch, vectorize_inner=False) as bivs:
+        ai = [i if av.type.shape[d] != 1 else 0 for d, i in enumerate(bivs)]
+        bi = [i if bv.type.shape[d] != 1 else 0 for d, i in enumerate(bivs)]
+        gemm_core(cx, M, N, K, lambda i, k: load_a(ai, i, k), lambda k, j: load_b(bi, k, j),
+                  cv, lambda i, j: list(bivs) + [i, j], parallel=not batch)
+
+
 @lowering("MatMul")
 def lower_matmul(cx, op):
     A, B = op.operands
@@ -117,13 +128,9 @@ def lower_matmul(cx, op):
     kernel = all_f32(A, B, r) and nb <= MAXB
     with ExitStack() as st:
         root = st.enter_context(library_root(L)) if kernel else None
-        with L.loops(batch, vectorize_inner=False) as bivs:
-            ai = [i if av.type.shape[d] != 1 else 0 for d, i in enumerate(bivs)]
-            bi = [i if bv.type.shape[d] != 1 else 0 for d, i in enumerate(bivs)]
-            gemm_core(cx, M, N, K,
-                      lambda i, k: extend_low_float(L, L.load(av, ai + [i, k]), ta),
-                      lambda k, j: extend_low_float(L, L.load(bv, bi + [k, j]), tb),
-                      cv, lambda i, j: list(bivs) + [i, j], parallel=not batch)
+        batched_gemm(cx, M, N, K, batch, av, bv, cv,
+                     lambda ai, i, k: extend_low_float(L, L.load(av, ai + [i, k]), ta),
+                     lambda bi, k, j: extend_low_float(L, L.load(bv, bi + [k, j]), tb))
     if kernel:
         sa_, sb_, sc_ = strides(av.type.shape), strides(bv.type.shape), strides(cv.type.shape)
         params = gemm_params(M, N, K, K, 1, N, 1, N, batch=batch,

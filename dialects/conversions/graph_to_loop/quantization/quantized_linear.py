@@ -16,7 +16,7 @@ from ..common import LOW_FLOATS, is_float, library_root
 from ..kernels import annotate, pack_int16_pairs, pack_u8s8
 from ..cast import emit_cast
 from ..nn.conv import ConvGeometry, direct_conv
-from ..math.matmul import gemm_core, matmul_views
+from ..math.matmul import batched_gemm, matmul_views
 from ..registry import lowering
 
 QRANGE = {"i8": (-128, 127), "ui8": (0, 255), "i16": (-32768, 32767), "ui16": (0, 65535)}
@@ -100,13 +100,9 @@ def _matmul_i32(cx, op, A, B, azp, bzp, acc):
               and (za_load is None or not za_load.per_index) and (packed or rows >= MIN_ROWS))
     with ExitStack() as st:
         root = st.enter_context(library_root(L)) if kernel else None
-        with L.loops(batch, vectorize_inner=False) as bivs:
-            ai = [i if av.type.shape[d] != 1 else 0 for d, i in enumerate(bivs)]
-            bi = [i if bv.type.shape[d] != 1 else 0 for d, i in enumerate(bivs)]
-            gemm_core(cx, M, N, K,
-                      lambda i, k: _centered(L, lambda: L.load(av, ai + [i, k]), A.type.element, za, i),
-                      lambda k, j: _centered(L, lambda: L.load(bv, bi + [k, j]), B.type.element, zb, j),
-                      cv, lambda i, j: list(bivs) + [i, j], parallel=not batch)
+        batched_gemm(cx, M, N, K, batch, av, bv, cv,
+                     lambda ai, i, k: _centered(L, lambda: L.load(av, ai + [i, k]), A.type.element, za, i),
+                     lambda bi, k, j: _centered(L, lambda: L.load(bv, bi + [k, j]), B.type.element, zb, j))
     if kernel:
         # B is shared by every batch of A (2-D): the batches fold into rows
         bzp_mode = 0 if zb_load is None else 2 if zb_load.per_index else 1
