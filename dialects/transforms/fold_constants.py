@@ -39,10 +39,12 @@ def _dequantize(op, inputs):
     if not (isinstance(x, np.ndarray) and x.dtype.kind in "iu" and x.dtype.itemsize <= 4
             and isinstance(scale, np.ndarray) and scale.dtype == np.float32):
         return None
-    if op.get_attr("block_size") not in (None, 0) or (zp is not None and zp.shape != scale.shape):
+    if op.get_attr("block_size") not in (None, 0) or op.get_attr("output_dtype") not in (None, 0, 1):
+        return None  # blocked, or an output type other than the scale's float32
+    if zp is not None and zp.size != scale.size:
         return None
     axis = int(op.get_attr("axis") if op.get_attr("axis") is not None else 1)
-    if scale.size != 1 or scale.ndim > 1:
+    if scale.size != 1:
         if scale.ndim != 1 or x.ndim == 0:
             return None
         axis = axis + x.ndim if axis < 0 else axis
@@ -52,7 +54,7 @@ def _dequantize(op, inputs):
         shape[axis] = scale.shape[0]
         scale = scale.reshape(shape)
         zp = zp.reshape(shape) if zp is not None else None
-    else:
+    else:  # one value (a scalar or of shape [1])
         scale = scale.reshape(())
         zp = zp.reshape(()) if zp is not None else None
     d = x.astype(np.float32)

@@ -59,6 +59,7 @@ def _zp(loader, v):
 
 
 INT8 = {"ui8": 0, "i8": 1}  # tcc_matmul_i8's operand types: whether signed
+MIN_ROWS = 8  # from here on a B that is no constant is packed per call (below: the nest)
 
 
 def _vnni():
@@ -69,7 +70,6 @@ def _vnni():
     from ...loop_to_native.target import host_features
     isa = os.environ.get("TCC_CPU_ISA", "")
     return isa not in ("avx2", "generic") and {"avx512vnni", "avx512bw"} <= host_features()
-MIN_ROWS = 8
 
 
 def _matmul_i32(cx, op, A, B, azp, bzp, acc):
@@ -78,12 +78,13 @@ def _matmul_i32(cx, op, A, B, azp, bzp, acc):
 
     8-bit A and a 2-D B, with one A zero point and one B zero point or one
     per column, are also marked as a library call (kernels.py):
-    runtime/native/gemm_int.c's int16-pair kernel, exact like the nest, which
-    stays the semantics the interpreter runs. A constant B (a model's
-    weights) is packed here, less its zero point; another is packed per call,
-    which only pays from MIN_ROWS rows on. A dynamically
-    quantized BERT (onnxruntime's quantize_dynamic: 24 MatMulInteger,
-    128x256 activations) spent 21 of its 23 ms in these nests."""
+    runtime/native/gemm_int.c, exact like the nest, which stays the semantics
+    the interpreter runs. A constant B (a model's weights) is packed here,
+    less its zero point: as bytes for VNNI/AMX where that fits int8 and the
+    CPU has VNNI, else as int16 pairs; another B is packed per call, which
+    only pays from MIN_ROWS rows on. A dynamically quantized BERT
+    (onnxruntime's quantize_dynamic: 24 MatMulInteger, 128x256 activations)
+    spent 21 of its 23 ms in these nests."""
     L = cx.L
     M, K, N, batch, av, bv, cv = matmul_views(cx, A, B, acc)
     za_load = per_index(cx, op, azp, M, "A zero point")
