@@ -89,7 +89,6 @@ static void pack_body(int64_t b, int64_t e, void *ctx) {
                     continue;
                 }
                 const uint8_t *src = j->B + k * j->N + n0;
-                if (nc < PW) memset(r, 0, sizeof r0);
                 if (j->bsig)
                     for (int64_t c = 0; c < nc; c++) r[c] = (int16_t)((int8_t)src[c] - z[c]);
                 else
@@ -296,17 +295,28 @@ static int amx_usable(void) {
 }
 #endif
 
+#if defined(__x86_64__)
+/* How far TCC_CPU_ISA lets a call go: a lesser path on request, as gemm.c,
+ * so that each is tested on one machine; read per call, so that a process
+ * (the tests) can switch. */
+enum { ISA_GENERIC, ISA_AVX2, ISA_AVX512 /* AMX kept out */, ISA_ANY };
+static int isa_limit(void) {
+    const char *isa = getenv("TCC_CPU_ISA");
+    return !isa ? ISA_ANY : !strcmp(isa, "generic") ? ISA_GENERIC : !strcmp(isa, "avx2") ? ISA_AVX2
+                          : !strcmp(isa, "avx512") ? ISA_AVX512 : ISA_ANY;
+}
+#endif
+
+/* the bytes layout's tiles */
 static tile_fn pick_q(int *mr) {
 #if defined(__x86_64__)
     __builtin_cpu_init();
-    const char *isa = getenv("TCC_CPU_ISA");
-    /* TCC_CPU_ISA=avx512 keeps AMX out (each path tested on one machine) */
-    if (!(isa && (!strcmp(isa, "generic") || !strcmp(isa, "avx2") || !strcmp(isa, "avx512"))) && amx_usable()) {
+    const int lim = isa_limit();
+    if (lim >= ISA_ANY && amx_usable()) {
         *mr = 32;
         return tile_q_amx;
     }
-    if (!(isa && (!strcmp(isa, "generic") || !strcmp(isa, "avx2"))) && __builtin_cpu_supports("avx512vnni") &&
-        __builtin_cpu_supports("avx512bw")) {
+    if (lim >= ISA_AVX512 && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw")) {
         *mr = 8;
         return tile_q_avx512vnni;
     }
@@ -315,16 +325,16 @@ static tile_fn pick_q(int *mr) {
     return tile_q_generic;
 }
 
+/* the int16 pairs' tiles */
 static tile_fn pick(int *mr) {
 #if defined(__x86_64__)
     __builtin_cpu_init();
-    const char *isa = getenv("TCC_CPU_ISA"); /* as gemm.c: a lesser kernel on request, so each is tested anywhere */
-    const int generic = isa && !strcmp(isa, "generic"), avx2_only = isa && !strcmp(isa, "avx2");
-    if (!generic && !avx2_only && __builtin_cpu_supports("avx512bw")) {
+    const int lim = isa_limit();
+    if (lim >= ISA_AVX512 && __builtin_cpu_supports("avx512bw")) {
         *mr = 8;
         return __builtin_cpu_supports("avx512vnni") ? tile_avx512vnni : tile_avx512bw;
     }
-    if (!generic && __builtin_cpu_supports("avx2")) {
+    if (lim >= ISA_AVX2 && __builtin_cpu_supports("avx2")) {
         *mr = 2;
         return tile_avx2;
     }

@@ -30,6 +30,17 @@ def _i32(L, v, t):
     return emit_cast(L, v, t, i32)
 
 
+class _Loader:
+    """loader(i): the value at index i of `buffer` (per_index), or its one
+    value; `buffer` is also what a library call is handed."""
+
+    def __init__(self, L, buffer, per_index):
+        self.L, self.buffer, self.per_index = L, buffer, per_index
+
+    def __call__(self, i):
+        return self.L.load(self.buffer, [i if self.per_index else 0])
+
+
 def per_index(cx, op, v, size, what):
     """A loader for scale / zero point `v`: one value, or one per index of a
     dim of `size` (1-D). None when v is absent."""
@@ -37,14 +48,9 @@ def per_index(cx, op, v, size, what):
         return None
     L, buf, n = cx.L, cx.buf(v), v.type.num_elements
     if n == 1:
-        flat = L.view(buf, (1,))
-        load = lambda i: L.load(flat, [0])  # noqa: E731
-        load.buffer, load.per_index = flat, False  # what a library call is handed
-        return load
+        return _Loader(L, L.view(buf, (1,)), False)
     if v.type.rank == 1 and n == size:
-        load = lambda i: L.load(buf, [i])  # noqa: E731
-        load.buffer, load.per_index = buf, True
-        return load
+        return _Loader(L, buf, True)
     cx.fail(op, f"{op.name[5:]}'s {what} has shape {list(v.type.shape)}: expected one value or {size}")
 
 
