@@ -4,7 +4,7 @@ cpu-kernels`, or on first use) — TVM BYOC's C-source path (seeds/002): each
 partition it claims becomes C source calling the kernel library, compiled
 with the system C compiler into the artifact's payload.
 
-Hooks: placement (`support.py`), graph-to-loop into the `cpu` dialect with
+Hooks: placement and its cost hint (`support.py`), graph-to-loop into the `cpu` dialect with
 fused epilogues (`lower.py`), loop-to-native as C (`codegen.py`,
 `elementwise.py`, compiled by `build.py`), runtime (`runtime.py`). The cpu
 accelerator has no device of its own: its buffers are host buffers."""
@@ -44,6 +44,10 @@ class CpuPlugin:
     @hookimpl
     def tcc_supports_op(self, op, module):
         return support.check(op, module)
+
+    @hookimpl
+    def tcc_cost_hint(self, op, module):
+        return support.cost_hint(op)
 
     @hookimpl
     def tcc_composite_patterns(self):

@@ -14,6 +14,7 @@ from ..ir.core import Block, Operation, Region, free_values
 from ..ir.errors import PassError
 from ..ir.passes import Pass
 from ..ir.types import FunctionType, TensorType
+from .fuse import ELEMENTWISE as FUSE_ELEMENTWISE
 from .ordering import topological_sort
 
 PLACEMENT, COMPOSITE, REGION, REASON = "tcc.placement", "tcc.composite", "tcc.region", "tcc.host_reason"
@@ -212,36 +213,131 @@ class MergeRegionsPass(Pass):
 
     @staticmethod
     def _drop_unprofitable(module, ctx, members, region_of):
+        """Regions not worth leaving the host go back to it (tcc_cost_hint).
+        A device of its own: the saving (sum of (1 - hint) x output elements)
+        must beat COPY_COST per element copied in or out. An accelerator on
+        the host's own memory (its target kind's device_type is "cpu")
+        copies nothing; what a region costs there is the fusion it takes
+        from the host steps beside it, so its saving must beat one pass per
+        element it exchanges with a host step, and only regions whose every
+        op has a hint are judged (None: keep, e.g. the cpu's kernels)."""
         accs = {a.name: a for a in _accelerators(ctx)}
-        for rid, (acc_name, ops) in members.items():
-            acc = accs.get(acc_name)
-            if acc is None or not acc.has("tcc_cost_hint"):
-                continue
-            inside = set(ops)
-            costs = [acc.call("tcc_cost_hint", op=op, module=module) for op in ops]
-            if all(c is None for c in costs):
-                continue  # no opinion: keep the region
-            saving = 0.0
-            for op, cost in zip(ops, costs):
-                saving += (1.0 - (1.0 if cost is None else cost)) * sum(_elements(r.type) for r in op.results)
-            copies = 0
+        dropped = True
+        while dropped:  # a region gone back to the host can leave its neighbours beside host steps
+            dropped = False
+            for acc_name, ops in members.values():
+                acc = accs.get(acc_name)
+                if acc is not None and acc.has("tcc_cost_hint") and ops:
+                    dropped |= MergeRegionsPass._judge(module, acc, acc_name, ops)
+
+    @staticmethod
+    def _judge(module, acc, acc_name, ops):
+        """Whether `ops` (one region) went back to the host."""
+        inside = set(ops)
+        costs = [acc.call("tcc_cost_hint", op=op, module=module) for op in ops]
+        if all(c is None for c in costs):
+            return False  # no opinion: keep the region
+        host_memory = _on_host_memory(acc)
+        if host_memory and any(c is None for c in costs):
+            return _peel(ops, costs, acc_name)
+        saving = 0.0
+        for op, cost in zip(ops, costs):
+            saving += (1.0 - (1.0 if cost is None else cost)) * sum(_elements(r.type) for r in op.results)
+        if host_memory:
+            moved, limit, what = _host_exchange(ops, inside), 1.0, "fusion with host steps"
+        else:
+            moved, limit, what = _copied(ops, inside), COPY_COST, "a copy"
+        if saving < limit * moved:
             for op in ops:
-                for v in op.operands:
-                    p = _producer(v)
-                    if p is not None and p not in inside and p.name not in FREE_OPS:
-                        copies += _elements(v.type)
-                    elif p is None:
-                        copies += _elements(v.type)
-                for r in op.results:
-                    if any(u not in inside for u, _ in r.uses):
-                        copies += _elements(r.type)
-            if saving < COPY_COST * copies:
-                for op in ops:
-                    del op.attributes[PLACEMENT]
-                    op.attributes.pop(COMPOSITE, None)
-                    op.attributes[REASON] = A.StringAttr(
-                        f"{acc_name}: not worth a copy (saves {saving:.0f}, copies {copies} elements)")
-                ops.clear()
+                del op.attributes[PLACEMENT]
+                op.attributes.pop(COMPOSITE, None)
+                op.attributes[REASON] = A.StringAttr(
+                    f"{acc_name}: not worth {what} (saves {saving:.0f}, moves {moved} elements)")
+            ops.clear()
+            return True
+        return False
+
+
+def _peel(ops, costs, acc_name):
+    """A kept region on host memory gives back the elementwise ops on its
+    edges that the host's `fuse` would join to a host step beside them: an
+    op with a hint (no faster than the host) that reads only host steps'
+    results, one of them an elementwise op of its shape (or that makes a
+    single element), or whose results only host steps read, one of them
+    elementwise of its shape; repeated inward. Composite members stay."""
+    hinted = {op for op, c in zip(ops, costs)
+              if c is not None and op.get_attr(COMPOSITE) is None and op.name in FUSE_ELEMENTWISE}
+    peeled = False
+    while True:
+        edge = None
+        for op in ops:
+            if op not in hinted:
+                continue
+            shape = [r.type for r in op.results]
+            ins = [p for p in (_producer(v) for v in op.operands) if p is None or p.name not in FREE_OPS]
+            uses = [u for r in op.results for u, _ in r.uses]
+            if (ins and all(_on_host(p) for p in ins)
+                    and (sum(_elements(t) for t in shape) == 1 or any(_fuses(p, shape) for p in ins))) \
+                    or (uses and all(_on_host(u) for u in uses) and any(_fuses(u, shape) for u in uses)):
+                edge = op
+                break
+        if edge is None:
+            return peeled
+        ops.remove(edge)
+        del edge.attributes[PLACEMENT]
+        edge.attributes[REASON] = A.StringAttr(f"{acc_name}: fuses with the host steps beside it")
+        peeled = True
+
+
+def _fuses(op, types):
+    """Would the host's `fuse` join `op` and an elementwise op making `types`?"""
+    return op.name in FUSE_ELEMENTWISE and [r.type for r in op.results] == types
+
+
+def _on_host(op):
+    """An op that stays on the host (not a graph input or output, not a
+    constant, not placed)."""
+    return op is not None and op.name not in FREE_OPS and op.name != "func.return" \
+        and op.get_attr(PLACEMENT) is None
+
+
+def _on_host_memory(acc):
+    kind = acc.call("tcc_target_kind") if acc.has("tcc_target_kind") else None
+    return isinstance(kind, dict) and kind.get("device_type") == "cpu"
+
+
+def _copied(ops, inside):
+    """Elements copied to run `ops` on a device of their own: every operand
+    from outside (constants are uploaded once) and every result used outside."""
+    copies = 0
+    for op in ops:
+        for v in op.operands:
+            p = _producer(v)
+            if p is None or (p not in inside and p.name not in FREE_OPS):
+                copies += _elements(v.type)
+        for r in op.results:
+            if any(u not in inside for u, _ in r.uses):
+                copies += _elements(r.type)
+    return copies
+
+
+def _host_exchange(ops, inside):
+    """Elements `ops` take from or give to host steps that the host's `fuse`
+    would join them with (elementwise ops of one shape on both sides): each
+    is a pass over memory, and a call, that the host path does not make."""
+    moved = 0
+    for op in ops:
+        if op.name not in FUSE_ELEMENTWISE:
+            continue
+        types = [r.type for r in op.results]
+        for v in op.operands:
+            p = _producer(v)
+            if p not in inside and _on_host(p) and _fuses(p, types):
+                moved += _elements(v.type)
+        for r in op.results:
+            if any(u not in inside and _on_host(u) and _fuses(u, types) for u, _ in r.uses):
+                moved += _elements(r.type)
+    return moved
 
 
 class PartitionPass(Pass):

@@ -160,3 +160,49 @@ def test_sibling_merge_sees_paths_through_other_regions(place):
              helper.make_node("Relu", ["m"], ["f"], name="f")]
     m = place(graph_outputs(nodes, ["c", "e", "f"]), Plugin("acc", {"onnx.Relu", "onnx.Add"}))
     assert partition_nodes(m) == [["a"], ["b", "c", "f"], ["e"]]
+
+
+class HostMemoryPlugin(Plugin):
+    """An accelerator on the host's own memory (the cpu accelerator's kind)."""
+
+    @hookimpl
+    def tcc_target_kind(self):
+        return {"name": f"{self.name}_kind", "device_type": "cpu"}
+
+    @hookimpl
+    def tcc_cost_hint(self, op, module):
+        return None if op.name == "onnx.Softmax" else self.cost
+
+
+def test_host_memory_regions_weigh_fusion_not_copies(place):
+    # on host memory nothing is copied: a region as fast as the host goes
+    # back to it only where it sits beside host steps
+    acc = lambda: HostMemoryPlugin("hm", {"onnx.Relu", "onnx.Neg", "onnx.Softmax"}, cost=1.0)
+    m = place(graph([helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Neg", ["a"], ["y"])]), acc())
+    assert list(partitions(m).values()) == [["onnx.Relu", "onnx.Neg"]]
+    m = place(graph([helper.make_node("Sigmoid", ["x"], ["a"]), helper.make_node("Relu", ["a"], ["b"]),
+                     helper.make_node("Sigmoid", ["b"], ["y"])]), acc())
+    assert partitions(m) == {}
+    relu = [o for o in m.walk() if o.name == "onnx.Relu"][0]
+    assert "not worth fusion with host steps (saves 0, moves 32 elements)" in relu.get_attr("tcc.host_reason")
+    # beside host steps that `fuse` would not join it with, it stays
+    m = place(graph([helper.make_node("Transpose", ["x"], ["a"]), helper.make_node("Relu", ["a"], ["b"]),
+                     helper.make_node("Transpose", ["b"], ["y"])]), acc())
+    assert list(partitions(m).values()) == [["onnx.Relu"]]
+    # an op with no hint (a kernel) keeps its region, which gives back its
+    # edges beside host steps: the Relu reading one, the Neg feeding one
+    m = place(graph([helper.make_node("Sigmoid", ["x"], ["a"]), helper.make_node("Relu", ["a"], ["b"]),
+                     helper.make_node("Softmax", ["b"], ["c"]), helper.make_node("Neg", ["c"], ["d"]),
+                     helper.make_node("Sigmoid", ["d"], ["y"])]), acc())
+    assert list(partitions(m).values()) == [["onnx.Softmax"]]
+    for name in ("onnx.Relu", "onnx.Neg"):
+        op = [o for o in m.walk() if o.name == name][0]
+        assert op.get_attr("tcc.host_reason") == "hm: fuses with the host steps beside it"
+    m = place(graph([helper.make_node("Relu", ["x"], ["b"]), helper.make_node("Softmax", ["b"], ["c"]),
+                     helper.make_node("Neg", ["c"], ["y"])]), acc())
+    assert list(partitions(m).values()) == [["onnx.Relu", "onnx.Softmax", "onnx.Neg"]]
+    # a region dropped leaves its neighbour (judged before it) beside a host step
+    m = place(graph([helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Neg", ["a"], ["b"]),
+                     helper.make_node("Sigmoid", ["b"], ["y"])]),
+              HostMemoryPlugin("hm1", {"onnx.Relu"}, cost=1.0), HostMemoryPlugin("hm2", {"onnx.Neg"}, cost=1.0))
+    assert partitions(m) == {}

@@ -43,13 +43,32 @@ def test_model_matches_onnxruntime(name, tmp_path):
 
 
 def test_unsupported_ops_fall_back_with_reasons(tmp_path):
-    # an op the cpu accelerator does not take (Atan) between two it does
+    # an op the cpu accelerator does not take (Atan) between two kernels it does
     x = rand(4, 8)
-    nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Atan", ["a"], ["b"]),
-             helper.make_node("Sigmoid", ["b"], ["y"])]
+    nodes = [helper.make_node("Softmax", ["x"], ["a"]), helper.make_node("Atan", ["a"], ["b"]),
+             helper.make_node("Softmax", ["b"], ["y"])]
     m = model(nodes, [("x", x.shape)], [("y", x.shape)])
     ours, ref, sess = run_both(m, {"x": x}, tmp_path, all_cpu=False)
     assert len(cpu_steps(sess)) == 2 and host_steps(sess)
+    np.testing.assert_allclose(ours[0], ref[0], rtol=1e-5, atol=1e-6)
+
+
+def test_fusible_regions_beside_host_steps_stay_on_the_host(tmp_path):
+    """Elementwise ops between host steps go back to the host, which fuses
+    them into its loops (cpu support.FUSIBLE, placement's _host_exchange);
+    with no host step beside them they stay on the cpu."""
+    x = rand(4, 8)
+    beside = model([helper.make_node("Atan", ["x"], ["a"]), helper.make_node("Relu", ["a"], ["b"]),
+                    helper.make_node("Sigmoid", ["b"], ["c"]), helper.make_node("Atan", ["c"], ["y"])],
+                   [("x", x.shape)], [("y", x.shape)])
+    ours, ref, sess = run_both(beside, {"x": x}, tmp_path, all_cpu=False)
+    assert not cpu_steps(sess)
+    np.testing.assert_allclose(ours[0], ref[0], rtol=1e-5, atol=1e-6)
+    alone = model([helper.make_node("Relu", ["x"], ["b"]), helper.make_node("Sigmoid", ["b"], ["y"])],
+                  [("x", x.shape)], [("y", x.shape)])
+    (tmp_path / "alone").mkdir()
+    ours, ref, sess = run_both(alone, {"x": x}, tmp_path / "alone")
+    assert cpu_steps(sess) and not host_steps(sess)
     np.testing.assert_allclose(ours[0], ref[0], rtol=1e-5, atol=1e-6)
 
 
