@@ -83,8 +83,14 @@ def tcc_composite_patterns():
 @hookspec(firstresult=True)
 def tcc_cost_hint(op, module):
     """Optional: the relative cost of running `op` on the accelerator
-    (1.0 = as fast as the host; lower is better). Placement leaves an op on
-    the host when the copies around it cost more than it saves."""
+    (1.0 = as fast as the host; lower is better; None = no opinion).
+    Placement leaves a region on the host when the copies around it cost
+    more than it saves. An accelerator on the host's own memory (its
+    `tcc_target_kind` has device_type "cpu") copies nothing: there a region
+    whose every op has a hint goes back to the host when it saves less than
+    the passes over memory it takes from the host's fusion (the elements it
+    exchanges with elementwise host steps), and a kept region gives back
+    the hinted elementwise ops on its edges beside such steps."""
 
 
 # ---- graph-to-loop -----------------------------------------------------------------
