@@ -206,15 +206,6 @@ class FunctionCodegen:
         for i, a in enumerate(self.block.args):
             self.storage[a] = f"((float *)args[{i}])"
         ret = self.block.last
-        self.outputs = {}
-        self.copies = []  # (output arg index, value) needing an explicit copy
-        for j, v in enumerate(ret.operands):
-            p = getattr(v, "op", None)
-            direct = (p is not None and p.name not in ("cpu.reshape", "onnx.Constant") and v not in self.outputs)
-            if direct:
-                self.outputs[v] = nin + j
-            else:
-                self.copies.append((nin + j, v))
         ops = list(self.block.ops)
         pos = {op: i for i, op in enumerate(ops)}
         root = {}
@@ -222,6 +213,17 @@ class FunctionCodegen:
             if op.name == "cpu.reshape":
                 src = op.operands[0]
                 root[op.results[0]] = root.get(src, src)
+        self.outputs = {}
+        self.copies = []  # (output arg index, value) needing an explicit copy
+        for j, v in enumerate(ret.operands):
+            # a reshaped result is computed into its output in place (attention's heads
+            # merged back: the copy was 5-8 us a layer on the bench BERT)
+            r = root.get(v, v)
+            p = getattr(r, "op", None)
+            if p is not None and p.name not in ("cpu.reshape", "onnx.Constant") and r not in self.outputs:
+                self.outputs[r] = nin + j
+            else:
+                self.copies.append((nin + j, v))
         last = {}
         for op in ops:
             for v in op.operands:
@@ -416,7 +418,9 @@ class FunctionCodegen:
         rest = list(op.operands[2:])
         bias = self.ptr(rest.pop(0)) if op.get_attr("bias_mode") else None
         res = self.ptr(rest.pop(0)) if op.get_attr("has_residual") else None
-        ash, bsh = tuple(a.type.shape), tuple(b.type.shape)
+        views = [_view(op.get_attr(f"{w}_view")) for w in "abc"]
+        ash = views[0][0] if views[0] else tuple(a.type.shape)
+        bsh = views[1][0] if views[1] else tuple(b.type.shape)
         a2 = ash if len(ash) >= 2 else (1,) + ash
         b2 = bsh if len(bsh) >= 2 else bsh + (1,)
         m, k = a2[-2], a2[-1]
@@ -424,20 +428,24 @@ class FunctionCodegen:
         batch = np.broadcast_shapes(a2[:-2], b2[:-2])
         nb = int(np.prod(batch, dtype=np.int64)) if batch else 1
         ep = self.epilogue(op, bias, 1, 1.0, res)
+        alpha = flit(op.get_attr("alpha", 1.0))
+        if any(views):
+            self._matmul_views(op, views, a2, b2, batch, ep, alpha)
+            return
         if nb == 1 or (all(d == 1 for d in b2[:-2]) and tuple(a2[:-2]) == tuple(batch)):
             # one GEMM: A's batch folds into its rows (B is shared)
             self.emit("{ " + ep)
             bt = self.narrow(b, nb * m, n, k) if len(bsh) == 2 else None
             if bt is not None:
-                self.emit(f"  tcc_cpu_gemm_narrow({nb * m}, {n}, {k}, 1.0f, {self.ptr(a)}, {k}, {bt}, "
+                self.emit(f"  tcc_cpu_gemm_narrow({nb * m}, {n}, {k}, {alpha}, {self.ptr(a)}, {k}, {bt}, "
                           f"{narrow_ldb(k)}, {self.ptr(y)}, {n}, &ep); }}")
                 return
             bp = self.packed(b, nb * m) if len(bsh) == 2 else None
             if bp is not None:
-                self.emit(f"  tcc_cpu_gemm_packed({nb * m}, {n}, {k}, 1.0f, {self.ptr(a)}, {k}, 1, {bp}, "
+                self.emit(f"  tcc_cpu_gemm_packed({nb * m}, {n}, {k}, {alpha}, {self.ptr(a)}, {k}, 1, {bp}, "
                           f"{self.ptr(y)}, {n}, &ep); }}")
                 return
-            self.emit(f"  tcc_cpu_gemm(0, 0, {nb * m}, {n}, {k}, 1.0f, {self.ptr(a)}, {k}, {self.ptr(b)}, {n}, "
+            self.emit(f"  tcc_cpu_gemm(0, 0, {nb * m}, {n}, {k}, {alpha}, {self.ptr(a)}, {k}, {self.ptr(b)}, {n}, "
                       f"{self.ptr(y)}, {n}, &ep); }}")
             return
         offs = [[], []]
@@ -452,8 +460,32 @@ class FunctionCodegen:
         self.emit("{ " + ep)
         for nm, o in zip("ABC", offs):
             self.emit(f"  static const long off{nm}[{nb}] = {{{', '.join(map(str, o))}}};")
-        self.emit(f"  tcc_cpu_gemm_batch({nb}, offA, offB, offC, 0, 0, {m}, {n}, {k}, 1.0f, {self.ptr(a)}, {k}, "
+        self.emit(f"  tcc_cpu_gemm_batch({nb}, offA, offB, offC, 0, 0, {m}, {n}, {k}, {alpha}, {self.ptr(a)}, {k}, "
                   f"{self.ptr(b)}, {n}, {self.ptr(y)}, {n}, &ep); }}")
+
+    def _matmul_views(self, op, views, a2, b2, batch, ep, alpha):
+        """A batched matmul reading or writing transposed tensors in place
+        (lower.fold_transposes): per operand its strides, the batch offsets
+        from the batch dims' strides, lda/ldb and trans from the matrix's."""
+        shapes = [a2, b2, tuple(batch) + (a2[-2], b2[-1])]
+        args, offs = [], []
+        for shape, view in zip(shapes, views):
+            strides = view[1] if view else _contiguous(shape)
+            rows, cols = strides[-2:]
+            trans, ld = (0, rows) if cols == 1 else (1, cols)
+            bshape, bstr = shape[:-2], strides[:-2]
+            bshape, bstr = (1,) * (len(batch) - len(bshape)) + tuple(bshape), (0,) * (len(batch) - len(bstr)) + tuple(bstr)
+            offs.append([sum((i if sz != 1 else 0) * st for i, sz, st in zip(idx, bshape, bstr))
+                         for idx in np.ndindex(*batch)] if batch else [0])
+            args.append((trans, ld))
+        nb = len(offs[0])
+        m, k, n = a2[-2], a2[-1], b2[-1]
+        a, b, y = op.operands[0], op.operands[1], op.results[0]
+        self.emit("{ " + ep)
+        for nm, o in zip("ABC", offs):
+            self.emit(f"  static const long off{nm}[{nb}] = {{{', '.join(map(str, o))}}};")
+        self.emit(f"  tcc_cpu_gemm_batch({nb}, offA, offB, offC, {args[0][0]}, {args[1][0]}, {m}, {n}, {k}, {alpha}, "
+                  f"{self.ptr(a)}, {args[0][1]}, {self.ptr(b)}, {args[1][1]}, {self.ptr(y)}, {args[2][1]}, &ep); }}")
 
     def op_pool(self, op):
         x, y = op.operands[0], op.results[0]
@@ -589,6 +621,19 @@ def _prof_label(op):
     ins = f" {shape(op.operands[0])}" if op.operands else ""
     outs = f" -> {shape(op.results[0])}" if op.results else ""
     return op.name[4:] + ins + outs
+
+
+def _view(attr):
+    """A matmul operand's (shape, strides) from its [shape..., strides...] view attribute, or None."""
+    if attr is None:
+        return None
+    vals = [int(x) for x in attr]
+    r = len(vals) // 2
+    return tuple(vals[:r]), tuple(vals[r:])
+
+
+def _contiguous(shape):
+    return tuple(int(np.prod(shape[d + 1:], dtype=np.int64)) for d in range(len(shape)))
 
 
 def _coalesce(shape, strides):

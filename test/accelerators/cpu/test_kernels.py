@@ -66,6 +66,37 @@ def test_matmul_residual():
     check(mdl, {"a": a, "r": r})
 
 
+@pytest.mark.parametrize("scale_on", ["scores", "operands", "div"])
+@pytest.mark.parametrize("b,s,h,d", [(1, 13, 3, 8), (2, 7, 2, 5)])
+def test_attention_transposes_and_scale_fold_into_the_gemm(scale_on, b, s, h, d):
+    """q, k, v (B, S, H*D) -> heads by Reshape + Transpose, scores scaled by
+    a constant, softmax, back by Transpose + Reshape: the transposes become
+    the batched GEMM's strides and the scale its alpha (lower.py
+    fold_transposes, _scalar_factor), no copy kernel or scaling loop left."""
+    q, k, v = rand(b, s, h * d), rand(b, s, h * d), rand(b, s, h * d)
+    c = np.array(1 / np.sqrt(d), np.float32)
+    heads = np.array([b, s, h, d], np.int64)
+    nodes = [H("Reshape", [n, "heads"], [n + "4"]) for n in "qkv"]
+    nodes += [H("Transpose", ["q4"], ["qt"], perm=[0, 2, 1, 3]), H("Transpose", ["k4"], ["kt"], perm=[0, 2, 3, 1]),
+              H("Transpose", ["v4"], ["vt"], perm=[0, 2, 1, 3])]
+    if scale_on == "operands":
+        nodes += [H("Mul", ["qt", "c"], ["qs"]), H("Mul", ["c", "kt"], ["ks"]), H("MatMul", ["qs", "ks"], ["sc"])]
+        c = np.array(d ** -0.25, np.float32)
+    else:
+        nodes += [H("MatMul", ["qt", "kt"], ["raw"]),
+                  H("Div", ["raw", "c"], ["sc"]) if scale_on == "div" else H("Mul", ["raw", "c"], ["sc"])]
+        if scale_on == "div":
+            c = np.array(np.sqrt(d), np.float32)
+    nodes += [H("Softmax", ["sc"], ["p"]), H("MatMul", ["p", "vt"], ["o"]),
+              H("Transpose", ["o"], ["ot"], perm=[0, 2, 1, 3]), H("Reshape", ["ot", "flat"], ["y"])]
+    mdl = model(nodes, [(n, q.shape) for n in "qkv"], [("y", q.shape)],
+                [("heads", heads), ("c", c), ("flat", np.array([b, s, h * d], np.int64))])
+    sess = check(mdl, {"q": q, "k": k, "v": v})
+    src = c_source_of(sess.path)
+    assert "tcc_cpu_transpose" not in src and "tcc_cpu_gemm_batch" in src
+    assert "ew_" not in src, "the scale should be the GEMM's alpha"
+
+
 # ---- Conv --------------------------------------------------------------------------------
 CONV_CASES = [
     # n, c, h, w, m, k, stride, dilation, pads, group
