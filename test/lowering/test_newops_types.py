@@ -70,6 +70,32 @@ def test_quantize_dequantize_per_axis(zt):
     check(nodes, {"x": x, "s": s, "z": z}, {"q": zt, "d": TP.FLOAT}, ref="onnx")
 
 
+@pytest.mark.parametrize("axis", [None, 1])
+@pytest.mark.parametrize("zt,dt", [(TP.UINT8, np.uint8), (TP.INT8, np.int8), (TP.UINT16, np.uint16),
+                                   (TP.INT16, np.int16)])
+def test_quantize_linear_to_8_and_16_bits_special_values(zt, dt, axis):
+    """The f32 path (round, zero point and clamp in f32, a bitcast to the
+    integer): ties to even, -0, saturation, inf, and NaN to the type's
+    minimum (onnx.reference's rint(x).astype is undefined there: numpy
+    here, with the host's documented saturation)."""
+    lo, hi = np.iinfo(dt).min, np.iinfo(dt).max
+    x = np.concatenate([[np.nan, np.inf, -np.inf, 0.0, -0.0, -0.3, 0.5, 1.5, 2.5, -2.5, 3e9, -3e9, 1e30],
+                        RNG.standard_normal(140) * 3 * (hi - lo)]).astype(np.float32).reshape(3, 51)
+    if axis is None:
+        s, z = np.array(RNG.uniform(0.5, 2), np.float32), np.array(RNG.integers(lo, hi + 1), dt)
+    else:
+        s = RNG.uniform(0.5, 2, 51).astype(np.float32)
+        z = RNG.integers(lo, hi + 1, 51).astype(dt)
+
+    def ref(x, s, z):
+        with np.errstate(invalid="ignore"):
+            v = np.rint(x / s).astype(np.float64) + z
+        return [np.where(np.isnan(v), lo, np.clip(v, lo, hi)).astype(dt)]
+    kw = {} if axis is None else {"axis": axis}
+    check([h.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], **kw)], {"x": x, "s": s, "z": z}, {"q": zt},
+          ref=ref, rtol=0, atol=0)
+
+
 def test_quantize_blocked_and_float8():
     x = (RNG.standard_normal((3, 5)) * 50).astype(np.float32)
     s = (np.abs(RNG.standard_normal((3, 3))) + 0.1).astype(np.float32)

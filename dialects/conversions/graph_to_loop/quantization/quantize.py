@@ -85,7 +85,21 @@ def lower_quantize(cx, op):
         sv = rnd(emit_cast(L, L.load(sb, _param_index(cx, op, sc, xs, axis, block, ivs)), S, ct))
         v = rnd(L.op("arith.divf", [xv, sv], ct))
         zv = L.load(zb, _param_index(cx, op, zp, xs, axis, block, ivs)) if zb is not None else None
-        if integer:
+        if integer and ct.name == "f32" and Q.width <= 16:
+            # in f32: round, add the zero point, clamp; every step exact or
+            # past the clamp (|rint| >= 2^24 saturates either way), NaN to lo
+            # as the i64 path gives it on x86. Then 1.5 * 2^23 + q holds q in
+            # its low mantissa bits (see DynamicQuantizeLinear): the i64 path
+            # ran scalar: 128x1024 to uint8 took 0.24 ms at 1 thread, this
+            # one 0.033 (onnxruntime 0.019; Intel Xeon).
+            q = L.op("math.roundeven", [v], ct)
+            if zv is not None:
+                q = L.op("arith.addf", [q, emit_cast(L, zv, Q, ct)], ct)
+            q = L.op("arith.minimumf", [L.op("arith.maximumf", [q, L.c(float(lo), ct)], ct), L.c(float(hi), ct)], ct)
+            q = L.op("arith.select", [L.op("arith.cmpf", [q, q], i1, predicate="uno"), L.c(float(lo), ct), q], ct)
+            bits = L.op("arith.bitcast", [L.op("arith.addf", [q, L.c(12582912.0, ct)], ct)], i32)
+            res = emit_cast(L, bits, i32, Q)
+        elif integer:
             q = L.op("arith.fptosi", [L.op("math.roundeven", [v], ct)], i64)
             # the int32 of numpy's rint(x).astype(int32), saturated instead of wrapped
             q = L.op("arith.minsi", [L.op("arith.maxsi", [q, L.c(-(1 << 31), i64)], i64), L.c((1 << 31) - 1, i64)], i64)
