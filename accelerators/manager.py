@@ -181,6 +181,14 @@ class Accelerator:
                                    f"{_short(result)}, not {check[1]}")
         return result
 
+    @property
+    def on_host_memory(self) -> bool:
+        """Its buffers are the host's (its target kind's device_type is
+        "cpu", as the in-tree cpu accelerator's): nothing is copied to run
+        on it, and what the host runtime runs sits beside it for free."""
+        kind = self.call("tcc_target_kind") if self.has("tcc_target_kind") else None
+        return isinstance(kind, dict) and kind.get("device_type") == "cpu"
+
     def __repr__(self):
         return f"<accelerator {self.name} {self.info.version}>"
 

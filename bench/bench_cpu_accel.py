@@ -19,7 +19,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_models import (_interleaved_ms, _interleaved_samples, header, hide_avx512_env,  # noqa: E402  (one timing method and header for every table)
                           run_per_thread_count)
 
-MODELS = ["mlp", "resnet18", "mobilenetv2", "bert", "bert_int8", "chain", "softmax_ln"]
+MODELS = ["mlp", "resnet18", "mobilenetv2", "bert", "bert_int8", "mlp_qdq", "chain", "softmax_ln"]
 
 
 def _quantized(model):
@@ -44,6 +44,39 @@ def _quantized(model):
         return onnx.load(dst)
 
 
+def _static_quantized(model):
+    """`model` as onnxruntime's quantize_static writes it in its default QDQ
+    format (uint8 activations, int8 weights; QuantizeLinear ->
+    DequantizeLinear around each matmul), calibrated on four seeded random
+    inputs. A quantized activation one step apart at a rounding tie moves
+    the output by a step: max rel err is of that order."""
+    import logging
+    import tempfile
+
+    import onnx
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+    x = model.graph.input[0]
+    shape = [d.dim_value for d in x.type.tensor_type.shape.dim]
+    rng = np.random.default_rng(0)
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.feeds = iter([{x.name: rng.standard_normal(shape).astype(np.float32)} for _ in range(4)])
+
+        def get_next(self):
+            return next(self.feeds, None)
+    with tempfile.TemporaryDirectory() as d:
+        src, dst = os.path.join(d, "f.onnx"), os.path.join(d, "q.onnx")
+        onnx.save(model, src)
+        logging.disable(logging.WARNING)
+        try:
+            quantize_static(src, dst, Reader(), quant_format=QuantFormat.QDQ, activation_type=QuantType.QUInt8,
+                            weight_type=QuantType.QInt8)
+        finally:
+            logging.disable(logging.NOTSET)
+        return onnx.load(dst)
+
+
 def build_model(name):
     from tcc import samples
     if name == "mlp":
@@ -56,6 +89,8 @@ def build_model(name):
         return samples.transformer(batch=1, seq=128, d=256, heads=4, layers=4, seed=0)
     if name == "bert_int8":
         return _quantized(build_model("bert"))
+    if name == "mlp_qdq":
+        return _static_quantized(build_model("mlp"))
     if name == "chain":  # the host path's memory-bound rows: their lead must hold on the cpu accelerator
         return samples.elementwise_chain()
     if name == "softmax_ln":

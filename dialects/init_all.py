@@ -34,12 +34,13 @@ def register_all_passes(ctx: Context) -> Context:
     from .transforms.fold_constants import FoldConstantsPass
     from .transforms.fuse import FusePass
     from .transforms.index_bounds import IndexBoundsPass
+    from .transforms.qdq import QdqToIntegerPass
     from .transforms.shape_inference import ShapeInferencePass
     for cls in (CanonicalizePass, CSEPass, DCEPass, FoldBatchNormPass, FoldConstantsPass, IndexBoundsPass,
                 ShapeInferencePass,
                 placement.MergeCompositesPass, placement.AnnotateTargetsPass, placement.MergeRegionsPass,
                 placement.PartitionPass, FusePass, ConvertOnnxToLoopPass, FuseRowsPass, StreamOutputsPass,
-                PrefetchRowsPass, PlanMemory):
+                PrefetchRowsPass, PlanMemory, QdqToIntegerPass):
         ctx.register_pass(cls)
     return ctx
 

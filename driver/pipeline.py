@@ -31,8 +31,11 @@ from .progress import phase
 from .specializing import needs_specialization
 
 
-def graph_pipeline(opt_level: int) -> str:
-    """Target-independent graph passes (stage 2 of DESIGN.md)."""
+def graph_pipeline(opt_level: int, integer_qdq: bool = False) -> str:
+    """Target-independent graph passes (stage 2 of DESIGN.md). With
+    `integer_qdq` (every target on host memory: the host, the cpu
+    accelerator), QDQ-format MatMuls become int8 MatMulIntegers first,
+    before canonicalize turns the activations' pairs into float ops."""
     # The first inference also rechecks the types the model declares
     # (value_info, outputs): where onnx's inference disagrees, it wins, and
     # an op of static operands it rejects (a Slice axis past the rank, Tile
@@ -42,7 +45,8 @@ def graph_pipeline(opt_level: int) -> str:
     # Twice round shape inference and folding: folding a Pad's pads (say)
     # makes its shape static only after inference, and only then can a
     # Shape of it fold (expanded functions chain several such steps).
-    return ("shape-inference{recheck=true,strict=true},canonicalize,fold-constants,shape-inference,canonicalize,fold-constants,"
+    return ("shape-inference{recheck=true,strict=true}," + ("qdq-to-integer," if integer_qdq else "") +
+            "canonicalize,fold-constants,shape-inference,canonicalize,fold-constants,"
             "canonicalize,fold-batchnorm,cse,dce,shape-inference,index-bounds")
 
 
@@ -70,6 +74,12 @@ class CompilePipeline:
         for a in self.accels:
             if a.has("tcc_add_passes"):
                 a.call("tcc_add_passes", pipeline=self.stages, emission_target=options.emit)
+
+    @property
+    def integer_qdq(self) -> bool:
+        """QDQ matmuls on the host runtime's int8 kernel: when every target
+        shares the host's memory (a GPU keeps them float, on its own GEMMs)."""
+        return all(a.on_host_memory for a in self.accels)
 
     def target(self, name):
         """The `Target` accelerator `name`'s code generator reads: its
@@ -108,7 +118,7 @@ class CompilePipeline:
                                   op_type in HOST_STEP_OPS)
         with phase("graph passes", module):
             self.run(module, self.at("after-import"))
-            self.run(module, graph_pipeline(self.options.opt_level))
+            self.run(module, graph_pipeline(self.options.opt_level, self.integer_qdq))
         if self.accels and not needs_specialization(module):
             self.place(module)
         return module
@@ -191,7 +201,7 @@ def compile_specialized(module, recorded: dict, path):
     # least -O1's folding: the shape-deciding inputs are constants now, and
     # the shapes they decide become static only once they fold. The strict
     # inference last names the node an input shape does not fit.
-    pipe.run(module, "shape-inference{reset=true}," + graph_pipeline(max(options.opt_level, 1)) +
+    pipe.run(module, "shape-inference{reset=true}," + graph_pipeline(max(options.opt_level, 1), pipe.integer_qdq) +
              ",shape-inference{strict=true}")
     from tcc.runtime.staged import ForwardRun, StagedRun, first_data_dependent, passes_containers
 

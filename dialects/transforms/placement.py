@@ -237,7 +237,7 @@ class MergeRegionsPass(Pass):
         costs = [acc.call("tcc_cost_hint", op=op, module=module) for op in ops]
         if all(c is None for c in costs):
             return False  # no opinion: keep the region
-        host_memory = _on_host_memory(acc)
+        host_memory = acc.on_host_memory
         if host_memory and any(c is None for c in costs):
             return _peel(ops, costs, acc_name)
         saving = 0.0
@@ -299,11 +299,6 @@ def _on_host(op):
     constant, not placed)."""
     return op is not None and op.name not in FREE_OPS and op.name != "func.return" \
         and op.get_attr(PLACEMENT) is None
-
-
-def _on_host_memory(acc):
-    kind = acc.call("tcc_target_kind") if acc.has("tcc_target_kind") else None
-    return isinstance(kind, dict) and kind.get("device_type") == "cpu"
 
 
 def _copied(ops, inside):

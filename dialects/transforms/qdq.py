@@ -24,8 +24,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir.rewriter import RewritePattern
-from ..ir.types import NONE, TensorType
+from ..ir import attributes as A
+from ..ir.passes import Pass
+from ..ir.rewriter import RewritePattern, apply_patterns_greedily
+from ..ir.types import NONE, SCALARS, TensorType
 from .constants import constant_value, make_constant
 
 # the integer types whose whole range (and every zero point) is exact in f32
@@ -94,3 +96,80 @@ class QuantizeDequantizePair(RewritePattern):
         v = step("Mul", v, const(s2))
         rw.replace_op(op, [v])
         return True
+
+
+# the 8-bit types MatMulInteger takes, and their numpy dtypes
+_INT8 = {"ui8": np.uint8, "i8": np.int8, "si8": np.int8}
+
+
+class QdqMatMulToInteger(RewritePattern):
+    """MatMul(DequantizeLinear(QuantizeLinear(x)), DequantizeLinear(W)), the
+    pair onnxruntime.quantization's QDQ format writes around a matmul with
+    W a constant 8-bit matrix [K, N] (per tensor, or per column: axis 1) ->
+
+        Mul(Cast(MatMulInteger(QuantizeLinear(x), W, z_a, z_w), float), s_a * s_w)
+
+    The products (q - z_a)(w - z_w) and their sum are exact integers, so
+    this is the float model's result rounded once where the float GEMM
+    rounds at every add (closer to the exact value, not bit-equal: s_a * s_w
+    is one f32 rounding, a sum past 2^24 another). It runs on the host
+    runtime's int8 kernel (runtime/native/gemm_int.c). Only for host-memory
+    targets (driver: graph_pipeline): a GPU keeps the float ops."""
+    op_name = "onnx.MatMul"
+
+    def __init__(self, module):
+        self.module = module  # where large new constants keep their data
+
+    def match_and_rewrite(self, op, rw):
+        a, b = op.operands[0], op.operands[1]
+        dqa, dqb = getattr(a, "op", None), getattr(b, "op", None)
+        if dqa is None or dqb is None or dqa.name != "onnx.DequantizeLinear" or dqb.name != "onnx.DequantizeLinear":
+            return False
+        qa = getattr(dqa.operands[0], "op", None)
+        if qa is None or qa.name != "onnx.QuantizeLinear" or not (_f32(a) and _f32(b) and _f32(op.results[0])):
+            return False
+        q = qa.results[0]
+        qt = str(q.type.element)
+        if qt not in _INT8 or qa.get_attr("precision") or qa.get_attr("block_size") or dqa.get_attr("block_size") \
+                or dqb.get_attr("block_size") or not isinstance(a.type, TensorType) or (a.type.rank or 0) < 2:
+            return False
+        s_a, z_a = _scalar(dqa, 1, True), _scalar(dqa, 2, False)
+        if s_a is None or z_a is None or _scalar(qa, 1, True) is None or _scalar(qa, 2, False) is None:
+            return False
+        w = constant_value(dqb.operands[0])
+        if w is None or w.ndim != 2 or str(w.dtype) not in ("uint8", "int8"):
+            return False
+        n = w.shape[1]
+        s_w = constant_value(dqb.operands[1])
+        z_w = constant_value(dqb.operands[2]) if len(dqb.operands) > 2 and dqb.operands[2].type is not NONE \
+            else np.zeros((), w.dtype)
+        if s_w is None or z_w is None or s_w.dtype != np.float32 or z_w.dtype != w.dtype:
+            return False
+        axis = dqb.get_attr("axis", 1)
+        for c in (s_w, z_w):
+            if c.size != 1 and not (c.ndim == 1 and c.size == n and axis in (1, -1)):
+                return False
+        def const(value, dtype):
+            c = make_constant(self.module, np.asarray(value, dtype), loc=op.loc)
+            rw.insert_before(op, c)
+            return c.results[0]
+
+        y = op.results[0]
+        i32_t = TensorType(y.type.shape, SCALARS["i32"])
+        mi = rw.create_before(op, "onnx.MatMulInteger",
+                              [q, dqb.operands[0], const(z_a, _INT8[qt]), const(z_w.reshape(-1) if z_w.size != 1
+                                                                                 else z_w.reshape(()), w.dtype)],
+                              [i32_t], {}, loc=op.loc)
+        f = rw.create_before(op, "onnx.Cast", [mi.results[0]], [y.type], {"to": A.IntegerAttr(1)}, loc=op.loc)
+        scale = (np.float32(s_a) * s_w.astype(np.float32)).reshape(-1 if s_w.size != 1 else ())
+        out = rw.create_before(op, "onnx.Mul", [f.results[0], const(scale, np.float32)], [y.type], {}, loc=op.loc)
+        rw.replace_op(op, [out.results[0]])
+        return True
+
+
+class QdqToIntegerPass(Pass):
+    name = "qdq-to-integer"
+    summary = "QDQ-format MatMuls with constant 8-bit weights -> MatMulInteger (QdqMatMulToInteger)"
+
+    def run(self, module, ctx):
+        apply_patterns_greedily(ctx, module, [QdqMatMulToInteger(module)])

@@ -123,3 +123,70 @@ def test_per_channel_pair_is_left_to_the_host():
     feeds = {"x": (RNG.standard_normal(shape) * 3).astype(np.float32)}
     sess = _check(m, feeds, ["cpu"], all_cpu=False)
     assert not cpu_steps(sess), sess.manifest["plan"]
+
+
+def _qdq_matmul_model(m, k, n, qtype, wtype, per_column, batch=()):
+    """x -> Q -> DQ -> MatMul(DQ(W)) -> y, as quantize_static's QDQ format
+    writes it: W a constant 8-bit [K, N], its scale (and zero point) per
+    tensor or per column (axis 1)."""
+    tp, npt = QTYPES[qtype]
+    wtp, wnp = QTYPES[wtype]
+    lo, hi = np.iinfo(wnp).min, np.iinfo(wnp).max
+    w = RNG.integers(lo, hi + 1, (k, n)).astype(wnp)
+    shape = (n,) if per_column else ()
+    sw = RNG.uniform(0.001, 0.01, shape).astype(np.float32)
+    zw = RNG.integers(lo // 4, hi // 4 + 1, shape).astype(wnp)
+    sx = np.float32(RNG.uniform(0.01, 0.05))
+    zx = np.asarray(RNG.integers(np.iinfo(npt).min // 2, np.iinfo(npt).max // 2 + 1), npt)
+    inits = [numpy_helper.from_array(np.asarray(v), nm) for v, nm in
+             [(w, "w"), (sw, "sw"), (zw, "zw"), (np.asarray(sx), "sx"), (zx, "zx")]]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["q"]),
+             helper.make_node("DequantizeLinear", ["q", "sx", "zx"], ["d"]),
+             helper.make_node("DequantizeLinear", ["w", "sw", "zw"], ["wd"], axis=1),
+             helper.make_node("MatMul", ["d", "wd"], ["y"])]
+    xs, ys = tuple(batch) + (m, k), tuple(batch) + (m, n)
+    g = helper.make_graph(nodes, "qdq_mm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, xs)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ys)], inits)
+    mdl = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
+    mdl.ir_version = 10
+    onnx.checker.check_model(mdl)
+    x = RNG.standard_normal(xs).astype(np.float32) * sx * 40
+    # the float model's value, exactly (float64 holds every product and sum here)
+    q = np.clip(np.rint(x / sx) + zx, np.iinfo(npt).min, np.iinfo(npt).max)
+    exact = ((q - zx) * np.float64(sx)) @ ((w.astype(np.float64) - zw) * sw.astype(np.float64))
+    return mdl, x, exact
+
+
+@pytest.mark.parametrize("maccel", [["cpu"], ["host"]])
+@pytest.mark.parametrize("qtype,wtype,per_column,batch", [
+    ("uint8", "int8", True, ()), ("int8", "int8", False, (2,)), ("uint8", "uint8", False, ()),
+    ("int8", "uint8", True, (2, 3))])
+def test_qdq_matmul_runs_on_the_int8_kernel(qtype, wtype, per_column, batch, maccel):
+    """QDQ MatMuls with constant 8-bit weights become MatMulInteger
+    (qdq.QdqMatMulToInteger): the exact integer sum scaled once, so within
+    a few f32 roundings of the float model's exact value, element by
+    element (a float GEMM, rounding at every add, is not: 1e-6 relative
+    fails on its cancellations)."""
+    from tcc.dialects.onnx.importer import import_model
+    from tcc.driver.options import CompileOptions
+    from tcc.driver.pipeline import CompilePipeline
+    mdl, x, exact = _qdq_matmul_model(37, 300, 70, qtype, wtype, per_column, batch)
+    pipe = CompilePipeline(CompileOptions(maccel=[a for a in maccel if a != "host"]))
+    module = pipe.import_and_optimize(mdl)
+    ops = {o.name for o in module.walk()}
+    assert "onnx.MatMulInteger" in ops and "onnx.MatMul" not in ops, sorted(ops)
+    y = tcc.load(tcc.compile(mdl, maccel=maccel)).run({"x": x})[0]
+    np.testing.assert_allclose(y, exact, rtol=1e-6, atol=1e-30)
+
+
+def test_qdq_matmul_stays_float_for_a_device_of_its_own():
+    """A GPU target keeps the float MatMul (its own GEMMs; MatMulInteger
+    would be a host step between its partitions)."""
+    from tcc.driver.options import CompileOptions
+    from tcc.driver.pipeline import CompilePipeline
+    mdl, _, _ = _qdq_matmul_model(5, 16, 8, "uint8", "int8", True)
+    for maccel, integer in ((["gpu"], False), (["gpu", "cpu"], False), (["cpu"], True), ([], True)):
+        pipe = CompilePipeline(CompileOptions(maccel=maccel))
+        assert pipe.integer_qdq is integer, maccel
+        ops = {o.name for o in pipe.import_and_optimize(mdl).walk()}
+        assert ("onnx.MatMulInteger" in ops) is integer and ("onnx.MatMul" in ops) is not integer, (maccel, ops)
