@@ -167,9 +167,99 @@ class QdqMatMulToInteger(RewritePattern):
         return True
 
 
+def _quantized_activation(v):
+    """(QuantizeLinear's result q, DequantizeLinear's scale, zero point) when
+    v = DequantizeLinear(QuantizeLinear(x)) per tensor with an 8-bit q, else None."""
+    dq = getattr(v, "op", None)
+    if dq is None or dq.name != "onnx.DequantizeLinear" or not _f32(v) or dq.get_attr("block_size"):
+        return None
+    qa = getattr(dq.operands[0], "op", None)
+    if qa is None or qa.name != "onnx.QuantizeLinear" or qa.get_attr("precision") or qa.get_attr("block_size"):
+        return None
+    q = qa.results[0]
+    s, z = _scalar(dq, 1, True), _scalar(dq, 2, False)
+    if str(q.type.element) not in _INT8 or s is None or z is None or _scalar(qa, 1, True) is None \
+            or _scalar(qa, 2, False) is None:
+        return None
+    return q, s, z
+
+
+def _quantized_weight(v, n, axis):
+    """(W, its scale, its zero point) when v = DequantizeLinear(W) with W a
+    constant 8-bit tensor, the scale and zero point one value or n along
+    `axis`, else None."""
+    dq = getattr(v, "op", None)
+    if dq is None or dq.name != "onnx.DequantizeLinear" or not _f32(v) or dq.get_attr("block_size"):
+        return None
+    w = constant_value(dq.operands[0])
+    if w is None or str(w.dtype) not in ("uint8", "int8"):
+        return None
+    s = constant_value(dq.operands[1])
+    z = constant_value(dq.operands[2]) if len(dq.operands) > 2 and dq.operands[2].type is not NONE \
+        else np.zeros((), w.dtype)
+    if s is None or z is None or s.dtype != np.float32 or z.dtype != w.dtype:
+        return None
+    ax = dq.get_attr("axis", 1)
+    ax = ax + w.ndim if ax < 0 else ax
+    for c in (s, z):
+        if c.size != 1 and not (c.ndim == 1 and c.size == n and ax == axis):
+            return None
+    return dq.operands[0], s, z
+
+
+class QdqConvToInteger(RewritePattern):
+    """Conv(DequantizeLinear(QuantizeLinear(x)), DequantizeLinear(W), [B]), 2-D
+    with one group and W a constant 8-bit tensor (per tensor or per output
+    channel: axis 0) -> Mul(Cast(ConvInteger(q, W, z_x, z_w)), s_x * s_w) + B,
+    the products exact as QdqMatMulToInteger's, on gemm_int.c's
+    tcc_conv_i8. Grouped and depthwise convolutions keep the float path
+    (ConvInteger has no kernel for them)."""
+    op_name = "onnx.Conv"
+
+    def __init__(self, module):
+        self.module = module
+
+    def match_and_rewrite(self, op, rw):
+        y = op.results[0]
+        if not _f32(y) or (op.get_attr("group", 1) or 1) != 1 or len(op.operands) < 2:
+            return False
+        act = _quantized_activation(op.operands[0])
+        if act is None or not isinstance(op.operands[1].type, TensorType) or op.operands[1].type.rank != 4:
+            return False
+        m = op.operands[1].type.shape[0]
+        wq = _quantized_weight(op.operands[1], m, 0)
+        if wq is None:
+            return False
+        q, s_x, z_x = act
+        w, s_w, z_w = wq
+        bias = op.operands[2] if len(op.operands) > 2 and op.operands[2].type is not NONE else None
+
+        def const(value, dtype):
+            c = make_constant(self.module, np.asarray(value, dtype), loc=op.loc)
+            rw.insert_before(op, c)
+            return c.results[0]
+
+        attrs = {k: v for k, v in op.attributes.items() if k in ("auto_pad", "dilations", "group", "kernel_shape",
+                                                                  "pads", "strides")}
+        per = (m, 1, 1) if s_w.size != 1 else ()
+        ci = rw.create_before(op, "onnx.ConvInteger",
+                              [q, w, const(z_x, _INT8[str(q.type.element)]), const(z_w.reshape(-1) if z_w.size != 1
+                                                                                     else z_w.reshape(()), z_w.dtype)],
+                              [TensorType(y.type.shape, SCALARS["i32"])], attrs, loc=op.loc)
+        f = rw.create_before(op, "onnx.Cast", [ci.results[0]], [y.type], {"to": A.IntegerAttr(1)}, loc=op.loc)
+        out = rw.create_before(op, "onnx.Mul", [f.results[0], const((np.float32(s_x) * s_w).reshape(per), np.float32)],
+                               [y.type], {}, loc=op.loc).results[0]
+        if bias is not None:
+            b3 = rw.create_before(op, "onnx.Reshape", [bias, const([m, 1, 1], np.int64)],
+                                  [TensorType((m, 1, 1), bias.type.element)], {}, loc=op.loc)
+            out = rw.create_before(op, "onnx.Add", [out, b3.results[0]], [y.type], {}, loc=op.loc).results[0]
+        rw.replace_op(op, [out])
+        return True
+
+
 class QdqToIntegerPass(Pass):
     name = "qdq-to-integer"
-    summary = "QDQ-format MatMuls with constant 8-bit weights -> MatMulInteger (QdqMatMulToInteger)"
+    summary = "QDQ-format MatMuls and Convs with constant 8-bit weights -> MatMulInteger, ConvInteger"
 
     def run(self, module, ctx):
-        apply_patterns_greedily(ctx, module, [QdqMatMulToInteger(module)])
+        apply_patterns_greedily(ctx, module, [QdqMatMulToInteger(module), QdqConvToInteger(module)])

@@ -150,3 +150,36 @@ def test_matmul_integer_few_rows_of_an_input_b_stay_a_nest():
     m = model([h.make_node("MatMulInteger", ["a", "b"], ["y"])], {"a": q((4, 16), np.uint8), "b": q((16, 8), np.int8)},
               {"y": np.int32}, opset=10)
     assert _library_calls(lowered(m)) == []
+
+
+@pytest.mark.parametrize("lower_isa,run_isa", [("", ""), ("", "avx512"), ("", "avx2"), ("avx2", "avx2"),
+                                               ("avx2", "generic")])
+@pytest.mark.parametrize("xdt,wdt,attrs,wz", [
+    (np.uint8, np.int8, {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, "none"),
+    (np.uint8, np.int8, {"kernel_shape": [7, 7], "pads": [3, 2, 3, 2], "strides": [2, 2]}, "channel"),
+    (np.int8, np.int8, {"kernel_shape": [1, 1], "strides": [2, 1]}, "scalar"),
+    (np.uint8, np.uint8, {"kernel_shape": [3, 2], "dilations": [2, 1], "pads": [0, 1, 2, 0]}, "channel"),
+    (np.int8, np.uint8, {"kernel_shape": [5, 5], "pads": [2, 2, 2, 2], "dilations": [1, 2]}, "scalar")])
+def test_conv_integer_kernel(monkeypatch, lower_isa, run_isa, xdt, wdt, attrs, wz):
+    """ConvInteger with constant 8-bit weights, one group, runs on gemm_int.c's
+    tcc_conv_i8 (the image gathered channels last into im2col rows, the
+    weights packed here less their zero point, per output channel or one),
+    each weight layout on each ISA path, as the matmul above: batch 2,
+    padding, strides, dilations (the byte-wise gather), an odd channel
+    count; onnx.reference is the reference, and the nest agrees."""
+    from onnx.reference import ReferenceEvaluator
+    monkeypatch.setenv("TCC_CPU_ISA", lower_isa)
+    kh, kw = attrs["kernel_shape"]
+    x, w, xz = q((2, 5, 11, 9), xdt), q((37, 5, kh, kw), wdt), q((), xdt)
+    inits = {"w": w, "xz": xz}
+    if wz != "none":
+        inits["wz"] = q((37,) if wz == "channel" else (), wdt)
+    node = h.make_node("ConvInteger", ["x", "w", "xz"] + (["wz"] if wz != "none" else []), ["y"], **attrs)
+    m = model([node], {"x": x}, {"y": np.int32}, opset=10, initializers=inits)
+    mod = lowered(m)
+    monkeypatch.setenv("TCC_CPU_ISA", run_isa)
+    assert _library_calls(mod) == ["tcc_conv_i8"]
+    want = ReferenceEvaluator(m).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(run_native(mod, [x])[0], want)
+    if run_isa == "":
+        np.testing.assert_array_equal(run_loop_module(mod, [x])[0], want)

@@ -32,6 +32,8 @@ GEMM_FIELDS = ["M", "N", "K", "rsa", "csa", "rsb", "csb", "ldc", "bias_rs", "bia
 # tcc_conv_f32's (gemm.c's Q_* enum)
 CONV_FIELDS = ["N", "C", "H", "W", "M", "KH", "KW", "OH", "OW", "SH", "SW", "PH", "PW", "DH", "DW", "G", "relu",
                "apacked"]
+CONV_I8_FIELDS = ["N", "C", "H", "W", "M", "KH", "KW", "OH", "OW", "SH", "SW", "PH", "PW", "DH", "DW", "xsigned",
+                  "wsigned", "xzp", "bias", "packed"]  # gemm_int.c's tcc_conv_i8
 MR = 12  # gemm.c's micro-tile rows
 NR = 32  # and columns
 PACKED = -2  # a `buffers` entry: the call's pre-packed constant (`packed`)

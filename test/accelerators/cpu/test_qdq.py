@@ -151,9 +151,9 @@ def _qdq_matmul_model(m, k, n, qtype, wtype, per_column, batch=()):
     mdl.ir_version = 10
     onnx.checker.check_model(mdl)
     x = RNG.standard_normal(xs).astype(np.float32) * sx * 40
-    # the float model's value, exactly (float64 holds every product and sum here)
-    q = np.clip(np.rint(x / sx) + zx, np.iinfo(npt).min, np.iinfo(npt).max)
-    exact = ((q - zx) * np.float64(sx)) @ ((w.astype(np.float64) - zw) * sw.astype(np.float64))
+    # the float model's value: sum((q - zx) sx (w - zw) sw) = sx sw (the integer sum), in float64
+    q = np.clip(np.rint(x / sx) + zx, np.iinfo(npt).min, np.iinfo(npt).max).astype(np.int64)
+    exact = ((q - zx) @ (w.astype(np.int64) - zw)) * (np.float64(sx) * sw.astype(np.float64))
     return mdl, x, exact
 
 
@@ -190,3 +190,52 @@ def test_qdq_matmul_stays_float_for_a_device_of_its_own():
         assert pipe.integer_qdq is integer, maccel
         ops = {o.name for o in pipe.import_and_optimize(mdl).walk()}
         assert ("onnx.MatMulInteger" in ops) is integer and ("onnx.MatMul" in ops) is not integer, (maccel, ops)
+
+
+@pytest.mark.parametrize("maccel", [["cpu"], ["host"]])
+@pytest.mark.parametrize("qtype,per_channel,attrs,bias,group", [
+    ("uint8", True, {"pads": [1, 1, 1, 1]}, True, 1), ("int8", False, {"strides": [2, 2], "pads": [0, 1, 2, 0]}, False, 1),
+    ("uint8", True, {"dilations": [2, 1]}, True, 2)])
+def test_qdq_conv_runs_on_the_int8_kernel(qtype, per_channel, attrs, bias, group, maccel):
+    """QDQ Convs with constant int8 weights (per output channel or per
+    tensor) become ConvInteger on tcc_conv_i8, the bias added after; a
+    grouped one keeps the float path. Against the float model's value in
+    float64 (onnx.reference), to a few f32 roundings."""
+    from onnx.reference import ReferenceEvaluator
+    from tcc.driver.options import CompileOptions
+    from tcc.driver.pipeline import CompilePipeline
+    tp, npt = QTYPES[qtype]
+    c, m = 6, 10
+    w = RNG.integers(-127, 128, (m, c // group, 3, 3)).astype(np.int8)
+    sw = RNG.uniform(0.001, 0.01, (m,) if per_channel else ()).astype(np.float32)
+    zw = np.zeros(sw.shape, np.int8)
+    sx = np.float32(0.03)
+    zx = np.asarray(RNG.integers(np.iinfo(npt).min // 2, np.iinfo(npt).max // 2 + 1), npt)
+    b = RNG.standard_normal(m).astype(np.float32)
+    inits = [numpy_helper.from_array(np.asarray(v), nm) for v, nm in
+             [(w, "w"), (sw, "sw"), (zw, "zw"), (np.asarray(sx), "sx"), (zx, "zx"), (b, "b")]]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["q"]),
+             helper.make_node("DequantizeLinear", ["q", "sx", "zx"], ["d"]),
+             helper.make_node("DequantizeLinear", ["w", "sw", "zw"], ["wd"], axis=0),
+             helper.make_node("Conv", ["d", "wd"] + (["b"] if bias else []), ["y"], group=group, **attrs)]
+    xs = (2, c, 12, 9)
+    g = helper.make_graph(nodes, "qdq_conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, xs)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    mdl = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
+    mdl.ir_version = 10
+    x = RNG.standard_normal(xs).astype(np.float32) * sx * 40
+    # the float model in float64: its dequantized operands are exact there
+    qx = np.clip(np.rint(x / sx) + zx, np.iinfo(npt).min, np.iinfo(npt).max)
+    dx = (qx - zx) * np.float64(sx)
+    dw = (w.astype(np.float64) - zw.reshape(-1, 1, 1, 1) if per_channel else w - zw.astype(np.float64)) * \
+        (sw.astype(np.float64).reshape(-1, 1, 1, 1) if per_channel else np.float64(sw))
+    conv = helper.make_node("Conv", ["x", "w"] + (["b"] if bias else []), ["y"], group=group, **attrs)
+    g64 = helper.make_graph([conv], "f64", [helper.make_tensor_value_info("x", TensorProto.DOUBLE, xs)],
+                            [helper.make_tensor_value_info("y", TensorProto.DOUBLE, None)],
+                            [numpy_helper.from_array(dw, "w"), numpy_helper.from_array(b.astype(np.float64), "b")])
+    exact = ReferenceEvaluator(helper.make_model(g64, opset_imports=[helper.make_opsetid("", 19)])).run(None, {"x": dx})[0]
+    pipe = CompilePipeline(CompileOptions(maccel=[a for a in maccel if a != "host"]))
+    ops = {o.name for o in pipe.import_and_optimize(mdl).walk()}
+    assert ("onnx.ConvInteger" in ops) is (group == 1), sorted(ops)
+    y = tcc.load(tcc.compile(mdl, maccel=maccel)).run({"x": x})[0]
+    np.testing.assert_allclose(y, exact, rtol=1e-6, atol=1e-6 * np.abs(exact).max())

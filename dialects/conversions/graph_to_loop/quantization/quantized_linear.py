@@ -13,7 +13,7 @@ import numpy as np
 
 from ....ir.types import NONE, f32, f64, i32
 from ..common import LOW_FLOATS, is_float, library_root
-from ..kernels import annotate, pack_int16_pairs, pack_u8s8
+from ..kernels import CONV_I8_FIELDS, annotate, pack_int16_pairs, pack_u8s8
 from ..cast import emit_cast
 from ..nn.conv import ConvGeometry, direct_conv
 from ..math.matmul import batched_gemm, matmul_views
@@ -115,27 +115,59 @@ def _matmul_i32(cx, op, A, B, azp, bzp, acc):
         bzp_mode = 0 if zb_load is None else 2 if zb_load.per_index else 1
         za_buf = za_load.buffer if za_load else None
         if packed:  # less its zero point (one value, or a row of one per column)
-            bz = np.asarray(bval, np.int32) - np.asarray(zval, np.int32).reshape(1, -1)
-            vnni = _vnni() and bz.min(initial=0) >= -128 and bz.max(initial=0) <= 127
-            annotate(root[0], "tcc_matmul_i8",
-                     [rows, N, K, INT8[ta], INT8[tb], int(za_load is not None), 0, 2 if vnni else 1],
-                     [cv, av, "packed", za_buf, None], packed=pack_u8s8(bz) if vnni else pack_int16_pairs(bz))
+            arr, layout = _pack_weights(bval, zval)
+            annotate(root[0], "tcc_matmul_i8", [rows, N, K, INT8[ta], INT8[tb], int(za_load is not None), 0, layout],
+                     [cv, av, "packed", za_buf, None], packed=arr)
         else:
             annotate(root[0], "tcc_matmul_i8", [rows, N, K, INT8[ta], INT8[tb], int(za_load is not None), bzp_mode, 0],
                      [cv, av, bv, za_buf, zb_load.buffer if zb_load else None])
     return (lambda ivs: ivs[-1]), N  # what a per-column B scale follows
 
 
+def _pack_weights(bval, zval):
+    """A constant int8/uint8 B [K, N] less its zero point (one, or one per
+    column), packed for gemm_int.c: (packed array, layout 1 int16 pairs or
+    2 bytes for VNNI/AMX where that fits int8 and the CPU has VNNI)."""
+    bz = np.asarray(bval, np.int32) - np.asarray(zval, np.int32).reshape(1, -1)
+    if _vnni() and bz.min(initial=0) >= -128 and bz.max(initial=0) <= 127:
+        return pack_u8s8(bz), 2
+    return pack_int16_pairs(bz), 1
+
+
 def _conv_i32(cx, op, X, W, xzp, wzp, acc, bias=None):
+    """acc (int32) = bias + conv(X - xzp, W - wzp), the direct nest; with
+    8-bit X and constant W, 2-D, one group and one X zero point also marked
+    as gemm_int.c's tcc_conv_i8 (im2col rows times W packed here, less its
+    zero point, by the int8 GEMM). ResNet-18 through quantize_dynamic (20
+    ConvInteger) took 231 ms in these nests at 1 thread (onnxruntime 34)."""
     L = cx.L
     g = ConvGeometry(cx, op, X, W, op.results[0])
-    zx = _zp(per_index(cx, op, xzp, 1, "x zero point"), xzp)
-    zw = _zp(per_index(cx, op, wzp, g.M, "w zero point"), wzp)
+    zx_load = per_index(cx, op, xzp, 1, "x zero point")
+    zw_load = per_index(cx, op, wzp, g.M, "w zero point")
+    zx, zw = _zp(zx_load, xzp), _zp(zw_load, wzp)
     xb, wb = cx.buf(X), cx.buf(W)
     bb = cx.buf(bias) if bias is not None else None
-    direct_conv(cx, g, acc, i32, lambda m: L.load(bb, [m]) if bb is not None else L.c(0, i32),
-                lambda m, c, kp: _centered(L, lambda: L.load(wb, [m, c] + kp), W.type.element, zw, m),
-                lambda nn, ic, ii: _centered(L, lambda: L.load(xb, [nn, ic] + ii), X.type.element, zx, 0))
+    wval = cx.const(W)
+    zval = 0 if wzp is None else cx.const(wzp)
+    kernel = (str(X.type.element) in INT8 and str(W.type.element) in INT8 and len(g.kernel) == 2
+              and g.group == 1 and wval is not None and zval is not None and str(acc.type.element) == "i32"
+              and (bias is None or str(bias.type.element) == "i32"))
+    with ExitStack() as st:
+        root = st.enter_context(library_root(L)) if kernel else None
+        direct_conv(cx, g, acc, i32, lambda m: L.load(bb, [m]) if bb is not None else L.c(0, i32),
+                    lambda m, c, kp: _centered(L, lambda: L.load(wb, [m, c] + kp), W.type.element, zw, m),
+                    lambda nn, ic, ii: _centered(L, lambda: L.load(xb, [nn, ic] + ii), X.type.element, zx, 0))
+    if kernel:
+        w = np.asarray(wval)
+        # k in (kh, kw, c) order, as gemm_int.c gathers the image channels last
+        packed, layout = _pack_weights(w.transpose(0, 2, 3, 1).reshape(g.M, -1).T, np.asarray(zval).reshape(-1))
+        (h, w_), (oh, ow), (kh, kw) = g.in_sp, g.out_sp, g.kernel
+        vals = dict(N=g.N, C=g.C, H=h, W=w_, M=g.M, KH=kh, KW=kw, OH=oh, OW=ow, SH=g.strides[0], SW=g.strides[1],
+                    PH=g.begin[0], PW=g.begin[1], DH=g.dil[0], DW=g.dil[1], xsigned=INT8[str(X.type.element)],
+                    wsigned=INT8[str(W.type.element)], xzp=int(zx_load is not None), bias=int(bb is not None),
+                    packed=layout)
+        annotate(root[0], "tcc_conv_i8", [int(vals[f]) for f in CONV_I8_FIELDS],
+                 [acc, xb, "packed", zx_load.buffer if zx_load else None, bb], packed=packed)
     return (lambda ivs: ivs[1]), g.M  # output channel
 
 
