@@ -19,7 +19,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_models import (_interleaved_ms, _interleaved_samples, header, hide_avx512_env,  # noqa: E402  (one timing method and header for every table)
                           run_per_thread_count)
 
-MODELS = ["mlp", "resnet18", "mobilenetv2", "bert", "bert_int8", "mlp_qdq", "chain", "softmax_ln"]
+MODELS = ["mlp", "resnet18", "mobilenetv2", "bert", "bert_int8", "mlp_qdq", "resnet18_qdq", "chain", "softmax_ln"]
 
 
 def _quantized(model):
@@ -91,6 +91,8 @@ def build_model(name):
         return _quantized(build_model("bert"))
     if name == "mlp_qdq":
         return _static_quantized(build_model("mlp"))
+    if name == "resnet18_qdq":
+        return _static_quantized(build_model("resnet18"))
     if name == "chain":  # the host path's memory-bound rows: their lead must hold on the cpu accelerator
         return samples.elementwise_chain()
     if name == "softmax_ln":

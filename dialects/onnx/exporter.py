@@ -71,6 +71,7 @@ class Exporter:
         self.module = module
         self.names = {}
         self.counter = 0
+        self.node_names = set()
 
     def name(self, v):
         if v.type is NONE:
@@ -92,9 +93,14 @@ class Exporter:
             for gname, region in zip(graph_attribute_names(schema), op.regions):
                 if region.blocks:
                     attrs.append(helper.make_attribute(gname, self.graph(region.blocks[0], gname)))
+        name = op.loc.name or ""
+        if name:  # one node may become several (a rewrite keeps its location): unique for onnx's checker
+            base, i = name, 1
+            while name in self.node_names:
+                name, i = f"{base}_{i}", i + 1
+            self.node_names.add(name)
         n = helper.make_node(op_type, [self.name(v) for v in op.operands],
-                             [self.name(r) for r in op.results], domain=domain or None,
-                             name=op.loc.name or "")
+                             [self.name(r) for r in op.results], domain=domain or None, name=name)
         n.attribute.extend(attrs)
         return n
 

@@ -181,3 +181,21 @@ def test_fold_batchnorm(build, rng):
     assert "onnx.BatchNormalization" not in op_names(m)
     feeds = random_feeds(model, rng)
     np.testing.assert_allclose(ort_run(export_model(m), feeds)[0], ort_run(model, feeds)[0], rtol=1e-4, atol=1e-5)
+
+
+def test_batchnorm_after_no_conv_becomes_per_channel_mul_add(rng):
+    """An inference BatchNormalization with constant parameters that no Conv
+    takes in becomes Mul + Add per channel (elementwise: `fuse` joins them
+    to their neighbours), as onnxruntime computes it to f32 rounding."""
+    c = 5
+    params = [rng.uniform(0.5, 2, c), rng.standard_normal(c), rng.standard_normal(c), rng.uniform(0.1, 3, c)]
+    inits = [numpy_helper.from_array(p.astype(np.float32), n) for p, n in zip(params, "sbmv")]
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("BatchNormalization", ["r", "s", "b", "m", "v"], ["y"], epsilon=1e-3)]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, c, 3, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, c, 3, 4])], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 15)])
+    m = run(import_model(model), FULL.replace("cse", "fold-batchnorm,cse"))
+    assert "onnx.BatchNormalization" not in op_names(m) and {"onnx.Mul", "onnx.Add"} <= set(op_names(m))
+    feeds = random_feeds(model, rng)
+    np.testing.assert_allclose(ort_run(export_model(m), feeds)[0], ort_run(model, feeds)[0], rtol=1e-5, atol=1e-5)
