@@ -100,6 +100,22 @@ class QuantizeDequantizePair(RewritePattern):
 
 # the 8-bit types MatMulInteger takes, and their numpy dtypes
 _INT8 = {"ui8": np.uint8, "i8": np.int8, "si8": np.int8}
+# Below this many multiply-adds a QDQ matmul or conv stays float: the
+# integer form adds a QuantizeLinear step, a Cast and a kernel call, and on
+# the cpu accelerator splits the model into host steps and partitions. The
+# corpus's qdq_cnn (two convolutions of 0.11 and 0.15 M multiply-adds) took
+# 1.12x onnxruntime's time so at 2 threads, 0.62x float; the bench MLP's
+# last layer (0.65 M, after two int8 ones) float made it 1.22x onnxruntime
+# at 1 thread, int8 1.09x. A dim not known at compile time counts 8.
+MIN_MACS = 1 << 19
+
+
+def _macs(result_type, per_output):
+    """Multiply-adds of an op making `result_type` at `per_output` each."""
+    shape = result_type.shape if isinstance(result_type, TensorType) and result_type.shape is not None else None
+    if shape is None:
+        return 0
+    return int(np.prod([d if isinstance(d, int) and d >= 0 else 8 for d in shape], dtype=np.int64)) * per_output
 
 
 class QdqMatMulToInteger(RewritePattern):
@@ -137,7 +153,8 @@ class QdqMatMulToInteger(RewritePattern):
         if s_a is None or z_a is None or _scalar(qa, 1, True) is None or _scalar(qa, 2, False) is None:
             return False
         w = constant_value(dqb.operands[0])
-        if w is None or w.ndim != 2 or str(w.dtype) not in ("uint8", "int8"):
+        if w is None or w.ndim != 2 or str(w.dtype) not in ("uint8", "int8") \
+                or _macs(op.results[0].type, w.shape[0]) < MIN_MACS:
             return False
         n = w.shape[1]
         s_w = constant_value(dqb.operands[1])
@@ -228,7 +245,7 @@ class QdqConvToInteger(RewritePattern):
             return False
         m = op.operands[1].type.shape[0]
         wq = _quantized_weight(op.operands[1], m, 0)
-        if wq is None:
+        if wq is None or _macs(y.type, int(np.prod(op.operands[1].type.shape[1:], dtype=np.int64))) < MIN_MACS:
             return False
         q, s_x, z_x = act
         w, s_w, z_w = wq

@@ -68,10 +68,11 @@ INT8 = {"ui8": 0, "i8": 1}  # tcc_matmul_i8's operand types: whether signed
 MIN_ROWS = 8  # from here on a B that is no constant is packed per call (below: the nest)
 
 
-def _vnni():
+def vnni_target():
     """Whether the code is compiled for a CPU with AVX-512 VNNI (the native
     target is this CPU), and TCC_CPU_ISA does not ask for less: then B is
-    packed as bytes for vpdpbusd (gemm_int.c)."""
+    packed as bytes for vpdpbusd (gemm_int.c), and the int8 products beat
+    f32 FMAs (driver: qdq-to-integer only then)."""
     import os
     from ...loop_to_native.target import host_features
     isa = os.environ.get("TCC_CPU_ISA", "")
@@ -129,7 +130,7 @@ def _pack_weights(bval, zval):
     column), packed for gemm_int.c: (packed array, layout 1 int16 pairs or
     2 bytes for VNNI/AMX where that fits int8 and the CPU has VNNI)."""
     bz = np.asarray(bval, np.int32) - np.asarray(zval, np.int32).reshape(1, -1)
-    if _vnni() and bz.min(initial=0) >= -128 and bz.max(initial=0) <= 127:
+    if vnni_target() and bz.min(initial=0) >= -128 and bz.max(initial=0) <= 127:
         return pack_u8s8(bz), 2
     return pack_int16_pairs(bz), 1
 
