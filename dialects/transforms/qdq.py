@@ -118,72 +118,6 @@ def _macs(result_type, per_output):
     return int(np.prod([d if isinstance(d, int) and d >= 0 else 8 for d in shape], dtype=np.int64)) * per_output
 
 
-class QdqMatMulToInteger(RewritePattern):
-    """MatMul(DequantizeLinear(QuantizeLinear(x)), DequantizeLinear(W)), the
-    pair onnxruntime.quantization's QDQ format writes around a matmul with
-    W a constant 8-bit matrix [K, N] (per tensor, or per column: axis 1) ->
-
-        Mul(Cast(MatMulInteger(QuantizeLinear(x), W, z_a, z_w), float), s_a * s_w)
-
-    The products (q - z_a)(w - z_w) and their sum are exact integers, so
-    this is the float model's result rounded once where the float GEMM
-    rounds at every add (closer to the exact value, not bit-equal: s_a * s_w
-    is one f32 rounding, a sum past 2^24 another). It runs on the host
-    runtime's int8 kernel (runtime/native/gemm_int.c). Only for host-memory
-    targets (driver: graph_pipeline): a GPU keeps the float ops."""
-    op_name = "onnx.MatMul"
-
-    def __init__(self, module):
-        self.module = module  # where large new constants keep their data
-
-    def match_and_rewrite(self, op, rw):
-        a, b = op.operands[0], op.operands[1]
-        dqa, dqb = getattr(a, "op", None), getattr(b, "op", None)
-        if dqa is None or dqb is None or dqa.name != "onnx.DequantizeLinear" or dqb.name != "onnx.DequantizeLinear":
-            return False
-        qa = getattr(dqa.operands[0], "op", None)
-        if qa is None or qa.name != "onnx.QuantizeLinear" or not (_f32(a) and _f32(b) and _f32(op.results[0])):
-            return False
-        q = qa.results[0]
-        qt = str(q.type.element)
-        if qt not in _INT8 or qa.get_attr("precision") or qa.get_attr("block_size") or dqa.get_attr("block_size") \
-                or dqb.get_attr("block_size") or not isinstance(a.type, TensorType) or (a.type.rank or 0) < 2:
-            return False
-        s_a, z_a = _scalar(dqa, 1, True), _scalar(dqa, 2, False)
-        if s_a is None or z_a is None or _scalar(qa, 1, True) is None or _scalar(qa, 2, False) is None:
-            return False
-        w = constant_value(dqb.operands[0])
-        if w is None or w.ndim != 2 or str(w.dtype) not in ("uint8", "int8") \
-                or _macs(op.results[0].type, w.shape[0]) < MIN_MACS:
-            return False
-        n = w.shape[1]
-        s_w = constant_value(dqb.operands[1])
-        z_w = constant_value(dqb.operands[2]) if len(dqb.operands) > 2 and dqb.operands[2].type is not NONE \
-            else np.zeros((), w.dtype)
-        if s_w is None or z_w is None or s_w.dtype != np.float32 or z_w.dtype != w.dtype:
-            return False
-        axis = dqb.get_attr("axis", 1)
-        for c in (s_w, z_w):
-            if c.size != 1 and not (c.ndim == 1 and c.size == n and axis in (1, -1)):
-                return False
-        def const(value, dtype):
-            c = make_constant(self.module, np.asarray(value, dtype), loc=op.loc)
-            rw.insert_before(op, c)
-            return c.results[0]
-
-        y = op.results[0]
-        i32_t = TensorType(y.type.shape, SCALARS["i32"])
-        mi = rw.create_before(op, "onnx.MatMulInteger",
-                              [q, dqb.operands[0], const(z_a, _INT8[qt]), const(z_w.reshape(-1) if z_w.size != 1
-                                                                                 else z_w.reshape(()), w.dtype)],
-                              [i32_t], {}, loc=op.loc)
-        f = rw.create_before(op, "onnx.Cast", [mi.results[0]], [y.type], {"to": A.IntegerAttr(1)}, loc=op.loc)
-        scale = (np.float32(s_a) * s_w.astype(np.float32)).reshape(-1 if s_w.size != 1 else ())
-        out = rw.create_before(op, "onnx.Mul", [f.results[0], const(scale, np.float32)], [y.type], {}, loc=op.loc)
-        rw.replace_op(op, [out.results[0]])
-        return True
-
-
 def _quantized_activation(v):
     """(QuantizeLinear's result q, DequantizeLinear's scale, zero point) when
     v = DequantizeLinear(QuantizeLinear(x)) per tensor with an 8-bit q, else None."""
@@ -224,7 +158,68 @@ def _quantized_weight(v, n, axis):
     return dq.operands[0], s, z
 
 
-class QdqConvToInteger(RewritePattern):
+class _QdqToInteger(RewritePattern):
+    """What both rewrites share: new constants, and the integer op's result
+    cast to float, scaled (and the bias added)."""
+
+    def __init__(self, module):
+        self.module = module  # where large new constants keep their data
+
+    def const(self, rw, op, value, dtype):
+        c = make_constant(self.module, np.asarray(value, dtype), loc=op.loc)
+        rw.insert_before(op, c)
+        return c.results[0]
+
+    def replace(self, rw, op, name, q, w, z_q, z_w, attrs, scale, bias=None):
+        """op -> Mul(Cast(name(q, w, z_q, z_w)), scale) [+ bias, [M, 1, 1]]."""
+        y = op.results[0]
+        zw = z_w.reshape(-1) if z_w.size != 1 else z_w.reshape(())
+        ip = rw.create_before(op, name, [q, w, self.const(rw, op, z_q, _INT8[str(q.type.element)]),
+                                         self.const(rw, op, zw, z_w.dtype)],
+                              [TensorType(y.type.shape, SCALARS["i32"])], attrs, loc=op.loc)
+        f = rw.create_before(op, "onnx.Cast", [ip.results[0]], [y.type], {"to": A.IntegerAttr(1)}, loc=op.loc)
+        out = rw.create_before(op, "onnx.Mul", [f.results[0], self.const(rw, op, scale, np.float32)], [y.type], {},
+                               loc=op.loc).results[0]
+        if bias is not None:
+            m = bias.type.shape[0]
+            b3 = rw.create_before(op, "onnx.Reshape", [bias, self.const(rw, op, [m, 1, 1], np.int64)],
+                                  [TensorType((m, 1, 1), bias.type.element)], {}, loc=op.loc)
+            out = rw.create_before(op, "onnx.Add", [out, b3.results[0]], [y.type], {}, loc=op.loc).results[0]
+        rw.replace_op(op, [out])
+        return True
+
+
+class QdqMatMulToInteger(_QdqToInteger):
+    """MatMul(DequantizeLinear(QuantizeLinear(x)), DequantizeLinear(W)), the
+    pair onnxruntime.quantization's QDQ format writes around a matmul with
+    W a constant 8-bit matrix [K, N] (per tensor, or per column: axis 1) ->
+
+        Mul(Cast(MatMulInteger(QuantizeLinear(x), W, z_a, z_w), float), s_a * s_w)
+
+    The products (q - z_a)(w - z_w) and their sum are exact integers, so
+    this is the float model's result rounded once where the float GEMM
+    rounds at every add (closer to the exact value, not bit-equal: s_a * s_w
+    is one f32 rounding, a sum past 2^24 another). It runs on the host
+    runtime's int8 kernel (runtime/native/gemm_int.c). Only for host-memory
+    targets with VNNI (driver: CompilePipeline.integer_qdq)."""
+    op_name = "onnx.MatMul"
+
+    def match_and_rewrite(self, op, rw):
+        a, b = op.operands[0], op.operands[1]
+        act = _quantized_activation(a)
+        if act is None or not _f32(op.results[0]) or not isinstance(b.type, TensorType) or b.type.rank != 2 \
+                or not isinstance(a.type, TensorType) or (a.type.rank or 0) < 2:
+            return False
+        k, n = b.type.shape
+        wq = _quantized_weight(b, n, 1)
+        if wq is None or _macs(op.results[0].type, k) < MIN_MACS:
+            return False
+        (q, s_a, z_a), (w, s_w, z_w) = act, wq
+        scale = (np.float32(s_a) * s_w).reshape(-1 if s_w.size != 1 else ())
+        return self.replace(rw, op, "onnx.MatMulInteger", q, w, z_a, z_w, {}, scale)
+
+
+class QdqConvToInteger(_QdqToInteger):
     """Conv(DequantizeLinear(QuantizeLinear(x)), DequantizeLinear(W), [B]), 2-D
     with one group and W a constant 8-bit tensor (per tensor or per output
     channel: axis 0) -> Mul(Cast(ConvInteger(q, W, z_x, z_w)), s_x * s_w) + B,
@@ -232,9 +227,6 @@ class QdqConvToInteger(RewritePattern):
     tcc_conv_i8. Grouped and depthwise convolutions keep the float path
     (ConvInteger has no kernel for them)."""
     op_name = "onnx.Conv"
-
-    def __init__(self, module):
-        self.module = module
 
     def match_and_rewrite(self, op, rw):
         y = op.results[0]
@@ -247,31 +239,12 @@ class QdqConvToInteger(RewritePattern):
         wq = _quantized_weight(op.operands[1], m, 0)
         if wq is None or _macs(y.type, int(np.prod(op.operands[1].type.shape[1:], dtype=np.int64))) < MIN_MACS:
             return False
-        q, s_x, z_x = act
-        w, s_w, z_w = wq
+        (q, s_x, z_x), (w, s_w, z_w) = act, wq
         bias = op.operands[2] if len(op.operands) > 2 and op.operands[2].type is not NONE else None
-
-        def const(value, dtype):
-            c = make_constant(self.module, np.asarray(value, dtype), loc=op.loc)
-            rw.insert_before(op, c)
-            return c.results[0]
-
         attrs = {k: v for k, v in op.attributes.items() if k in ("auto_pad", "dilations", "group", "kernel_shape",
                                                                   "pads", "strides")}
-        per = (m, 1, 1) if s_w.size != 1 else ()
-        ci = rw.create_before(op, "onnx.ConvInteger",
-                              [q, w, const(z_x, _INT8[str(q.type.element)]), const(z_w.reshape(-1) if z_w.size != 1
-                                                                                     else z_w.reshape(()), z_w.dtype)],
-                              [TensorType(y.type.shape, SCALARS["i32"])], attrs, loc=op.loc)
-        f = rw.create_before(op, "onnx.Cast", [ci.results[0]], [y.type], {"to": A.IntegerAttr(1)}, loc=op.loc)
-        out = rw.create_before(op, "onnx.Mul", [f.results[0], const((np.float32(s_x) * s_w).reshape(per), np.float32)],
-                               [y.type], {}, loc=op.loc).results[0]
-        if bias is not None:
-            b3 = rw.create_before(op, "onnx.Reshape", [bias, const([m, 1, 1], np.int64)],
-                                  [TensorType((m, 1, 1), bias.type.element)], {}, loc=op.loc)
-            out = rw.create_before(op, "onnx.Add", [out, b3.results[0]], [y.type], {}, loc=op.loc).results[0]
-        rw.replace_op(op, [out])
-        return True
+        scale = (np.float32(s_x) * s_w).reshape((m, 1, 1) if s_w.size != 1 else ())
+        return self.replace(rw, op, "onnx.ConvInteger", q, w, z_x, z_w, attrs, scale, bias)
 
 
 class QdqToIntegerPass(Pass):
