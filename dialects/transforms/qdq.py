@@ -170,8 +170,9 @@ class _QdqToInteger(RewritePattern):
         rw.insert_before(op, c)
         return c.results[0]
 
-    def replace(self, rw, op, name, q, w, z_q, z_w, attrs, scale, bias=None):
-        """op -> Mul(Cast(name(q, w, z_q, z_w)), scale) [+ bias, [M, 1, 1]]."""
+    def replace(self, rw, op, name, q, w, z_q, z_w, attrs, scale, bias=None, per_channel_bias=True):
+        """op -> Mul(Cast(name(q, w, z_q, z_w)), scale) [+ bias: as [M, 1, 1]
+        with per_channel_bias (a Conv's), else as it broadcasts (a Gemm's C)]."""
         y = op.results[0]
         zw = z_w.reshape(-1) if z_w.size != 1 else z_w.reshape(())
         ip = rw.create_before(op, name, [q, w, self.const(rw, op, z_q, _INT8[str(q.type.element)]),
@@ -180,7 +181,9 @@ class _QdqToInteger(RewritePattern):
         f = rw.create_before(op, "onnx.Cast", [ip.results[0]], [y.type], {"to": A.IntegerAttr(1)}, loc=op.loc)
         out = rw.create_before(op, "onnx.Mul", [f.results[0], self.const(rw, op, scale, np.float32)], [y.type], {},
                                loc=op.loc).results[0]
-        if bias is not None:
+        if bias is not None and not per_channel_bias:
+            out = rw.create_before(op, "onnx.Add", [out, bias], [y.type], {}, loc=op.loc).results[0]
+        elif bias is not None:
             m = bias.type.shape[0]
             b3 = rw.create_before(op, "onnx.Reshape", [bias, self.const(rw, op, [m, 1, 1], np.int64)],
                                   [TensorType((m, 1, 1), bias.type.element)], {}, loc=op.loc)
@@ -219,6 +222,34 @@ class QdqMatMulToInteger(_QdqToInteger):
         return self.replace(rw, op, "onnx.MatMulInteger", q, w, z_a, z_w, {}, scale)
 
 
+class QdqGemmToInteger(_QdqToInteger):
+    """Gemm(DequantizeLinear(QuantizeLinear(x)), DequantizeLinear(W), [C]),
+    no transA, beta 1: an exporter's Linear on 2-D activations (transB = 1,
+    W [N, K] per output channel: axis 0) -> MatMulInteger on W transposed
+    here, times s_x * s_w * alpha, plus C as it broadcasts."""
+    op_name = "onnx.Gemm"
+
+    def match_and_rewrite(self, op, rw):
+        y = op.results[0]
+        if not _f32(y) or op.get_attr("transA", 0) or float(op.get_attr("beta", 1.0)) != 1.0:
+            return False
+        a, b = op.operands[0], op.operands[1]
+        act = _quantized_activation(a)
+        if act is None or not isinstance(b.type, TensorType) or b.type.rank != 2:
+            return False
+        tb = int(op.get_attr("transB", 0) or 0)
+        n, k = b.type.shape if tb else b.type.shape[::-1]
+        wq = _quantized_weight(b, n, 0 if tb else 1)
+        if wq is None or _macs(y.type, k) < MIN_MACS:
+            return False
+        (q, s_x, z_x), (w, s_w, z_w) = act, wq
+        if tb:
+            w = self.const(rw, op, constant_value(w).T, constant_value(w).dtype)
+        c = op.operands[2] if len(op.operands) > 2 and op.operands[2].type is not NONE else None
+        scale = (np.float32(s_x) * s_w * np.float32(op.get_attr("alpha", 1.0))).reshape(-1 if s_w.size != 1 else ())
+        return self.replace(rw, op, "onnx.MatMulInteger", q, w, z_x, z_w, {}, scale, c, per_channel_bias=False)
+
+
 class QdqConvToInteger(_QdqToInteger):
     """Conv(DequantizeLinear(QuantizeLinear(x)), DequantizeLinear(W), [B]), 2-D
     with one group and W a constant 8-bit tensor (per tensor or per output
@@ -249,7 +280,8 @@ class QdqConvToInteger(_QdqToInteger):
 
 class QdqToIntegerPass(Pass):
     name = "qdq-to-integer"
-    summary = "QDQ-format MatMuls and Convs with constant 8-bit weights -> MatMulInteger, ConvInteger"
+    summary = "QDQ-format MatMuls, Gemms and Convs with constant 8-bit weights -> MatMulInteger, ConvInteger"
 
     def run(self, module, ctx):
-        apply_patterns_greedily(ctx, module, [QdqMatMulToInteger(module), QdqConvToInteger(module)])
+        apply_patterns_greedily(ctx, module, [QdqMatMulToInteger(module), QdqGemmToInteger(module),
+                                              QdqConvToInteger(module)])

@@ -272,3 +272,40 @@ def test_qdq_conv_runs_on_the_int8_kernel(monkeypatch, qtype, per_channel, attrs
     assert ("onnx.ConvInteger" in ops) is integer, sorted(ops)
     y = tcc.load(tcc.compile(mdl, maccel=maccel)).run({"x": x})[0]
     np.testing.assert_allclose(y, exact, rtol=1e-6, atol=1e-6 * np.abs(exact).max())
+
+
+@pytest.mark.parametrize("isa", ["", "avx2"])
+@pytest.mark.parametrize("trans_b,per_channel,bias", [(1, True, True), (0, False, True), (1, False, False)])
+def test_qdq_gemm_runs_on_the_int8_kernel(monkeypatch, trans_b, per_channel, bias, isa):
+    """An exporter's Linear on 2-D activations, QDQ: Gemm with transB (W
+    [N, K], per output channel: axis 0) or without (W [K, N], axis 1),
+    alpha and a C, on a VNNI target becomes MatMulInteger on W transposed
+    at compile time; against the integer sum scaled in float64 plus C."""
+    from tcc.driver.options import CompileOptions
+    from tcc.driver.pipeline import CompilePipeline
+    integer = _integer_path(monkeypatch, isa)
+    m, k, n, alpha = 19, 200, 45, 0.75
+    w = RNG.integers(-127, 128, (n, k) if trans_b else (k, n)).astype(np.int8)
+    sw = RNG.uniform(0.001, 0.01, (n,) if per_channel else ()).astype(np.float32)
+    zw = np.zeros(sw.shape, np.int8)
+    sx, zx = np.float32(0.02), np.asarray(128, np.uint8)
+    c = RNG.standard_normal(n).astype(np.float32)
+    inits = [numpy_helper.from_array(np.asarray(v), nm) for v, nm in
+             [(w, "w"), (sw, "sw"), (zw, "zw"), (np.asarray(sx), "sx"), (zx, "zx"), (c, "c")]]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["q"]),
+             helper.make_node("DequantizeLinear", ["q", "sx", "zx"], ["d"]),
+             helper.make_node("DequantizeLinear", ["w", "sw", "zw"], ["wd"], axis=0 if trans_b else 1),
+             helper.make_node("Gemm", ["d", "wd"] + (["c"] if bias else []), ["y"], transB=trans_b, alpha=alpha)]
+    g = helper.make_graph(nodes, "qdq_gemm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (m, k))],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, (m, n))], inits)
+    mdl = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
+    mdl.ir_version = 10
+    x = RNG.standard_normal((m, k)).astype(np.float32)
+    q = np.clip(np.rint(x / sx) + 128, 0, 255).astype(np.int64)
+    wk = (w.T if trans_b else w).astype(np.int64)
+    exact = ((q - 128) @ wk) * (np.float64(sx) * sw.astype(np.float64) * alpha) + (c if bias else 0)
+    pipe = CompilePipeline(CompileOptions(maccel=["cpu"]))
+    ops = {o.name for o in pipe.import_and_optimize(mdl).walk()}
+    assert ("onnx.MatMulInteger" in ops) is integer and ("onnx.Gemm" in ops) is not integer, sorted(ops)
+    y = tcc.load(tcc.compile(mdl, maccel=["cpu"])).run({"x": x})[0]
+    np.testing.assert_allclose(y, exact, rtol=1e-6 if integer else 1e-5, atol=1e-5 * np.abs(exact).max())
