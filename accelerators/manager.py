@@ -5,6 +5,7 @@ value from one, or hangs in one past TCC_HOOK_TIMEOUT seconds is reported by
 name. Plugins not selected are never imported."""
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 import os
@@ -181,7 +182,7 @@ class Accelerator:
                                    f"{_short(result)}, not {check[1]}")
         return result
 
-    @property
+    @functools.cached_property
     def on_host_memory(self) -> bool:
         """Its buffers are the host's (its target kind's device_type is
         "cpu", as the in-tree cpu accelerator's): nothing is copied to run

@@ -20,7 +20,7 @@ from . import elementwise
 from .elementwise import flit
 from .packing import (PANEL, PW_ROWS, SMALL_M, conv_packed, conv_scratch, narrow_gemm,  # noqa: F401
                       narrow_ldb, pack_b, pack_bt, pack_conv, pack_pw)
-from .support import const_value
+from .support import const_value, contiguous_strides
 
 ALIGN = 64
 ACT_CODES = {None: "TCC_ACT_NONE", "relu": "TCC_ACT_RELU", "clip": "TCC_ACT_CLIP", "sigmoid": "TCC_ACT_SIGMOID",
@@ -470,7 +470,7 @@ class FunctionCodegen:
         shapes = [a2, b2, tuple(batch) + (a2[-2], b2[-1])]
         args, offs = [], []
         for shape, view in zip(shapes, views):
-            strides = view[1] if view else _contiguous(shape)
+            strides = view[1] if view else contiguous_strides(shape)
             rows, cols = strides[-2:]
             trans, ld = (0, rows) if cols == 1 else (1, cols)
             bshape, bstr = shape[:-2], strides[:-2]
@@ -630,10 +630,6 @@ def _view(attr):
     vals = [int(x) for x in attr]
     r = len(vals) // 2
     return tuple(vals[:r]), tuple(vals[r:])
-
-
-def _contiguous(shape):
-    return tuple(int(np.prod(shape[d + 1:], dtype=np.int64)) for d in range(len(shape)))
 
 
 def _coalesce(shape, strides):

@@ -47,7 +47,7 @@ from tcc.dialects.ir import attributes as A
 from tcc.dialects.ir.types import NONE, TensorType, f32
 
 from . import packing
-from .support import ELEMENTWISE, const_value, opset, reduce_mean_start, slice_view
+from .support import ELEMENTWISE, const_value, contiguous_strides, opset, reduce_mean_start, slice_view
 
 ACTS = {"onnx.Relu": "relu", "onnx.Sigmoid": "sigmoid", "onnx.Tanh": "tanh", "onnx.LeakyRelu": "leaky",
         "onnx.Clip": "clip"}
@@ -492,7 +492,7 @@ class Lowering:
                         or op.operands[1 - i] is v:
                     continue
                 x = t.operands[0]
-                cs = _contiguous_strides(x.type.shape)
+                cs = contiguous_strides(x.type.shape)
                 strides = [cs[d] for d in t.get_attr("perm")]
                 if 1 not in strides[-2:]:
                     continue
@@ -508,7 +508,7 @@ class Lowering:
                 continue
             z = t.results[0]
             perm = list(t.get_attr("perm"))
-            cs = _contiguous_strides(z.type.shape)
+            cs = contiguous_strides(z.type.shape)
             strides = [0] * len(perm)
             for d, e in enumerate(perm):
                 strides[e] = cs[d]
@@ -751,15 +751,11 @@ class Lowering:
         return left
 
 
-def _contiguous_strides(shape):
-    return [int(np.prod(shape[d + 1:], dtype=np.int64)) for d in range(len(shape))]
-
-
 def _broadcast_strides(shape, out_shape):
     """Source strides (elements) per output dim of `shape` broadcast to
     `out_shape` (numpy's rule, right-aligned): 0 where a dim repeats."""
     shape = [1] * (len(out_shape) - len(shape)) + list(shape)
-    cstride = [int(np.prod(shape[d + 1:], dtype=np.int64)) for d in range(len(shape))]
+    cstride = contiguous_strides(shape)
     return [0 if n == 1 and o != 1 else c for n, o, c in zip(shape, out_shape, cstride)]
 
 

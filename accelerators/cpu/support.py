@@ -64,6 +64,11 @@ def reduce_mean_start(op, module):
     return axes[0] if axes == list(range(axes[0], rank)) else None
 
 
+def contiguous_strides(shape):
+    """Row-major strides (elements) of `shape`."""
+    return [int(np.prod(shape[d + 1:], dtype=np.int64)) for d in range(len(shape))]
+
+
 def slice_view(op, module):
     """A Slice as a strided view of its input: (element offset, [source
     stride per output dim]), or None unless starts/ends/axes/steps are
@@ -94,7 +99,7 @@ def slice_view(op, module):
     if len(axes) != len(starts) or len(steps) != len(starts) or 0 in steps or \
             any(not 0 <= a < rank for a in axes) or len(set(axes)) != len(axes):
         return None
-    cstride = [int(np.prod(shape[d + 1:], dtype=np.int64)) for d in range(rank)]
+    cstride = contiguous_strides(shape)
     offset, strides = 0, list(cstride)
     for a, b, e, st in zip(axes, starts, ends, steps):
         b, _, st = slice(b, e, st).indices(shape[a])

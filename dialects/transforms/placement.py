@@ -216,25 +216,33 @@ class MergeRegionsPass(Pass):
         """Regions not worth leaving the host go back to it (tcc_cost_hint).
         A device of its own: the saving (sum of (1 - hint) x output elements)
         must beat COPY_COST per element copied in or out. An accelerator on
-        the host's own memory (its target kind's device_type is "cpu")
-        copies nothing; what a region costs there is the fusion it takes
-        from the host steps beside it, so its saving must beat one pass per
-        element it exchanges with a host step, and only regions whose every
-        op has a hint are judged (None: keep, e.g. the cpu's kernels)."""
-        accs = {a.name: a for a in _accelerators(ctx)}
+        the host's own memory (Accelerator.on_host_memory) copies nothing;
+        what a region costs there is the fusion it takes from the host steps
+        beside it, so its saving must beat one pass per element it exchanges
+        with them, and a region with an op of no hint (None: the cpu's
+        kernels) is kept but gives back its edges (_peel). Judged again
+        until nothing moves: a region gone back can leave its neighbours
+        beside host steps. Each op's hint is asked once."""
+        accs = {a.name: a for a in _accelerators(ctx) if a.has("tcc_cost_hint")}
+        hints = {}
+
+        def costs(acc, ops):
+            for op in ops:
+                if op not in hints:
+                    hints[op] = acc.call("tcc_cost_hint", op=op, module=module)
+            return [hints[op] for op in ops]
         dropped = True
-        while dropped:  # a region gone back to the host can leave its neighbours beside host steps
+        while dropped:
             dropped = False
             for acc_name, ops in members.values():
                 acc = accs.get(acc_name)
-                if acc is not None and acc.has("tcc_cost_hint") and ops:
-                    dropped |= MergeRegionsPass._judge(module, acc, acc_name, ops)
+                if acc is not None and ops:
+                    dropped |= MergeRegionsPass._judge(acc, acc_name, ops, costs(acc, ops))
 
     @staticmethod
-    def _judge(module, acc, acc_name, ops):
-        """Whether `ops` (one region) went back to the host."""
+    def _judge(acc, acc_name, ops, costs):
+        """Whether `ops` (one region, `costs` its ops' hints) went back to the host."""
         inside = set(ops)
-        costs = [acc.call("tcc_cost_hint", op=op, module=module) for op in ops]
         if all(c is None for c in costs):
             return False  # no opinion: keep the region
         host_memory = acc.on_host_memory
