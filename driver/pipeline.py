@@ -31,11 +31,11 @@ from .progress import phase
 from .specializing import needs_specialization
 
 
-def graph_pipeline(opt_level: int, integer_qdq: bool = False) -> str:
-    """Target-independent graph passes (stage 2 of DESIGN.md). With
-    `integer_qdq` (every target on host memory: the host, the cpu
-    accelerator), QDQ-format MatMuls become int8 MatMulIntegers first,
-    before canonicalize turns the activations' pairs into float ops."""
+def graph_pipeline(opt_level: int, integer_qdq: str = "") -> str:
+    """Target-independent graph passes (stage 2 of DESIGN.md). `integer_qdq`
+    (CompilePipeline.integer_qdq: qdq-to-integer and its options, or "")
+    runs first, before canonicalize turns the activations' QDQ pairs into
+    float ops."""
     # The first inference also rechecks the types the model declares
     # (value_info, outputs): where onnx's inference disagrees, it wins, and
     # an op of static operands it rejects (a Slice axis past the rank, Tile
@@ -45,7 +45,7 @@ def graph_pipeline(opt_level: int, integer_qdq: bool = False) -> str:
     # Twice round shape inference and folding: folding a Pad's pads (say)
     # makes its shape static only after inference, and only then can a
     # Shape of it fold (expanded functions chain several such steps).
-    return ("shape-inference{recheck=true,strict=true}," + ("qdq-to-integer," if integer_qdq else "") +
+    return ("shape-inference{recheck=true,strict=true}," + (integer_qdq + "," if integer_qdq else "") +
             "canonicalize,fold-constants,shape-inference,canonicalize,fold-constants,"
             "canonicalize,fold-batchnorm,cse,dce,shape-inference,index-bounds")
 
@@ -76,16 +76,17 @@ class CompilePipeline:
                 a.call("tcc_add_passes", pipeline=self.stages, emission_target=options.emit)
 
     @property
-    def integer_qdq(self) -> bool:
-        """QDQ matmuls and convs on the host runtime's int8 kernels: when
-        every target shares the host's memory (a GPU keeps them float, on
-        its own GEMMs) and the CPU has AVX-512 VNNI. Without it the exact
-        products are int16 pairs (vpmaddwd), no faster than f32 FMAs: with
-        AVX-512 hidden (an AVX2 CPU), ResNet-18 through quantize_static took
-        50 ms on them at 1 thread, 1.85x onnxruntime's, where its float
-        path is near onnxruntime's float time."""
-        from tcc.dialects.conversions.graph_to_loop.quantization.quantized_linear import vnni_target
-        return all(a.on_host_memory for a in self.accels) and vnni_target()
+    def integer_qdq(self) -> str:
+        """qdq-to-integer as graph_pipeline runs it, or "": QDQ products on
+        the host runtime's int8 kernels when every target shares the host's
+        memory (a GPU keeps them float, on its own GEMMs) and the CPU runs
+        them faster than f32 (integer_qdq_kinds: matmuls and convolutions
+        with VNNI, matmuls alone with AVX2)."""
+        from tcc.dialects.conversions.graph_to_loop.quantization.quantized_linear import integer_qdq_kinds
+        kinds = integer_qdq_kinds()
+        if not kinds or not all(a.on_host_memory for a in self.accels):
+            return ""
+        return "qdq-to-integer" if "conv" in kinds else "qdq-to-integer{convs=false}"
 
     def target(self, name):
         """The `Target` accelerator `name`'s code generator reads: its

@@ -204,7 +204,7 @@ class QdqMatMulToInteger(_QdqToInteger):
     rounds at every add (closer to the exact value, not bit-equal: s_a * s_w
     is one f32 rounding, a sum past 2^24 another). It runs on the host
     runtime's int8 kernel (runtime/native/gemm_int.c). Only for host-memory
-    targets with VNNI (driver: CompilePipeline.integer_qdq)."""
+    targets whose CPU runs it faster (driver: CompilePipeline.integer_qdq)."""
     op_name = "onnx.MatMul"
 
     def match_and_rewrite(self, op, rw):
@@ -281,7 +281,9 @@ class QdqConvToInteger(_QdqToInteger):
 class QdqToIntegerPass(Pass):
     name = "qdq-to-integer"
     summary = "QDQ-format MatMuls, Gemms and Convs with constant 8-bit weights -> MatMulInteger, ConvInteger"
+    options = {"convs": (bool, True, "Convs too (driver: not on AVX2 CPUs, where float Winograd beats int16 "
+                                     "pairs)")}
 
     def run(self, module, ctx):
-        apply_patterns_greedily(ctx, module, [QdqMatMulToInteger(module), QdqGemmToInteger(module),
-                                              QdqConvToInteger(module)])
+        patterns = [QdqMatMulToInteger(module), QdqGemmToInteger(module)]
+        apply_patterns_greedily(ctx, module, patterns + ([QdqConvToInteger(module)] if self.convs else []))

@@ -144,6 +144,23 @@ def test_matmul_integer_kernel(monkeypatch, lower_isa, run_isa, adt, bdt, zb, ro
         np.testing.assert_array_equal(run_loop_module(mod, list(inputs.values()))[0], want)
 
 
+@pytest.mark.parametrize("run_isa", ["", "avx512", "avx2", "generic"])
+@pytest.mark.parametrize("adt,bdt", [(np.uint8, np.int8), (np.int8, np.uint8)])
+def test_matmul_integer_kernel_in_cache_chunks(monkeypatch, run_isa, adt, bdt):
+    """A B of more than 256 KB is walked in chunks of panels (gemm_int.c's
+    task_at): K 1100 makes a panel 70 KB, so N 133 is chunks of 3 and 2
+    panels, the last panel 5 columns wide; 3 x 13 rows end in a partial row
+    tile on every ISA's tile height. int64 numpy is the reference."""
+    a, b, az, bz = q((3, 13, 1100), adt), q((1100, 133), bdt), q((), adt), q((), bdt)
+    m = model([h.make_node("MatMulInteger", ["a", "b", "az", "bz"], ["y"])], {"a": a, "az": az}, {"y": np.int32},
+              opset=10, initializers={"b": b, "bz": bz})
+    mod = lowered(m)
+    monkeypatch.setenv("TCC_CPU_ISA", run_isa)
+    assert _library_calls(mod) == ["tcc_matmul_i8"]
+    want = (a.astype(np.int64) - az.astype(np.int64)) @ (b.astype(np.int64) - bz.astype(np.int64))
+    np.testing.assert_array_equal(run_native(mod, [a, az])[0], want)
+
+
 def test_matmul_integer_few_rows_of_an_input_b_stay_a_nest():
     """Packing a B that is no constant on every call would outweigh the
     products of fewer than 8 rows: no library call there."""

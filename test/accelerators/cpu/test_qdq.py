@@ -157,28 +157,36 @@ def _qdq_matmul_model(m, k, n, qtype, wtype, per_column, batch=()):
     return mdl, x, exact
 
 
-def _integer_path(monkeypatch, isa):
-    """Set TCC_CPU_ISA; whether qdq-to-integer runs then (VNNI targets
-    only). The size floor (qdq.MIN_MACS) is lifted: these models are small."""
-    from tcc.dialects.conversions.graph_to_loop.quantization.quantized_linear import vnni_target
+def _integer_path(monkeypatch, isa, kind="matmul"):
+    """Set TCC_CPU_ISA; whether qdq-to-integer turns a QDQ `kind` ("matmul"
+    or "conv") into integers then: matmuls from AVX2 on, convolutions with
+    VNNI (this CPU's features decide; CI's may have either). The size
+    floor (qdq.MIN_MACS) is lifted: these models are small."""
+    from tcc.dialects.conversions.graph_to_loop.quantization.quantized_linear import (integer_qdq_kinds,
+                                                                                       vnni_target)
+    from tcc.dialects.conversions.loop_to_native.target import host_features
     from tcc.dialects.transforms import qdq
     monkeypatch.setenv("TCC_CPU_ISA", isa)
     monkeypatch.setattr(qdq, "MIN_MACS", 0)
-    return vnni_target()
+    kinds = integer_qdq_kinds()
+    # the rule itself, spelled out against the CPU's features
+    assert kinds == ({"matmul", "conv"} if vnni_target() else
+                     {"matmul"} if isa != "generic" and "avx2" in host_features() else set())
+    return kind in kinds
 
 
-@pytest.mark.parametrize("isa", ["", "avx2"])
+@pytest.mark.parametrize("isa", ["", "avx2", "generic"])
 @pytest.mark.parametrize("maccel", [["cpu"], ["host"]])
 @pytest.mark.parametrize("qtype,wtype,per_column,batch", [
     ("uint8", "int8", True, ()), ("int8", "int8", False, (2,)), ("uint8", "uint8", False, ()),
     ("int8", "uint8", True, (2, 3))])
 def test_qdq_matmul_runs_on_the_int8_kernel(monkeypatch, qtype, wtype, per_column, batch, maccel, isa):
-    """On a VNNI target, QDQ MatMuls with constant 8-bit weights become
-    MatMulInteger (qdq.QdqMatMulToInteger): the exact integer sum scaled
-    once, so within a few f32 roundings of the float model's exact value,
-    element by element (a float GEMM, rounding at every add, is not: 1e-6
-    relative fails on its cancellations). Elsewhere (TCC_CPU_ISA=avx2 here,
-    an AVX2 CPU in CI) they stay float MatMuls, to f32 GEMM accuracy."""
+    """On an AVX2 or VNNI target, QDQ MatMuls with constant 8-bit weights
+    become MatMulInteger (qdq.QdqMatMulToInteger): the exact integer sum
+    scaled once, so within a few f32 roundings of the float model's exact
+    value, element by element (a float GEMM, rounding at every add, is not:
+    1e-6 relative fails on its cancellations). At TCC_CPU_ISA=generic they
+    stay float MatMuls, to f32 GEMM accuracy."""
     from tcc.driver.options import CompileOptions
     from tcc.driver.pipeline import CompilePipeline
     integer = _integer_path(monkeypatch, isa)
@@ -202,7 +210,7 @@ def test_qdq_matmul_stays_float_for_a_device_of_its_own(monkeypatch):
     mdl, _, _ = _qdq_matmul_model(5, 16, 8, "uint8", "int8", True)
     for maccel, integer in ((["gpu"], False), (["gpu", "cpu"], False), (["cpu"], vnni), ([], vnni)):
         pipe = CompilePipeline(CompileOptions(maccel=maccel))
-        assert pipe.integer_qdq is integer, maccel
+        assert bool(pipe.integer_qdq) is integer, maccel
         ops = {o.name for o in pipe.import_and_optimize(mdl).walk()}
         assert ("onnx.MatMulInteger" in ops) is integer and ("onnx.MatMul" in ops) is not integer, (maccel, ops)
 
@@ -219,7 +227,7 @@ def test_small_qdq_matmuls_stay_float(monkeypatch):
         monkeypatch.setattr(qdq, "MIN_MACS", floor)
         pipe = CompilePipeline(CompileOptions(maccel=["cpu"]))
         ops = {o.name for o in pipe.import_and_optimize(mdl).walk()}
-        assert ("onnx.MatMulInteger" in ops) is (integer and pipe.integer_qdq), (floor, ops)
+        assert ("onnx.MatMulInteger" in ops) is (integer and bool(pipe.integer_qdq)), (floor, ops)
 
 
 @pytest.mark.parametrize("isa", ["", "avx2"])
@@ -230,10 +238,11 @@ def test_small_qdq_matmuls_stay_float(monkeypatch):
 def test_qdq_conv_runs_on_the_int8_kernel(monkeypatch, qtype, per_channel, attrs, bias, group, maccel, isa):
     """On a VNNI target, QDQ Convs with constant int8 weights (per output
     channel or per tensor) become ConvInteger on tcc_conv_i8, the bias
-    added after; a grouped one, or any without VNNI, keeps the float path.
+    added after; a grouped one, or any without VNNI (TCC_CPU_ISA=avx2 here,
+    an AVX2 CPU in CI), keeps the float path.
     Against the float model's value in float64 (onnx.reference), to a few
     f32 roundings."""
-    integer = _integer_path(monkeypatch, isa) and group == 1
+    integer = _integer_path(monkeypatch, isa, "conv") and group == 1
     from onnx.reference import ReferenceEvaluator
     from tcc.driver.options import CompileOptions
     from tcc.driver.pipeline import CompilePipeline
@@ -279,7 +288,7 @@ def test_qdq_conv_runs_on_the_int8_kernel(monkeypatch, qtype, per_channel, attrs
 def test_qdq_gemm_runs_on_the_int8_kernel(monkeypatch, trans_b, per_channel, bias, isa):
     """An exporter's Linear on 2-D activations, QDQ: Gemm with transB (W
     [N, K], per output channel: axis 0) or without (W [K, N], axis 1),
-    alpha and a C, on a VNNI target becomes MatMulInteger on W transposed
+    alpha and a C, on an AVX2 or VNNI target becomes MatMulInteger on W transposed
     at compile time; against the integer sum scaled in float64 plus C."""
     from tcc.driver.options import CompileOptions
     from tcc.driver.pipeline import CompilePipeline

@@ -79,6 +79,25 @@ def vnni_target():
     return isa not in ("avx2", "generic") and {"avx512vnni", "avx512bw"} <= host_features()
 
 
+def integer_qdq_kinds() -> frozenset:
+    """Which QDQ products run faster as exact integers on the native target
+    (driver: qdq-to-integer's `convs`): with VNNI, matmuls and convolutions
+    ({"matmul", "conv"}); with AVX2 alone, matmuls and Gemms ({"matmul"}):
+    int16 pairs (vpmaddwd) made 64-77 GMAC/s on BERT- and MLP-sized
+    products against about 45 for f32 FMAs (Xeon family 6 model 167 as an
+    AVX2 CPU, one thread), and mlp_qdq went from 1.85x onnxruntime to 1.45x,
+    but 3x3 convolutions are Winograd in float (fewer products than any
+    exact int8 form): resnet18_qdq took 35 ms as int8 against 34 as float.
+    Else (TCC_CPU_ISA=generic, no AVX2) none."""
+    import os
+    from ...loop_to_native.target import host_features
+    if vnni_target():
+        return frozenset({"matmul", "conv"})
+    if os.environ.get("TCC_CPU_ISA", "") != "generic" and "avx2" in host_features():
+        return frozenset({"matmul"})
+    return frozenset()
+
+
 def _matmul_i32(cx, op, A, B, azp, bzp, acc):
     """acc (int32, the result shape) = (A - azp) @ (B - bzp), batched and
     broadcast like MatMul; azp per row of A, bzp per column of B.
