@@ -80,13 +80,18 @@ class CompilePipeline:
         """qdq-to-integer as graph_pipeline runs it, or "": QDQ products on
         the host runtime's int8 kernels when every target shares the host's
         memory (a GPU keeps them float, on its own GEMMs) and the CPU runs
-        them faster than f32 (integer_qdq_kinds: matmuls and convolutions
-        with VNNI, matmuls alone with AVX2)."""
+        them faster than f32 (integer_qdq_kinds: every matmul and
+        convolution with VNNI; with AVX2 alone, matmuls and the
+        convolutions of small images)."""
         from tcc.dialects.conversions.graph_to_loop.quantization.quantized_linear import integer_qdq_kinds
         kinds = integer_qdq_kinds()
         if not kinds or not all(a.on_host_memory for a in self.accels):
             return ""
-        return "qdq-to-integer" if "conv" in kinds else "qdq-to-integer{convs=false}"
+        if "conv" in kinds:
+            return "qdq-to-integer"
+        from tcc.dialects.transforms.qdq import AVX2_CONV_POSITIONS
+        return (f"qdq-to-integer{{conv-max-positions={AVX2_CONV_POSITIONS}}}" if "small-conv" in kinds else
+                "qdq-to-integer{convs=false}")
 
     def target(self, name):
         """The `Target` accelerator `name`'s code generator reads: its

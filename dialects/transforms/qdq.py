@@ -108,6 +108,17 @@ _INT8 = {"ui8": np.uint8, "i8": np.int8, "si8": np.int8}
 # last layer (0.65 M, after two int8 ones) float made it 1.22x onnxruntime
 # at 1 thread, int8 1.09x. A dim not known at compile time counts 8.
 MIN_MACS = 1 << 19
+# On an AVX2 CPU (int16 pairs, no VNNI) a QDQ Conv goes int8 only with at
+# most this many output positions a channel: small images of many channels,
+# whose float weights stream from memory (ResNet-18's last stage: 9.4 MB a
+# layer). Larger images keep the float kernels (Winograd, the stem's
+# rows), which beat the int16 pairs' exact products plus im2col. ResNet-18
+# layers, one thread, Xeon family 6 model 167 as an AVX2 CPU, tcc_conv_i8
+# against the float path's time in the model: 3x3 on 7x7 (512 channels)
+# 2.1 ms against 3.0, 14x14 1.75 against 1.9, stride 2 into 7x7 1.0
+# against 1.6; but 28x28 1.8 against 1.4, 56x56 1.9 against 1.3, and the
+# 7x7 stem 2.9 (plus the QuantizeLinear of its input) against 2.8.
+AVX2_CONV_POSITIONS = 400
 
 
 def _macs(result_type, per_output):
@@ -259,6 +270,10 @@ class QdqConvToInteger(_QdqToInteger):
     (ConvInteger has no kernel for them)."""
     op_name = "onnx.Conv"
 
+    def __init__(self, module, max_positions=0):
+        super().__init__(module)
+        self.max_positions = max_positions
+
     def match_and_rewrite(self, op, rw):
         y = op.results[0]
         if not _f32(y) or (op.get_attr("group", 1) or 1) != 1 or len(op.operands) < 2:
@@ -267,6 +282,8 @@ class QdqConvToInteger(_QdqToInteger):
         if act is None or not isinstance(op.operands[1].type, TensorType) or op.operands[1].type.rank != 4:
             return False
         m = op.operands[1].type.shape[0]
+        if self.max_positions and (_positions(op) is None or _positions(op) > self.max_positions):
+            return False
         wq = _quantized_weight(op.operands[1], m, 0)
         if wq is None or _macs(y.type, int(np.prod(op.operands[1].type.shape[1:], dtype=np.int64))) < MIN_MACS:
             return False
@@ -278,12 +295,22 @@ class QdqConvToInteger(_QdqToInteger):
         return self.replace(rw, op, "onnx.ConvInteger", q, w, z_x, z_w, attrs, scale, bias)
 
 
+def _positions(op):
+    """Output positions a channel of a Conv; None where unknown."""
+    y = op.results[0].type
+    hw = y.shape[2:] if isinstance(y, TensorType) and y.shape is not None else (None,)
+    return None if any(d is None for d in hw) else int(np.prod(hw, dtype=np.int64))
+
+
 class QdqToIntegerPass(Pass):
     name = "qdq-to-integer"
     summary = "QDQ-format MatMuls, Gemms and Convs with constant 8-bit weights -> MatMulInteger, ConvInteger"
-    options = {"convs": (bool, True, "Convs too (driver: not on AVX2 CPUs, where float Winograd beats int16 "
-                                     "pairs)")}
+    options = {"convs": (bool, True, "Convs too"),
+               "conv-max-positions": (int, 0, "only Convs of at most this many output positions a channel "
+                                              "(0: any; driver: 400 on AVX2 CPUs, see AVX2_CONV_POSITIONS)", 0)}
 
     def run(self, module, ctx):
         patterns = [QdqMatMulToInteger(module), QdqGemmToInteger(module)]
-        apply_patterns_greedily(ctx, module, patterns + ([QdqConvToInteger(module)] if self.convs else []))
+        if self.convs:
+            patterns.append(QdqConvToInteger(module, self.conv_max_positions))
+        apply_patterns_greedily(ctx, module, patterns)

@@ -158,10 +158,12 @@ def _qdq_matmul_model(m, k, n, qtype, wtype, per_column, batch=()):
 
 
 def _integer_path(monkeypatch, isa, kind="matmul"):
-    """Set TCC_CPU_ISA; whether qdq-to-integer turns a QDQ `kind` ("matmul"
-    or "conv") into integers then: matmuls from AVX2 on, convolutions with
-    VNNI (this CPU's features decide; CI's may have either). The size
-    floor (qdq.MIN_MACS) is lifted: these models are small."""
+    """Set TCC_CPU_ISA; whether qdq-to-integer turns a QDQ `kind` ("matmul",
+    "conv", or "small-conv": of at most qdq.AVX2_CONV_POSITIONS outputs a
+    channel) into integers then: matmuls and convolutions of small images
+    from AVX2 on, all convolutions with VNNI (this CPU's features decide;
+    CI's may have either). The size floor (qdq.MIN_MACS) is lifted: these
+    models are small."""
     from tcc.dialects.conversions.graph_to_loop.quantization.quantized_linear import (integer_qdq_kinds,
                                                                                        vnni_target)
     from tcc.dialects.conversions.loop_to_native.target import host_features
@@ -171,7 +173,7 @@ def _integer_path(monkeypatch, isa, kind="matmul"):
     kinds = integer_qdq_kinds()
     # the rule itself, spelled out against the CPU's features
     assert kinds == ({"matmul", "conv"} if vnni_target() else
-                     {"matmul"} if isa != "generic" and "avx2" in host_features() else set())
+                     {"matmul", "small-conv"} if isa != "generic" and "avx2" in host_features() else set())
     return kind in kinds
 
 
@@ -232,17 +234,22 @@ def test_small_qdq_matmuls_stay_float(monkeypatch):
 
 @pytest.mark.parametrize("isa", ["", "avx2"])
 @pytest.mark.parametrize("maccel", [["cpu"], ["host"]])
-@pytest.mark.parametrize("qtype,per_channel,attrs,bias,group", [
-    ("uint8", True, {"pads": [1, 1, 1, 1]}, True, 1), ("int8", False, {"strides": [2, 2], "pads": [0, 1, 2, 0]}, False, 1),
-    ("uint8", True, {"dilations": [2, 1]}, True, 2)])
-def test_qdq_conv_runs_on_the_int8_kernel(monkeypatch, qtype, per_channel, attrs, bias, group, maccel, isa):
+@pytest.mark.parametrize("qtype,per_channel,attrs,bias,group,hw", [
+    ("uint8", True, {"pads": [1, 1, 1, 1]}, True, 1, (12, 9)),
+    ("int8", False, {"strides": [2, 2], "pads": [0, 1, 2, 0]}, False, 1, (12, 9)),
+    ("uint8", True, {"dilations": [2, 1]}, True, 2, (12, 9)),
+    ("uint8", False, {"pads": [1, 1, 1, 1]}, True, 1, (25, 17))])
+def test_qdq_conv_runs_on_the_int8_kernel(monkeypatch, qtype, per_channel, attrs, bias, group, hw, maccel, isa):
     """On a VNNI target, QDQ Convs with constant int8 weights (per output
     channel or per tensor) become ConvInteger on tcc_conv_i8, the bias
-    added after; a grouped one, or any without VNNI (TCC_CPU_ISA=avx2 here,
-    an AVX2 CPU in CI), keeps the float path.
-    Against the float model's value in float64 (onnx.reference), to a few
-    f32 roundings."""
-    integer = _integer_path(monkeypatch, isa, "conv") and group == 1
+    added after; on AVX2 alone (TCC_CPU_ISA=avx2 here, an AVX2 CPU in CI)
+    only those of at most qdq.AVX2_CONV_POSITIONS outputs a channel (12x9,
+    not 25x17); a grouped one keeps the float path. Against the float
+    model's value in float64 (onnx.reference), to a few f32 roundings."""
+    from tcc.dialects.transforms.qdq import AVX2_CONV_POSITIONS
+    assert 12 * 9 <= AVX2_CONV_POSITIONS < 25 * 17
+    small = _integer_path(monkeypatch, isa, "small-conv") and hw[0] * hw[1] <= AVX2_CONV_POSITIONS
+    integer = (_integer_path(monkeypatch, isa, "conv") or small) and group == 1
     from onnx.reference import ReferenceEvaluator
     from tcc.driver.options import CompileOptions
     from tcc.driver.pipeline import CompilePipeline
@@ -260,7 +267,7 @@ def test_qdq_conv_runs_on_the_int8_kernel(monkeypatch, qtype, per_channel, attrs
              helper.make_node("DequantizeLinear", ["q", "sx", "zx"], ["d"]),
              helper.make_node("DequantizeLinear", ["w", "sw", "zw"], ["wd"], axis=0),
              helper.make_node("Conv", ["d", "wd"] + (["b"] if bias else []), ["y"], group=group, **attrs)]
-    xs = (2, c, 12, 9)
+    xs = (2, c) + hw
     g = helper.make_graph(nodes, "qdq_conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, xs)],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
     mdl = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])

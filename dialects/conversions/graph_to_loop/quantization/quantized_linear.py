@@ -81,20 +81,21 @@ def vnni_target():
 
 def integer_qdq_kinds() -> frozenset:
     """Which QDQ products run faster as exact integers on the native target
-    (driver: qdq-to-integer's `convs`): with VNNI, matmuls and convolutions
-    ({"matmul", "conv"}); with AVX2 alone, matmuls and Gemms ({"matmul"}):
-    int16 pairs (vpmaddwd) made 64-77 GMAC/s on BERT- and MLP-sized
-    products against about 45 for f32 FMAs (Xeon family 6 model 167 as an
-    AVX2 CPU, one thread), and mlp_qdq went from 1.85x onnxruntime to 1.45x,
-    but 3x3 convolutions are Winograd in float (fewer products than any
-    exact int8 form): resnet18_qdq took 35 ms as int8 against 34 as float.
-    Else (TCC_CPU_ISA=generic, no AVX2) none."""
+    (driver: qdq-to-integer's options): with VNNI, matmuls and
+    convolutions ({"matmul", "conv"}); with AVX2 alone, matmuls and the
+    convolutions of small images ({"matmul", "small-conv"}: qdq.
+    AVX2_CONV_POSITIONS has the measurements). There int16 pairs (vpmaddwd)
+    made 64-77 GMAC/s on BERT- and MLP-sized products against about 45 for
+    f32 FMAs (Xeon family 6 model 167 as an AVX2 CPU, one thread), and
+    mlp_qdq went from 1.85x onnxruntime to 1.45x; but a 3x3 convolution on
+    a large image is Winograd in float, fewer products than any exact int8
+    form. Else (TCC_CPU_ISA=generic, no AVX2) none."""
     import os
     from ...loop_to_native.target import host_features
     if vnni_target():
         return frozenset({"matmul", "conv"})
     if os.environ.get("TCC_CPU_ISA", "") != "generic" and "avx2" in host_features():
-        return frozenset({"matmul"})
+        return frozenset({"matmul", "small-conv"})
     return frozenset()
 
 
