@@ -282,7 +282,8 @@ class QdqConvToInteger(_QdqToInteger):
         if act is None or not isinstance(op.operands[1].type, TensorType) or op.operands[1].type.rank != 4:
             return False
         m = op.operands[1].type.shape[0]
-        if self.max_positions and (_positions(op) is None or _positions(op) > self.max_positions):
+        n = _positions(op) if self.max_positions else 0
+        if n is None or n > self.max_positions:
             return False
         wq = _quantized_weight(op.operands[1], m, 0)
         if wq is None or _macs(y.type, int(np.prod(op.operands[1].type.shape[1:], dtype=np.int64))) < MIN_MACS:

@@ -418,16 +418,19 @@ static void set_chunk(qjob *j, int64_t panel_bytes) {
     if (j->chunk > j->npan) j->chunk = j->npan;
 }
 
+/* rows of row tile mt (the last may be short) */
+static int tile_rows(const qjob *j, int64_t mt) {
+    const int64_t left = j->M - mt * j->mr;
+    return (int)(left < j->mr ? left : j->mr);
+}
+
 /* row tiles [b, e) of A into Aw */
 static void widen_body(int64_t b, int64_t e, void *ctx) {
     const qrun *q = ctx;
     const qjob *j = q->j;
     const int64_t words = q->bytes ? j->KQ : j->KP;
-    for (int64_t mt = b; mt < e; mt++) {
-        const int64_t i0 = mt * j->mr;
-        const int mr = (int)(j->M - i0 < j->mr ? j->M - i0 : j->mr);
-        (q->bytes ? widen_rows_u8 : widen_rows)(j, i0, mr, j->Aw + mt * j->mr * words);
-    }
+    for (int64_t mt = b; mt < e; mt++)
+        (q->bytes ? widen_rows_u8 : widen_rows)(j, mt * j->mr, tile_rows(j, mt), j->Aw + mt * j->mr * words);
 }
 
 /* Where B is more than one chunk, A is widened once for all of them, up
@@ -459,7 +462,7 @@ static void tile_body(int64_t b, int64_t e, void *ctx) {
         int64_t mt, p;
         task_at(j, t, &mt, &p);
         const int64_t i0 = mt * j->mr;
-        const int mr = (int)(j->M - i0 < j->mr ? j->M - i0 : j->mr);
+        const int mr = tile_rows(j, mt);
         const int32_t *at = ap;
         if (j->Aw) {
             at = j->Aw + mt * j->mr * words;
