@@ -53,7 +53,11 @@ def test_nan_passes_through_fused_activations(case, every):
     nan = np.isnan(want)
     assert nan.any()
     np.testing.assert_array_equal(np.isnan(got), nan)
-    np.testing.assert_allclose(got[~nan], want[~nan], rtol=1e-4, atol=1e-5)
+    # atol scales with the outputs: pw_dw_clip's last conv sums 96 products
+    # of up to 6 x |w|, and an output near 0 by cancellation was 1.3e-5 off
+    # (--seed=154547234) in float32's reassociation alone
+    scale = max(1.0, float(np.abs(want[~nan]).max(initial=0.0)))
+    np.testing.assert_allclose(got[~nan], want[~nan], rtol=1e-4, atol=1e-5 * scale)
 
 
 def _maxpool_ref(x, k, s, pad):
