@@ -55,6 +55,7 @@ typedef struct {
     float *part;
     int first, last;
     long pf; /* 0, or how far ahead (floats) to prefetch the panel */
+    long ta, tb; /* the taps [ta, tb) that read the input for some pixel of the tile (ov_taps) */
 } ov_kr;
 typedef void (*ov_fn)(const ov_job *, long pn, long oh0, long ow0, const ov_kr *kr);
 
@@ -71,9 +72,8 @@ struct ov_job {
     int flat;                   /* AVX2: tiles of RMAX consecutive outputs, across row ends (ov_tile's A) */
     long cb;                    /* input channels per block */
     long ntn;                   /* tile column groups: ceil(mg / TN) */
-    const ov_fn (*fns)[2];      /* [width][rows - 1] */
-    const ov_fn (*fns_last)[2]; /* the same for the last group: half tiles where it holds at most TN / 2 channels */
-    int half_last;
+    int t9;                     /* 3x3: OV_FNS's unrolled-taps functions for tiles that need every tap */
+    int half_last;              /* the last group holds at most TN / 2 channels: half tiles */
 };
 
 #if defined(__AVX512F__)
@@ -192,24 +192,21 @@ CV_INLINE void ov_tile(const ov_job *j, long pn, long oh0, long ow0, const ov_kr
             }
         }
     } else {
-        /* one flat loop over (channel, tap), as in conv.c */
-        long t = 0;
-        for (long k = kr->c0 * T; k < kr->c1 * T; k++, w += PN) {
-            const float *s[2];
-            ov_rows(s, xs + off[t], rs, NS);
-            if (++t == T) {
-                t = 0;
-                xs += cs;
-            }
-            if (kr->pf) ov_prefetch(w + kr->pf);
-            vf wv[NV];
+        /* channels outer, the tile's taps inner (the panel read in order) */
+        for (long c = kr->c0; c < kr->c1; c++, xs += cs, w += T * PN) {
+            for (long t = 0; kr->pf && t < T; t++) ov_prefetch(w + t * PN + kr->pf);
+            for (long t = kr->ta; t < kr->tb; t++) {
+                const float *s[2];
+                ov_rows(s, xs + off[t], rs, NS);
+                vf wv[NV];
 #pragma GCC unroll 8
-            for (int v = 0; v < nv; v++) wv[v] = v_ld(w + v * VL);
+                for (int v = 0; v < nv; v++) wv[v] = v_ld(w + t * PN + v * VL);
 #pragma GCC unroll 16
-            for (int i = 0; i < R; i++) {
-                const float xv = A ? s[i >= A][i] : s[i / W][i % W];
+                for (int i = 0; i < R; i++) {
+                    const float xv = A ? s[i >= A][i] : s[i / W][i % W];
 #pragma GCC unroll 8
-                for (int v = 0; v < nv; v++) acc[i][v] += xv * wv[v];
+                    for (int v = 0; v < nv; v++) acc[i][v] += xv * wv[v];
+                }
             }
         }
     }
@@ -345,6 +342,18 @@ static const ov_fn OV_FNS[2][2][RMAX + 1][2] = {{{OV_ROW(1, ), OV_ROW1(2, )}, {O
                                                  {{OV_ROW(1, _h), OV_ROW1(2, _h)}, {OV_ROW(1, _t9_h), OV_ROW1(2, _t9_h)}}};
 #endif
 
+/* The taps a tile of output rows [r0, r1] needs: those of the kernel rows
+ * that read an input row for one of its rows. The rest read only the top or
+ * bottom padding (ResNet-18's 7 x 7 layers: a tile in the first or last row
+ * skips 3 of 9 taps, 7.5 % of the layer's products). */
+static void ov_taps(const tcc_conv_params *p, long r0, long r1, ov_kr *kr) {
+    long k0 = 0, k1 = p->kh;
+    while (k0 < k1 && r1 * p->sh - p->pt + k0 * p->dh < 0) k0++;
+    while (k1 > k0 && r0 * p->sh - p->pt + (k1 - 1) * p->dh >= p->h) k1--;
+    kr->ta = k0 * p->kw;
+    kr->tb = k1 * p->kw;
+}
+
 /* Items are (panel, group of TG tiles), panel-major: a thread's panels stay
  * in its L2 while its tiles sweep the input. A group's tiles take each block
  * of input channels in turn, so the block's weights (KB_BYTES) are read from
@@ -358,9 +367,9 @@ static void ov_task(void *arg, long b, long e) {
     for (long it = b; it < e; it++) {
         const long pn = it / ng, t0 = it % ng * TG, t1 = t0 + TG < j->ntile ? t0 + TG : j->ntile;
         const int last = pn == j->ntn - 1;
-        const ov_fn (*fns)[2] = last ? j->fns_last : j->fns;
+        const int half = last && j->half_last;
         for (long c0 = 0; c0 < j->cg; c0 += j->cb) {
-            ov_kr kr = {c0, c0 + j->cb < j->cg ? c0 + j->cb : j->cg, NULL, c0 == 0, c0 + j->cb >= j->cg, 0};
+            ov_kr kr = {c0, c0 + j->cb < j->cg ? c0 + j->cb : j->cg, NULL, c0 == 0, c0 + j->cb >= j->cg, 0, 0, 0};
             for (long t = t0; t < t1; t++) {
                 kr.pf = t == t0 ? 2 * j->cb * j->l->taps * PN : 0;
                 kr.part = part + (t - t0) * RMAX * TN;
@@ -372,13 +381,16 @@ static void ov_task(void *arg, long b, long e) {
                      * one-output tile runs its whole K for 2 multiply-adds a k) */
                     const long q0 = t * OH * OW / j->ntile, oh0 = q0 / OW, ow0 = q0 % OW;
                     const long w = (t + 1) * OH * OW / j->ntile - q0;
-                    (OW - ow0 >= w ? fns[w][0] : OV_SPLIT_FNS[last && j->half_last][w][OW - ow0])(j, pn, oh0, ow0, &kr);
+                    ov_taps(j->p, oh0, (q0 + w - 1) / OW, &kr);
+                    (OW - ow0 >= w ? OV_FNS[half][j->t9 && kr.tb - kr.ta == 9][w][0] : OV_SPLIT_FNS[half][w][OW - ow0])(
+                        j, pn, oh0, ow0, &kr);
                     continue;
                 }
 #endif
                 const long oh0 = t / j->ncol * j->nrow, ow0 = t % j->ncol * j->cw;
                 const long nr = OH - oh0 < j->nrow ? OH - oh0 : j->nrow, w = OW - ow0 < j->cw ? OW - ow0 : j->cw;
-                fns[w][nr - 1](j, pn, oh0, ow0, &kr);
+                ov_taps(j->p, oh0, oh0 + nr - 1, &kr);
+                OV_FNS[half][j->t9 && kr.tb - kr.ta == 9][w][nr - 1](j, pn, oh0, ow0, &kr);
             }
         }
     }
@@ -420,8 +432,7 @@ void tcc_cpu_conv2d_packed(const tcc_conv_params *p, const float *x, const float
     const long nkb = (K * TN * (long)sizeof(float) + KB_BYTES - 1) / KB_BYTES;
     j.ntn = (mg + TN - 1) / TN;
     j.half_last = mg - (j.ntn - 1) * TN <= TN / 2;
-    j.fns = OV_FNS[0][l.taps == 9];
-    j.fns_last = OV_FNS[j.half_last][l.taps == 9];
+    j.t9 = l.taps == 9;
     j.cb = (cg + nkb - 1) / nkb;
     for (long n = 0; n < p->n; n++) {
         for (long g = 0; g < G; g++) {
