@@ -1,6 +1,7 @@
 /* Phase-plane packing, row copy-out with the fused epilogue, per-thread
  * buffers: the parts the direct and depthwise convolution kernels share. */
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "conv_vec.h"
 
@@ -21,6 +22,11 @@ static void tls_free(void *p) {
 }
 
 static void tls_key(void) { pthread_key_create(&g_tls_key, tls_free); }
+
+unsigned long cv_call_number(void) {
+    static _Atomic unsigned long calls;
+    return atomic_fetch_add(&calls, 1) + 1;
+}
 
 float *cv_tls_buffer(int which, size_t n) {
     static __thread tls_buffers *t;

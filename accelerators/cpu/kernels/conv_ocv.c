@@ -15,8 +15,6 @@
  * loads from the panel. The tile is transposed in registers and stored to
  * NCHW with the epilogue (bias, residual, activation). ResNet-18's 3x3
  * layers run at 93-97 % of the FMA peak on one core. */
-#include <stdatomic.h>
-
 #include "conv_vec.h"
 
 #define PN 32         /* output channels per panel */
@@ -74,17 +72,15 @@ struct ov_job {
     int flat;                   /* AVX2: tiles of RMAX consecutive outputs, across row ends (ov_tile's A) */
     long cb;                    /* input channels per block */
     long ntn;                   /* tile column groups: ceil(mg / TN) */
-    /* priv: with several threads each packs the whole input for itself (its
-     * TLS buffer 0) at its first item, rather than reading the share the
-     * others packed from their caches: every thread reads all of it, and
-     * those lines crossed cores on every run. ResNet-18's 3x3 stride-2 conv
-     * on 56x56 x 64, 2 threads, Intel Xeon family 6 model 167: avx2
-     * 0.96-1.18 -> 0.77 ms (alone: 0.915 -> 0.674, 1.29 at 1 thread),
-     * avx512 0.63 -> 0.47; the model -2.5 % and -4 %. */
-    const float *xsrc;          /* priv: the unpacked input */
-    size_t xneed;               /* priv: floats of a packed copy */
-    unsigned long call;         /* priv: tells a thread's packed copy from an earlier call's */
+    /* priv: with several threads each packs the whole input (x, unpacked
+     * then) for itself into its TLS buffer 0 at its first item, rather than
+     * reading the share the others packed from their caches: every thread
+     * reads all of it, and those lines crossed cores on every run.
+     * ResNet-18's 3x3 stride-2 conv on 56x56 x 64, 2 threads, Intel Xeon
+     * family 6 model 167: avx2 0.96-1.18 -> 0.77 ms (alone: 0.915 -> 0.674,
+     * 1.29 at 1 thread), avx512 0.63 -> 0.47; the model -2.5 % and -4 %. */
     int priv;
+    unsigned long call; /* priv: tells a thread's packed copy from an earlier call's (cv_call_number) */
     int t9;                     /* 3x3: OV_FNS's unrolled-taps functions for tiles that need every tap */
     int half_last;              /* the last group holds at most TN / 2 channels: half tiles */
 };
@@ -378,16 +374,15 @@ static void ov_taps(const tcc_conv_params *p, long r0, long r1, ov_kr *kr) {
  * L1 by all of them rather than from L2 by each; the group's first tile
  * prefetches the weights two blocks ahead (a model's weights come from
  * memory: ResNet-18's last layers run ~25 % faster with it). */
-static _Atomic unsigned long g_ov_calls;
-static __thread unsigned long t_ov_call;
+static __thread unsigned long t_ov_call; /* the call whose input this thread's TLS buffer 0 holds (priv) */
 
 static void ov_task(void *arg, long b, long e) {
     const ov_job *j = arg;
     ov_job jl;
     if (j->priv) {
-        float *mine = cv_tls_buffer(0, j->xneed);
+        float *mine = cv_tls_buffer(0, (size_t)j->cg * j->l->cs);
         if (t_ov_call != j->call) {
-            cv_pack(j->l, j->p, j->xsrc, mine, 0, j->cg, 1);
+            cv_pack(j->l, j->p, j->x, mine, 0, j->cg, 1);
             t_ov_call = j->call;
         }
         jl = *j;
@@ -444,13 +439,14 @@ void tcc_cpu_conv2d_packed(const tcc_conv_params *p, const float *x, const float
     if (ep) e = (cv_ep){ep->bias, ep->bias_scale, ep->bias_mode == 4, ep->residual, ep->act, ep->a0, ep->a1};
     const long G = p->group, cg = p->c / G, mg = p->m / G, K = cg * l.taps, npan = (mg + PN - 1) / PN;
     const long ohw = p->oh * p->ow, hw = p->h * p->w;
+    const int priv = !l.direct && !rows && npan > 1 && tcc_cpu_num_threads() > 1;
     float *xp = NULL;
-    if (!l.direct) {
+    if (!l.direct && !priv) {
         const size_t need = (size_t)cg * l.cs + (rows ? CV_ROWS_SLACK : 0);
         xp = need <= tcc_cpu_conv2d_scratch(p) ? scratch : cv_tls_buffer(0, need);
         if (rows && ((uintptr_t)xp & 63)) xp = cv_tls_buffer(0, need); /* aligned rows need an aligned buffer */
     }
-    ov_job j = {.p = p, .l = &l, .e = &e, .mg = mg, .cg = cg, .K = K};
+    ov_job j = {.p = p, .l = &l, .e = &e, .mg = mg, .cg = cg, .K = K, .priv = priv};
     j.ncol = (p->ow + RMAX - 1) / RMAX;
     j.cw = (p->ow + j.ncol - 1) / j.ncol;
     j.nrow = 2 * j.cw <= RMAX && p->oh > 1 ? 2 : 1;
@@ -465,22 +461,19 @@ void tcc_cpu_conv2d_packed(const tcc_conv_params *p, const float *x, const float
     j.ntn = (mg + TN - 1) / TN;
     j.half_last = mg - (j.ntn - 1) * TN <= TN / 2;
     j.t9 = l.taps == 9;
-    j.priv = !l.direct && !rows && npan > 1 && tcc_cpu_num_threads() > 1;
     j.cb = (cg + nkb - 1) / nkb;
     for (long n = 0; n < p->n; n++) {
         for (long g = 0; g < G; g++) {
             const float *xg = x + (n * p->c + g * cg) * hw;
-            if (j.priv) {
-                j.xsrc = xg;
-                j.xneed = (size_t)cg * l.cs;
-                j.call = atomic_fetch_add(&g_ov_calls, 1) + 1;
+            if (priv) {
+                j.call = cv_call_number();
             } else if (!l.direct) {
                 /* threads split the output rows (one panel, or the rows kernel) */
                 if (npan == 1 || rows) cv_pack_all_rows(&l, p, xg, xp, cg);
                 else cv_pack_all(&l, p, xg, xp, cg);
             }
             const long yoff = (n * p->m + g * mg) * ohw;
-            j.x = l.direct ? xg : xp;
+            j.x = l.direct || priv ? xg : xp;
             j.wp = wp + g * npan * K * PN;
             j.y = y + yoff;
             j.res = e.res ? e.res + yoff : NULL;

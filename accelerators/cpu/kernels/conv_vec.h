@@ -309,6 +309,9 @@ void cv_copy_rows(const cv_layout *l, const tcc_conv_params *p, float *y, const 
 /* Per-thread buffer (which: 0..5) that only grows while its thread lives. */
 float *cv_tls_buffer(int which, size_t n) CV_HIDDEN;
 #define CV_TLS_GEMM_A 5 /* gemm_packed.c's copy of A */
+/* A number no earlier call got (never 0): a kernel's tasks tell by it
+ * whether what a thread left in its buffers is this call's. */
+unsigned long cv_call_number(void) CV_HIDDEN;
 int cv_pool_width(void) CV_HIDDEN; /* threadpool.c: the threads a parallel_for here would use */
 
 #endif

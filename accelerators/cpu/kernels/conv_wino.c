@@ -27,7 +27,6 @@
  * one-source permutes of a 16-float window and a blend, and the GEMM tiles
  * are 14 rows x one vector: 14 accumulators) for planes whose tiles fill the
  * panels; the generic build carries it for artifacts compiled elsewhere. */
-#include <stdatomic.h>
 
 #include "conv_vec.h"
 
@@ -379,7 +378,6 @@ static void wg_input_task(void *arg, long b, long e) {
  * starts inside a group or it steals one. */
 static __thread unsigned long t_wg_call;
 static __thread long t_wg_grp = -1;
-static _Atomic unsigned long g_wg_calls;
 
 /* Items: (group of pg panels, share of the output-channel blocks). A block's
  * weights for one xi (C x MR, one stream) serve the group's panels from L1:
@@ -457,7 +455,7 @@ void tcc_cpu_conv2d_wino(const tcc_conv_params *p, int tile, const float *x, con
         j.x = xp;
         j.y = y + n * M * ohw;
         j.res = e.res ? e.res + n * M * ohw : NULL;
-        j.call = atomic_fetch_add(&g_wg_calls, 1) + 1;
+        j.call = cv_call_number();
         if (j.v) tcc_cpu_parallel_for(j.npan * j.csplit, 1, wg_input_task, &j);
         tcc_cpu_parallel_for(j.ngrp * j.nsplit, 1, wg_task, &j);
     }
