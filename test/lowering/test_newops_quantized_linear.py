@@ -87,14 +87,16 @@ def test_qlinear_conv(attrs, per_channel, bias, dt):
           ref="onnx", initializers=inits)
 
 
-def _library_calls(mod):
-    """The callees of the nests marked as runtime library calls."""
+def _library_calls(mod, params=False):
+    """The callees of the nests marked as runtime library calls (with
+    `params`: (callee, its integer parameters))."""
     out = []
 
     def walk(op):
         spec = op.attributes.get("tcc.library_call")
         if spec is not None:
-            out.append(spec.value["callee"].value)
+            callee = spec.value["callee"].value
+            out.append((callee, spec.value["params"].value) if params else callee)
         for region in op.regions:
             for block in region.blocks:
                 for o in block.ops:
@@ -200,3 +202,68 @@ def test_conv_integer_kernel(monkeypatch, lower_isa, run_isa, xdt, wdt, attrs, w
     np.testing.assert_array_equal(run_native(mod, [x])[0], want)
     if run_isa == "":
         np.testing.assert_array_equal(run_loop_module(mod, [x])[0], want)
+
+
+def _weights(shape, dt=np.int8, spread=28.0):
+    """Weights as a symmetric quantizer leaves them: most values small, a
+    few near the ends of int8 (a normal of `spread` steps, clipped)."""
+    return np.clip(np.round(RNG.standard_normal(shape) * spread), -128, 127).astype(dt)
+
+
+@pytest.mark.parametrize("run_isa", ["", "avx512", "avx2", "generic"])
+@pytest.mark.parametrize("adt", [np.uint8, np.int8])
+def test_pair_safe_bytes_with_corrections_are_exact(run_isa, adt, monkeypatch):
+    """gemm_int.c's B packed 3 (kernels.pack_u8s8_pair_safe), called directly
+    on each ISA's tile: B as far from safe as it gets (values past int8, as
+    a zero point moves them, and most pairs with |b0| + |b1| > 128, so that
+    most of it is corrections) and A of full-range bytes, where a saturated
+    vpmaddubsw pair sum would show; odd K, a partial panel and row tile, A's
+    zero point. int64 numpy is the reference."""
+    import ctypes
+
+    from tcc.dialects.conversions.graph_to_loop.kernels import pack_u8s8_pair_safe
+    from tcc.runtime import native
+    lib = ctypes.CDLL(native.load())
+    M, K, N = 13, 67, 45
+    a, az = q((M, K), adt), q((), adt)
+    b = RNG.integers(-255, 256, (K, N)).astype(np.int64)
+    b[RNG.random((K, N)) < 0.5] = 0  # pairs of every kind: safe, one value cut, past int8
+    packed, nfix = pack_u8s8_pair_safe(b)
+    assert K * N // 8 < nfix < K * N
+    c = np.empty((M, N), np.int32)
+    params = np.array([M, N, K, int(adt == np.int8), 1, 1, 0, 3], np.int64)
+    monkeypatch.setenv("TCC_CPU_ISA", run_isa)
+    ptr = lambda x: x.ctypes.data_as(ctypes.c_void_p)  # noqa: E731
+    lib.tcc_matmul_i8(ptr(params), ptr(c), ptr(a), ptr(packed), ptr(az), None)
+    np.testing.assert_array_equal(c, (a.astype(np.int64) - az.astype(np.int64)) @ b)
+
+
+@pytest.mark.parametrize("run_isa", ["avx2", "generic", ""])
+@pytest.mark.parametrize("op", ["MatMulInteger", "ConvInteger"])
+def test_weights_packed_pair_safe_on_avx2(monkeypatch, run_isa, op):
+    """Compiled for an AVX2 CPU (TCC_CPU_ISA=avx2), quantized weights with
+    few pairs that vpmaddubsw could saturate are packed as its bytes plus
+    corrections (layout 3, the last parameter), else as int16 pairs (1):
+    both exact on each ISA path against int64 numpy / onnx.reference."""
+    from onnx.reference import ReferenceEvaluator
+    monkeypatch.setenv("TCC_CPU_ISA", "avx2")
+    if op == "MatMulInteger":
+        x, az = q((3, 13, 131), np.uint8), q((), np.uint8)
+        w = _weights((131, 70))
+        node = h.make_node(op, ["x", "w", "az"], ["y"])
+    else:
+        x, az = q((2, 16, 9, 10), np.uint8), q((), np.uint8)
+        w = _weights((40, 16, 3, 3))
+        node = h.make_node(op, ["x", "w", "az"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    layouts = []
+    for wts in (w, (w // 32 * 127).astype(np.int8)):  # then most pairs are unsafe: int16 pairs
+        m = model([node], {"x": x}, {"y": np.int32}, opset=10, initializers={"w": wts, "az": az})
+        mod = lowered(m)
+        (callee, params), = _library_calls(mod, params=True)
+        layouts.append(params[-1])
+        monkeypatch.setenv("TCC_CPU_ISA", run_isa)
+        want = ReferenceEvaluator(m).run(None, {"x": x})[0]
+        np.testing.assert_array_equal(run_native(mod, [x])[0], want)
+        monkeypatch.setenv("TCC_CPU_ISA", "avx2")
+    avx2 = "avx2" in __import__("tcc.dialects.conversions.loop_to_native.target", fromlist=["x"]).host_features()
+    assert layouts == ([3, 1] if avx2 else [1, 1])

@@ -105,6 +105,42 @@ def pack_u8s8(b):
     return np.concatenate([np.ascontiguousarray(tiles).reshape(-1), colsum.view(np.int8)])
 
 
+def pack_u8s8_pair_safe(b):
+    """A constant (K, N) integer GEMM operand, its zero point subtracted ->
+    (gemm_int.c's B packed 3 as one int8 array, corrections): pack_u8s8's
+    layout and column sums (of the whole of b) for values that AVX2's
+    vpmaddubsw multiplies exactly, then the rest as corrections. A byte pair
+    (k even, k + 1) of a column with |b0| + |b1| > 128 could saturate the
+    instruction's int16 sum with unsigned A (255 * 129 > 32767): its larger
+    value is cut to 128 - |other| there, and the difference (as any value
+    past int8) goes to a list of (k, column in the panel, value) the kernel
+    adds exactly, ordered by panel, after one int32 per panel and one past
+    the last saying where each panel's entries start. Symmetric int8
+    weights of the bench models need 0.02-0.6 % of their values corrected."""
+    import numpy as np
+    b = np.asarray(b, np.int64)
+    K, N = b.shape
+    s = np.zeros((K + K % 2, N), np.int64)
+    s[:K] = np.clip(b, -128, 127)
+    p0, p1 = s[0::2], s[1::2]
+    over = np.abs(p0) + np.abs(p1) > 128
+    first = over & (np.abs(p0) >= np.abs(p1))
+    second = over & ~first
+    s[0::2] = np.where(first, np.sign(p0) * (128 - np.abs(p1)), p0)
+    s[1::2] = np.where(second, np.sign(p1) * (128 - np.abs(p0)), p1)
+    fix = b - s[:K]
+    ks, ns = np.nonzero(fix)
+    order = np.argsort(ns // 32, kind="stable")
+    ks, ns = ks[order], ns[order]
+    panels = -(-N // 32)
+    at = np.searchsorted(ns // 32, np.arange(panels + 1)).astype("<i4")
+    entries = np.stack([ks, ns % 32, fix[ks, ns]], axis=1).astype("<i4").reshape(-1)
+    tiles = pack_u8s8(s[:K])[:-panels * 32 * 4]  # its column sums are of the safe part: b's below
+    colsum = np.zeros(panels * 32, "<i4")
+    colsum[:N] = b.sum(axis=0)
+    return np.concatenate([tiles, colsum.view(np.int8), at.view(np.int8), entries.view(np.int8)]), len(ks)
+
+
 def annotate(root, callee, params, buffers, packed=None):
     """Marks `root` (a loop.for) as `callee(params, *buffers)`; `buffers`
     are memref Values the nest uses (or None). Returns False, leaving the
