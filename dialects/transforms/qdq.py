@@ -108,17 +108,21 @@ _INT8 = {"ui8": np.uint8, "i8": np.int8, "si8": np.int8}
 # last layer (0.65 M, after two int8 ones) float made it 1.22x onnxruntime
 # at 1 thread, int8 1.09x. A dim not known at compile time counts 8.
 MIN_MACS = 1 << 19
-# On an AVX2 CPU (int16 pairs, no VNNI) a QDQ Conv goes int8 only with at
-# most this many output positions a channel: small images of many channels,
-# whose float weights stream from memory (ResNet-18's last stage: 9.4 MB a
-# layer). Larger images keep the float kernels (Winograd, the stem's
-# rows), which beat the int16 pairs' exact products plus im2col. ResNet-18
-# layers, one thread, Xeon family 6 model 167 as an AVX2 CPU, tcc_conv_i8
+# On an AVX2 CPU (no VNNI) a QDQ Conv goes int8 only with at most this many
+# output positions a channel: small images of many channels, whose float
+# weights stream from memory (ResNet-18's last stage: 9.4 MB a layer).
+# Larger images keep the float kernels (Winograd, the stem's rows), which
+# beat the exact int8 products plus im2col. ResNet-18 layers, one thread,
+# Xeon family 6 model 167 as an AVX2 CPU, tcc_conv_i8 on int16 pairs
 # against the float path's time in the model: 3x3 on 7x7 (512 channels)
 # 2.1 ms against 3.0, 14x14 1.75 against 1.9, stride 2 into 7x7 1.0
 # against 1.6; but 28x28 1.8 against 1.4, 56x56 1.9 against 1.3, and the
-# 7x7 stem 2.9 (plus the QuantizeLinear of its input) against 2.8.
-AVX2_CONV_POSITIONS = 400
+# 7x7 stem 2.9 (plus the QuantizeLinear of its input) against 2.8. With
+# vpmaddubsw's bytes (gemm_int.c's layout 3, about 1.3x the products) the
+# 28x28 layers joined: the whole model (bench resnet18_qdq), tcc/onnxruntime
+# at 1 / 2 threads, with 400 here 1.005 / 0.961 and 0.988 / 0.925 in two
+# runs, with 784 0.978 / 0.916 and 0.958 / 0.895, with 3136 1.044 / 0.996.
+AVX2_CONV_POSITIONS = 784
 
 
 def _macs(result_type, per_output):
@@ -308,7 +312,7 @@ class QdqToIntegerPass(Pass):
     summary = "QDQ-format MatMuls, Gemms and Convs with constant 8-bit weights -> MatMulInteger, ConvInteger"
     options = {"convs": (bool, True, "Convs too"),
                "conv-max-positions": (int, 0, "only Convs of at most this many output positions a channel "
-                                              "(0: any; driver: 400 on AVX2 CPUs, see AVX2_CONV_POSITIONS)", 0)}
+                                              "(0: any; driver: 784 on AVX2 CPUs, see AVX2_CONV_POSITIONS)", 0)}
 
     def run(self, module, ctx):
         patterns = [QdqMatMulToInteger(module), QdqGemmToInteger(module)]
