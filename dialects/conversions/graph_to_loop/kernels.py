@@ -135,7 +135,8 @@ def pack_u8s8_pair_safe(b):
     panels = -(-N // 32)
     at = np.searchsorted(ns // 32, np.arange(panels + 1)).astype("<i4")
     entries = np.stack([ks, ns % 32, fix[ks, ns]], axis=1).astype("<i4").reshape(-1)
-    tiles = pack_u8s8(s[:K])[:-panels * 32 * 4]  # its column sums are of the safe part: b's below
+    tiles = pack_u8s8(s[:K])
+    tiles = tiles[:tiles.size - panels * 32 * 4]  # less its column sums (of the safe part): b's below
     colsum = np.zeros(panels * 32, "<i4")
     colsum[:N] = b.sum(axis=0)
     return np.concatenate([tiles, colsum.view(np.int8), at.view(np.int8), entries.view(np.int8)]), len(ks)
