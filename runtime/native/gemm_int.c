@@ -216,34 +216,41 @@ DEF_TILE(tile_avx512bw, "avx512f,avx512bw", __m512i, 16, 8, _mm512_loadu_si512, 
  * family 6 model 167 as an AVX2 CPU). Rows past mr repeat row 0 and are
  * not stored. */
 #define AVX2_MR 6
-#define MADD2(r)                                                      \
-    {                                                                 \
-        const __m256i x = _mm256_set1_epi32(a##r[kp]);                \
-        c##r##0 = _mm256_add_epi32(c##r##0, _mm256_madd_epi16(x, b0)); \
-        c##r##1 = _mm256_add_epi32(c##r##1, _mm256_madd_epi16(x, b1)); \
+/* One AVX2 body for both layouts, a k-step one 128-byte panel row (32
+ * columns of an int16 pair or of a word of 4 bytes); MAC the layout's
+ * multiply-add into int32. Rows past mr repeat row 0 and are not stored. */
+#define AVX2_ROW(MAC, r)                                      \
+    {                                                         \
+        const __m256i x = _mm256_set1_epi32(a##r[k]);         \
+        c##r##0 = MAC(c##r##0, x, b0);                        \
+        c##r##1 = MAC(c##r##1, x, b1);                        \
     }
 #define STORE2(r)                                                                            \
     if (r < mr) {                                                                            \
         _mm256_storeu_si256((__m256i *)(acc + r * PW + h * 16), c##r##0);                    \
         _mm256_storeu_si256((__m256i *)(acc + r * PW + h * 16 + 8), c##r##1);                \
     }
-__attribute__((target("avx2"))) static void tile_avx2(const qjob *j, const int32_t *ap, const void *bpv, int mr,
-                                                      int32_t *acc) {
-    const int64_t KP = j->KP;
-    const int32_t *a0 = ap, *a1 = ap + (mr > 1) * KP, *a2 = ap + (mr > 2) * 2 * KP, *a3 = ap + (mr > 3) * 3 * KP,
-                  *a4 = ap + (mr > 4) * 4 * KP, *a5 = ap + (mr > 5) * 5 * KP;
-    for (int h = 0; h < 2; h++) {
-        const int16_t *bp = (const int16_t *)bpv + h * 16 * 2;
-        __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00,
-                c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
-        for (int64_t kp = 0; kp < KP; kp++) {
-            const __m256i b0 = _mm256_loadu_si256((const __m256i *)(bp + kp * PW * 2));
-            const __m256i b1 = _mm256_loadu_si256((const __m256i *)(bp + kp * PW * 2 + 16));
-            MADD2(0) MADD2(1) MADD2(2) MADD2(3) MADD2(4) MADD2(5)
-        }
-        STORE2(0) STORE2(1) STORE2(2) STORE2(3) STORE2(4) STORE2(5)
+#define DEF_TILE_AVX2(NAME, WORDS, STEPS, MAC)                                                                     \
+    __attribute__((target("avx2"))) static void NAME(const qjob *j, const int32_t *ap, const void *bpv, int mr,   \
+                                                     int32_t *acc) {                                              \
+        const int64_t W = j->WORDS, n = (STEPS);                                                                  \
+        const int32_t *a0 = ap, *a1 = ap + (mr > 1) * W, *a2 = ap + (mr > 2) * 2 * W, *a3 = ap + (mr > 3) * 3 * W, \
+                      *a4 = ap + (mr > 4) * 4 * W, *a5 = ap + (mr > 5) * 5 * W;                                   \
+        for (int h = 0; h < 2; h++) {                                                                             \
+            const char *bp = (const char *)bpv + h * 64;                                                          \
+            __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00,          \
+                    c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;                             \
+            for (int64_t k = 0; k < n; k++) {                                                                     \
+                const __m256i b0 = _mm256_loadu_si256((const __m256i *)(bp + k * PW * 4));                        \
+                const __m256i b1 = _mm256_loadu_si256((const __m256i *)(bp + k * PW * 4 + 32));                   \
+                AVX2_ROW(MAC, 0) AVX2_ROW(MAC, 1) AVX2_ROW(MAC, 2) AVX2_ROW(MAC, 3) AVX2_ROW(MAC, 4)              \
+                AVX2_ROW(MAC, 5)                                                                                  \
+            }                                                                                                     \
+            STORE2(0) STORE2(1) STORE2(2) STORE2(3) STORE2(4) STORE2(5)                                           \
+        }                                                                                                         \
     }
-}
+#define MADD_I16(c, x, b) _mm256_add_epi32(c, _mm256_madd_epi16(x, b))
+DEF_TILE_AVX2(tile_avx2, KP, j->KP, MADD_I16)
 #endif
 
 /* -- the VNNI bytes layout ------------------------------------------------- */
@@ -299,30 +306,8 @@ static void tile_q_avx512vnni(const qjob *j, const int32_t *ap, const void *bq, 
  * the two ports that also run vpmaddwd) against the int16 pairs' 2 vpmaddwd
  * for 16 each plus their adds: about 1.3x the products a cycle. 6 rows x 16
  * columns as tile_avx2, 12 accumulators; rows past mr repeat row 0. */
-#define QMADD2(r)                                                                                           \
-    {                                                                                                       \
-        const __m256i x = _mm256_set1_epi32(a##r[kq]);                                                      \
-        c##r##0 = _mm256_add_epi32(c##r##0, _mm256_madd_epi16(_mm256_maddubs_epi16(x, b0), one));           \
-        c##r##1 = _mm256_add_epi32(c##r##1, _mm256_madd_epi16(_mm256_maddubs_epi16(x, b1), one));           \
-    }
-__attribute__((target("avx2"))) static void tile_q_avx2(const qjob *j, const int32_t *ap, const void *bpv, int mr,
-                                                        int32_t *acc) {
-    const int64_t KQ = j->KQ, K4 = (j->K + 3) / 4; /* the words past K/4 are zero: not run */
-    const int32_t *a0 = ap, *a1 = ap + (mr > 1) * KQ, *a2 = ap + (mr > 2) * 2 * KQ, *a3 = ap + (mr > 3) * 3 * KQ,
-                  *a4 = ap + (mr > 4) * 4 * KQ, *a5 = ap + (mr > 5) * 5 * KQ;
-    const __m256i one = _mm256_set1_epi16(1);
-    for (int h = 0; h < 2; h++) {
-        const int8_t *bp = (const int8_t *)bpv + h * 16 * 4;
-        __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00,
-                c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
-        for (int64_t kq = 0; kq < K4; kq++) {
-            const __m256i b0 = _mm256_loadu_si256((const __m256i *)(bp + kq * PW * 4));
-            const __m256i b1 = _mm256_loadu_si256((const __m256i *)(bp + kq * PW * 4 + 32));
-            QMADD2(0) QMADD2(1) QMADD2(2) QMADD2(3) QMADD2(4) QMADD2(5)
-        }
-        STORE2(0) STORE2(1) STORE2(2) STORE2(3) STORE2(4) STORE2(5)
-    }
-}
+#define MADD_U8S8(c, x, b) _mm256_add_epi32(c, _mm256_madd_epi16(_mm256_maddubs_epi16(x, b), _mm256_set1_epi16(1)))
+DEF_TILE_AVX2(tile_q_avx2, KQ, (j->K + 3) / 4, MADD_U8S8) /* the words past K/4 are zero: not run */
 #endif
 
 #if defined(__x86_64__)
