@@ -95,14 +95,28 @@ def pack_u8s8(b):
     of a column side by side; zero past K and N: AMX's tiles take 64 k),
     then each padded column's sum as int32."""
     import numpy as np
+    return np.concatenate([_u8s8_tiles(b), _column_sums(b)])
+
+
+def _u8s8_tiles(b):
+    """pack_u8s8's panels of b (values within int8), flat int8."""
+    import numpy as np
     b = np.asarray(b, np.int64)
     K, N = b.shape
     kq, panels = -(-K // 64) * 16, -(-N // 32)
     out = np.zeros((4 * kq, panels * 32), np.int8)
     out[:K, :N] = b
-    tiles = out.reshape(kq, 4, panels, 32).transpose(2, 0, 3, 1)
-    colsum = out.astype(np.int32).sum(axis=0).astype("<i4")
-    return np.concatenate([np.ascontiguousarray(tiles).reshape(-1), colsum.view(np.int8)])
+    return np.ascontiguousarray(out.reshape(kq, 4, panels, 32).transpose(2, 0, 3, 1)).reshape(-1)
+
+
+def _column_sums(b):
+    """Each column's sum of b as int32, zero for the columns padding the last
+    panel, as int8 bytes."""
+    import numpy as np
+    b = np.asarray(b, np.int64)
+    sums = np.zeros(-(-b.shape[1] // 32) * 32, "<i4")
+    sums[:b.shape[1]] = b.sum(axis=0)
+    return sums.view(np.int8)
 
 
 def pack_u8s8_pair_safe(b):
@@ -135,11 +149,8 @@ def pack_u8s8_pair_safe(b):
     panels = -(-N // 32)
     at = np.searchsorted(ns // 32, np.arange(panels + 1)).astype("<i4")
     entries = np.stack([ks, ns % 32, fix[ks, ns]], axis=1).astype("<i4").reshape(-1)
-    tiles = pack_u8s8(s[:K])
-    tiles = tiles[:tiles.size - panels * 32 * 4]  # less its column sums (of the safe part): b's below
-    colsum = np.zeros(panels * 32, "<i4")
-    colsum[:N] = b.sum(axis=0)
-    return np.concatenate([tiles, colsum.view(np.int8), at.view(np.int8), entries.view(np.int8)]), len(ks)
+    # the safe part's panels, then the whole of b's column sums (the kernel takes za * colsum off both parts)
+    return np.concatenate([_u8s8_tiles(s[:K]), _column_sums(b), at.view(np.int8), entries.view(np.int8)]), len(ks)
 
 
 def annotate(root, callee, params, buffers, packed=None):

@@ -107,11 +107,9 @@ def integer_qdq_kinds() -> frozenset:
     bytes, layout 3: 83-91 GMAC/s, 1.11x); but a 3x3 convolution on
     a large image is Winograd in float, fewer products than any exact int8
     form. Else (TCC_CPU_ISA=generic, no AVX2) none."""
-    import os
-    from ...loop_to_native.target import host_features
     if vnni_target():
         return frozenset({"matmul", "conv"})
-    if os.environ.get("TCC_CPU_ISA", "") != "generic" and "avx2" in host_features():
+    if avx2_bytes_target():
         return frozenset({"matmul", "small-conv"})
     return frozenset()
 
