@@ -15,6 +15,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -27,7 +28,16 @@
 #include "tcc_cpu.h"
 
 #define MAX_THREADS 256
-#define SPIN_ITERS 4000   /* ~0.2-0.5 ms of pause before sleeping */
+#define SPIN_ITERS 4000   /* the caller's wait for the last chunks: pauses, then yields */
+/* How long an idle worker spins before it sleeps. Waking a sleeping worker
+ * (a futex and, on a VM, an idle vCPU) cost the first kernel of a run ~70 us:
+ * MobileNetV2's stem on 2 threads, runs 0.2-1 ms apart, 0.19-0.20 ms
+ * against 0.12 back to back, where onnxruntime lost nothing up to 2 ms
+ * apart (Intel Xeon family 6 model 167, avx512). The former 4000 pauses
+ * (~0.1-0.3 ms, less where pause is short, as on AMD) covered gaps of a few
+ * tens of us; 2 ms covers 1 ms gaps (0.126 / 0.141 ms on that stem, 0.5 ms
+ * of spin 0.130 / 0.188). Back-to-back runs are unchanged. */
+#define SPIN_NS 2000000u
 #define SPIN_YIELD_EVERY 32
 #define CHUNKS_PER_RANGE 4 /* the unit of stealing: a quarter of a thread's share (< 2^16) */
 
@@ -78,6 +88,12 @@ static void run_chunks(uint32_t gen, long self) {
 static int g_pin_cpu[MAX_THREADS];
 static int g_pin = 0; /* pin.h */
 
+static uint64_t now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
 static void *worker(void *arg) {
     const long self = (long)arg; /* pinned by start(), before any call can re-pin it (pin.h) */
     uint32_t seen = 0; /* workers start before the first job (pthread_once) */
@@ -85,9 +101,10 @@ static void *worker(void *arg) {
     for (;;) {
         uint32_t gen;
         int spins = 0;
+        const uint64_t t0 = now_ns();
         while ((gen = (uint32_t)atomic_load_explicit(&g_generation, memory_order_acquire)) == seen) {
-            if (++spins < SPIN_ITERS) {
-                /* a yield now and then: where the caller shares this worker's CPU
+            if ((++spins & (SPIN_YIELD_EVERY - 1)) != 0 || now_ns() - t0 < SPIN_NS) {
+                /* a yield now and then (with a look at the clock): where the caller shares this worker's CPU
                  * (the scheduler put it there), the spin gives it the CPU. With
                  * pause alone, efficientnet (avx2 build, 2 threads, Intel Xeon
                  * family 6 model 167) ran at 0.18 or 0.33 ms from one process to

@@ -93,6 +93,35 @@ def test_host_runtime_shares_the_kernel_pool(tmp_path):
     assert after == before, f"the host runs started threads of their own: {before} -> {after}"
 
 
+IDLE_SCRIPT = r"""
+import ctypes, time
+from tcc.accelerators.cpu import build
+TASK = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_long, ctypes.c_long)
+lib = build.load_kernels()
+lib.tcc_cpu_parallel_for.argtypes = [ctypes.c_long, ctypes.c_long, TASK, ctypes.c_void_p]
+task = TASK(lambda ctx, b, e: None)
+for _ in range(50):
+    lib.tcc_cpu_parallel_for(64, 1, task, None)
+time.sleep(0.05)  # past the workers' spin (threadpool.c's SPIN_NS)
+c0 = time.process_time()
+time.sleep(0.3)
+print("IDLE_CPU", time.process_time() - c0)
+"""
+
+
+def test_idle_workers_sleep():
+    """An idle process costs nothing: after the workers' spin (2 ms) they
+    sleep, so a process that stopped calling uses no CPU time (a worker that
+    kept spinning would use the whole window)."""
+    import subprocess
+    import sys
+    env = dict(os.environ, TCC_NUM_THREADS="2", OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    r = subprocess.run([sys.executable, "-c", IDLE_SCRIPT], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    cpu = float([ln for ln in r.stdout.splitlines() if ln.startswith("IDLE_CPU")][0].split()[1])
+    assert cpu < 0.05, f"{cpu:.3f} s of CPU in 0.3 s idle: a worker never went to sleep"
+
+
 def test_set_inline_runs_parallel_for_on_the_calling_thread():
     """tcc_cpu_set_inline(1): every item on the calling thread, once, as one
     call of the task; set back, the pool takes the items again; it returns
