@@ -54,8 +54,8 @@ typedef struct {
     long c0, c1;
     float *part;
     int first, last;
-    long pf; /* 0, or how far ahead (floats) to prefetch the panel */
-    long pfs, pfn; /* pf: the tile prefetches for channels c0 + pfs + i * pfn */
+    long pf;       /* how far ahead (floats) to prefetch the panel */
+    long pfs, pfn; /* for channels c0 + pfs + i * pfn (ov_task) */
     long ta, tb; /* the taps [ta, tb) that read the input for some pixel of the tile (ov_taps) */
 } ov_kr;
 typedef void (*ov_fn)(const ov_job *, long pn, long oh0, long ow0, const ov_kr *kr);
@@ -191,7 +191,7 @@ CV_INLINE void ov_tile(const ov_job *j, long pn, long oh0, long ow0, const ov_kr
     if (t9) {
         long pk = kr->pfs;
         for (long c = kr->c0; c < kr->c1; c++, xs += cs, w += 9 * PN) {
-            const int dopf = kr->pf && pk == 0;
+            const int dopf = pk == 0;
             pk = pk == 0 ? kr->pfn - 1 : pk - 1;
 #pragma GCC unroll 9
             for (int t = 0; t < 9; t++) {
@@ -213,7 +213,7 @@ CV_INLINE void ov_tile(const ov_job *j, long pn, long oh0, long ow0, const ov_kr
         /* channels outer, the tile's taps inner (the panel read in order) */
         long pk = kr->pfs;
         for (long c = kr->c0; c < kr->c1; c++, xs += cs, w += T * PN) {
-            if (kr->pf && pk == 0)
+            if (pk == 0)
                 for (long t = 0; t < T; t++) ov_prefetch(w + t * PN + kr->pf - wh);
             pk = pk == 0 ? kr->pfn - 1 : pk - 1;
             for (long t = kr->ta; t < kr->tb; t++) {
