@@ -42,6 +42,18 @@
  * 8, 12, 16, 24 and 32 rows ahead tried, 24-32 best; prefetching on every
  * pass no better. */
 #define WG_PF 24
+/* Floats of padding between one xi's [C][wt] block of the transformed input
+ * and the next. Unpadded, 64 channels x 32 tiles put the NX blocks 8 KB
+ * apart: the transform's NX stores per (channel, vector) all fell in one
+ * L1 set (12 ways), so lines went back to L2 between the two stores that
+ * fill them. One line of padding spreads them over NX sets: ResNet-18's
+ * 56x56 layers (F(4x4)), Xeon family 6 model 167, avx2, 1 thread 1.10-1.25
+ * -> 1.01-1.15 ms, 2 threads 0.64-0.67 -> 0.59-0.61; the 28x28 and 14x14
+ * layers 1-4 %; the model 15.2 -> 14.9 ms at 2 threads; avx512 56x56
+ * 0.65-0.69 -> 0.62-0.65. Two lines no better. */
+#ifndef WG_XPAD
+#define WG_XPAD 16
+#endif
 
 typedef void (*wg_fn)(const float *u, long ldu, const float *v, long K, float *out);
 
@@ -57,6 +69,7 @@ typedef struct {
     int T, nx;       /* tile size, transformed patch size (T + 2)^2 */
     int wt, nv;      /* tiles per panel (WT or WTN), vectors per panel */
     long C, M, th, tw, ntiles, npan, nblk, pg, ngrp, nsplit, csplit;
+    long xs;         /* floats from one xi's [C][wt] to the next: C * wt plus a line (WG_XPAD) */
     unsigned long call; /* tells a thread's cached transform from an earlier call's */
 } wg_job;
 
@@ -185,7 +198,7 @@ CV_INLINE void wg_bt(const vf d[6], vf r[6], const int T) {
 CV_INLINE void wg_input_t(const wg_job *j, long pn, float *vb, long c0, long c1, const int T) {
     const int N = T + 2;
     const cv_layout *l = j->l;
-    const long C = j->C, cs = l->cs, *off = l->off, W = j->wt, xs = C * W; /* xs: one xi to the next */
+    const long C = j->C, cs = l->cs, *off = l->off, W = j->wt, xs = j->xs; /* xs: one xi to the next */
     wg_lanes ln[WG_MAXV];
     for (int v = 0; v < j->nv; v++) wg_lanes_at(j, pn * W + v * VL, &ln[v]);
     const float *x = j->x + c0 * cs;
@@ -368,7 +381,7 @@ static void wg_input_task(void *arg, long b, long e) {
     const wg_job *j = arg;
     for (long it = b; it < e; it++) {
         const long pn = it / j->csplit, cp = it % j->csplit;
-        wg_input(j, pn, j->v + pn * j->nx * j->C * j->wt, cp * j->C / j->csplit, (cp + 1) * j->C / j->csplit);
+        wg_input(j, pn, j->v + pn * j->nx * j->xs, cp * j->C / j->csplit, (cp + 1) * j->C / j->csplit);
     }
 }
 
@@ -391,14 +404,14 @@ static void wg_task(void *arg, long b, long e) {
     /* the group's transform goes to this thread's buffer (L2) rather than
      * through a shared one (L3: ResNet's 56x56 layers spent twice as long
      * in the transform writing it) */
-    float *vown = j->v ? NULL : cv_tls_buffer(2, pg * NX * C * W);
+    float *vown = j->v ? NULL : cv_tls_buffer(2, pg * NX * j->xs);
     for (long it = b; it < e; it++) {
         const long g = it / j->nsplit, sp = it % j->nsplit;
         const long b0 = sp * j->nblk / j->nsplit, b1 = (sp + 1) * j->nblk / j->nsplit;
         const long p0 = g * pg, np = j->npan - p0 < pg ? j->npan - p0 : pg;
-        const float *v = j->v ? j->v + p0 * NX * C * W : vown;
+        const float *v = j->v ? j->v + p0 * NX * j->xs : vown;
         if (vown && (t_wg_call != j->call || t_wg_grp != g)) {
-            for (long k = 0; k < np; k++) wg_input(j, p0 + k, vown + k * NX * C * W, 0, C);
+            for (long k = 0; k < np; k++) wg_input(j, p0 + k, vown + k * NX * j->xs, 0, C);
             t_wg_call = j->call;
             t_wg_grp = g;
         }
@@ -407,7 +420,7 @@ static void wg_task(void *arg, long b, long e) {
             const int MR = (int)(m1 - m0);
             for (int xi = 0; xi < NX; xi++)
                 for (long k = 0; k < np; k++)
-                    fns[MR](j->u + (xi * M + m0) * C, MR, v + (k * NX + xi) * C * W, C, mb + (k * NX + xi) * MR * W);
+                    fns[MR](j->u + (xi * M + m0) * C, MR, v + (k * NX + xi) * j->xs, C, mb + (k * NX + xi) * MR * W);
             for (long k = 0; k < np; k++) wg_output(j, p0 + k, m0, MR, mb + k * NX * MR * W);
         }
     }
@@ -428,6 +441,7 @@ void tcc_cpu_conv2d_wino(const tcc_conv_params *p, int tile, const float *x, con
     j.ntiles = th * tw;
     j.wt = j.ntiles <= WTN ? WTN : WT;
     j.nv = j.wt / VL;
+    j.xs = C * j.wt + WG_XPAD;
     j.npan = (j.ntiles + j.wt - 1) / j.wt;
     j.nblk = (M + WR - 1) / WR;
     /* weights past L2 are shared by pairs of panels */
@@ -447,7 +461,7 @@ void tcc_cpu_conv2d_wino(const tcc_conv_params *p, int tile, const float *x, con
     /* a vector's 32-float window starts at most at the last tile */
     const size_t packed = (size_t)C * l.cs, slack = 2 * VL + l.wq + 32;
     float *xp = cv_tls_buffer(0, packed + slack);
-    j.v = shared ? cv_tls_buffer(2, (size_t)j.npan * j.nx * C * j.wt) : NULL;
+    j.v = shared ? cv_tls_buffer(2, (size_t)j.npan * j.nx * j.xs) : NULL;
     const long hw = p->h * p->w, ohw = p->oh * p->ow;
     for (long n = 0; n < p->n; n++) {
         cv_pack_all(&l, &q, x + n * C * hw, xp, C);
