@@ -325,6 +325,27 @@ CV_INLINE void wg_output_t(const wg_job *j, long pn, long m0, int MR, const floa
                     wg_zip(p0, q0, &o[0], &o[1]);
                     wg_zip(p1, q1, &o[2], &o[3]);
                 }
+#elif defined(__AVX2__)
+                /* the same interleave as in-lane unpacks and shuffles, then
+                 * 128-bit halves recombined: GCC made the scalar loop below
+                 * spills and single-float inserts, a third of wg_output */
+                __m256 *o = (__m256 *)&row[rr][T * v];
+                const __m256 c0 = (__m256)y[rr][0], c1 = (__m256)y[rr][1];
+                const __m256 l01 = _mm256_unpacklo_ps(c0, c1), h01 = _mm256_unpackhi_ps(c0, c1);
+                if (T == 2) { /* l01: tiles 0 1 | 4 5, h01: 2 3 | 6 7 */
+                    o[0] = _mm256_permute2f128_ps(l01, h01, 0x20);
+                    o[1] = _mm256_permute2f128_ps(l01, h01, 0x31);
+                } else {
+                    const __m256 c2 = (__m256)y[rr][2], c3 = (__m256)y[rr][3];
+                    const __m256 l23 = _mm256_unpacklo_ps(c2, c3), h23 = _mm256_unpackhi_ps(c2, c3);
+                    /* tile k's four columns in the half k / 4 of s[k % 4] */
+                    const __m256 s0 = _mm256_shuffle_ps(l01, l23, 0x44), s1 = _mm256_shuffle_ps(l01, l23, 0xEE),
+                                 s2 = _mm256_shuffle_ps(h01, h23, 0x44), s3 = _mm256_shuffle_ps(h01, h23, 0xEE);
+                    o[0] = _mm256_permute2f128_ps(s0, s1, 0x20);
+                    o[1] = _mm256_permute2f128_ps(s2, s3, 0x20);
+                    o[2] = _mm256_permute2f128_ps(s0, s1, 0x31);
+                    o[3] = _mm256_permute2f128_ps(s2, s3, 0x31);
+                }
 #else
                 float *o = (float *)&row[rr][T * v];
                 for (int l = 0; l < VL; l++)
