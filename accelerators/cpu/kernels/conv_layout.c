@@ -208,7 +208,7 @@ static void deinterleave4_row(float *d0, float *d1, float *d2, float *d3, long n
             const int lo = (int)clampl(-c0, 0, VL), hi = (int)clampl(W - c0, 0, VL);
             const __m256i mk = _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(lo), lane),
                                                    _mm256_cmpgt_epi32(_mm256_set1_epi32(hi), lane));
-            v[k] = hi > lo ? _mm256_maskload_ps(s + c0, mk) : _mm256_setzero_ps();
+            v[k] = hi - lo == VL ? _mm256_loadu_ps(s + c0) : hi > lo ? _mm256_maskload_ps(s + c0, mk) : _mm256_setzero_ps();
         }
         const __m256 t0 = _mm256_unpacklo_ps(v[0], v[1]), t1 = _mm256_unpackhi_ps(v[0], v[1]);
         const __m256 t2 = _mm256_unpacklo_ps(v[2], v[3]), t3 = _mm256_unpackhi_ps(v[2], v[3]);
