@@ -81,6 +81,7 @@ CASES = [
     ((2, 7, 9, 8, 72, 3), {"act1": "SiLU", "act2": "SiLU"}),                      # 2 x 3 items, 9 blocks
     # large planes: expanded blocks of 25 to 100 KB
     ((1, 8, 56, 56, 24, 3), {}),                                                  # MobileNetV2's 56x56
+    ((1, 4, 112, 113, 16, 3), {"s": (2, 2), "act1": "Relu"}),                      # 56 stride-2 rows: AVX2 bands
     ((1, 6, 60, 58, 16, 3), {"s": (2, 2)}),                                       # stride-2 rows
     ((1, 5, 61, 30, 12, 5), {"s": (2, 2), "pads": (2, 2, 2, 2), "act2": "Tanh"}),  # odd rows, 5 tap rows
     ((1, 4, 29, 31, 9, 3), {"d": (2, 2), "pads": (2, 2, 2, 2), "act1": "Relu"}),  # dilated: halos of 2 rows

@@ -212,7 +212,8 @@ def test_packed_conv_path_per_isa(isa):
 
 # A pointwise conv fused with the depthwise one reading it (tcc_cpu_conv2d_pw_dw) runs, per build,
 # on conv_pwdw8.c (the expanded channels in the lanes, while its padded buffers stay under 2 MB: AVX2
-# in items of two 8-channel blocks; AVX-512 in items of four, split into bands of output rows where
+# in items of two 8-channel blocks, in bands of output rows on 56 rows or more with several threads;
+# AVX-512 in items of four, split into bands of output rows where
 # the pool's threads cannot share that few items evenly, unless the plane has under 4 rows a thread)
 # or plane by plane (conv_pw.c, with conv_dw.c's paths above):
 # (c, h, w, hidden, k, stride, pad) -> {isa: path at 1 thread, "avx512/2": AVX-512 at 2 threads}.
