@@ -417,28 +417,29 @@ static void ov_task(void *arg, long b, long e) {
         const int half = last && j->half_last;
         for (long t = t0; t < t1; t++) {
             ov_kr kr;
+            long oh0, ow0;
+            ov_fn fn;
 #if RMAX == 6
             if (j->flat) {
                 /* near-equal widths: a 7 x 7 plane's 49 outputs as 4 tiles
                  * of 6 and 5 of 5, where 8 of 6 and one of 1 took
                  * ResNet-18's 512-channel 7 x 7 layers ~10 % longer (the
                  * one-output tile runs its whole K for 2 multiply-adds a k) */
-                const long q0 = t * OH * OW / j->ntile, oh0 = q0 / OW, ow0 = q0 % OW;
-                const long w = (t + 1) * OH * OW / j->ntile - q0;
+                const long q0 = t * OH * OW / j->ntile, w = (t + 1) * OH * OW / j->ntile - q0;
+                oh0 = q0 / OW;
+                ow0 = q0 % OW;
                 ov_taps(j->p, oh0, (q0 + w - 1) / OW, &kr);
-                tl[t - t0].fn = OW - ow0 >= w ? OV_FNS[half][j->t9 && kr.tb - kr.ta == 9][w][0]
-                                              : OV_SPLIT_FNS[half][w][OW - ow0];
-                tl[t - t0].oh0 = oh0;
-                tl[t - t0].ow0 = ow0;
-                tl[t - t0].ta = kr.ta;
-                tl[t - t0].tb = kr.tb;
-                continue;
-            }
+                fn = OW - ow0 >= w ? OV_FNS[half][j->t9 && kr.tb - kr.ta == 9][w][0] : OV_SPLIT_FNS[half][w][OW - ow0];
+            } else
 #endif
-            const long oh0 = t / j->ncol * j->nrow, ow0 = t % j->ncol * j->cw;
-            const long nr = OH - oh0 < j->nrow ? OH - oh0 : j->nrow, w = OW - ow0 < j->cw ? OW - ow0 : j->cw;
-            ov_taps(j->p, oh0, oh0 + nr - 1, &kr);
-            tl[t - t0].fn = OV_FNS[half][j->t9 && kr.tb - kr.ta == 9][w][nr - 1];
+            {
+                oh0 = t / j->ncol * j->nrow;
+                ow0 = t % j->ncol * j->cw;
+                const long nr = OH - oh0 < j->nrow ? OH - oh0 : j->nrow, w = OW - ow0 < j->cw ? OW - ow0 : j->cw;
+                ov_taps(j->p, oh0, oh0 + nr - 1, &kr);
+                fn = OV_FNS[half][j->t9 && kr.tb - kr.ta == 9][w][nr - 1];
+            }
+            tl[t - t0].fn = fn;
             tl[t - t0].oh0 = oh0;
             tl[t - t0].ow0 = ow0;
             tl[t - t0].ta = kr.ta;

@@ -312,22 +312,6 @@ P16_DW(p16_dw_any, j->pd->kh * j->pd->kw, j->ed->act)
 #endif
 
 /* Zeroes what is not the plane's interior in a block of the padded buffer. */
-/* The borders of this thread's two buffers zeroed once per call, not once per
- * task: with two threads a task is a chunk of often one item, and each ran
- * the per-row memsets (four a row) again. MobileNetV2 on 2 threads, Xeon
- * family 6 model 167, medians of 7 interleaved runs: every pair 1-6 %
- * faster (avx512 0.170 -> 0.160 ms at 56x56, 0.072 -> 0.070 at 28x28;
- * avx2 0.306 -> 0.300 at 112x112), the model 2.83 -> 2.74 ms (avx512) and
- * 4.02 -> 3.92 (avx2). */
-static __thread unsigned long t_p8_call;
-static void p8_zero_border(const p8_job *j, float *b);
-static void p8_zero_borders(const p8_job *j, float *buf, long blkf) {
-    if (t_p8_call == j->call) return;
-    p8_zero_border(j, buf);
-    p8_zero_border(j, buf + blkf);
-    t_p8_call = j->call;
-}
-
 static void p8_zero_border(const p8_job *j, float *b) {
     const tcc_conv_params *pd = j->pd;
     const long Wp = j->Wp, pt = pd->pt, pl = pd->pl, rest = Wp - pl - j->W;
@@ -337,6 +321,21 @@ static void p8_zero_border(const p8_job *j, float *b) {
         memset(b + (r * Wp + pl + j->W) * CB, 0, (size_t)(rest * CB) * sizeof(float));
     }
     memset(b + (pt + j->H) * Wp * CB, 0, (size_t)((j->Hp - pt - j->H) * Wp * CB) * sizeof(float));
+}
+
+/* The borders of this thread's two buffers zeroed once per call, not once per
+ * task: with two threads a task is a chunk of often one item, and each ran
+ * the per-row memsets (four a row) again. MobileNetV2 on 2 threads, Xeon
+ * family 6 model 167, medians of 7 interleaved runs: every pair 1-6 %
+ * faster (avx512 0.170 -> 0.160 ms at 56x56, 0.072 -> 0.070 at 28x28;
+ * avx2 0.306 -> 0.300 at 112x112), the model 2.83 -> 2.74 ms (avx512) and
+ * 4.02 -> 3.92 (avx2). */
+static __thread unsigned long t_p8_call;
+static void p8_zero_borders(const p8_job *j, float *buf, long blkf) {
+    if (t_p8_call == j->call) return;
+    p8_zero_border(j, buf);
+    p8_zero_border(j, buf + blkf);
+    t_p8_call = j->call;
 }
 
 #if CB == 8
