@@ -35,9 +35,10 @@ import numpy as np
 
 from tcc.dialects.ir.attributes import DenseResourceAttr, elements_value
 from tcc.dialects.ir.core import free_values
-from tcc.dialects.ir.types import MemRefType, to_numpy_dtype
+from tcc.dialects.ir.types import IntegerType, MemRefType, to_numpy_dtype
 
 from .scalar import ScalarEmitter
+from .scalar import constant as scalar_constant
 from .target import NativeCodegenError
 from .types import I1, I8, I32, I64, PTR, VOID, byte_size, elem_bytes, load_convert, mem_type, reg_type, \
     static_shape, store_convert
@@ -215,6 +216,7 @@ class _Lowering:
         self.mod = ir.Module(name="tcc")
         self.scalar = ScalarEmitter(self.mod)
         self.weights, self._weight_index, self._embedded = [], {}, {}
+        self._scalars = {}  # loop.global -> its one value, or None (_scalar_global)
         self.malloced = set()
         self.streams = False  # streaming stores emitted: the entry fences before returning
         self.unused_globals = set()
@@ -292,6 +294,30 @@ class _Lowering:
                 p.name = f"w{idx}"
                 loaded[idx] = p
             env.vmap[op.results[0]] = loaded[idx]
+
+    def _scalar_global(self, v):
+        """The value of a one-element loop.global of f32, f64 or integers of
+        8 bits or more that `v` is (or a view of), else None. A load of it is
+        emitted as that constant: a parallel body captures constants as they
+        are, so LLVM sees a quantization's scales, zero points and clip
+        bounds, where a loaded value reached the body through its context
+        struct (max/min against a constant bound lower to one compare and
+        select: scalar.py's _bound)."""
+        d = _defining(v)
+        while d is not None and d.name == "loop.view":
+            d = _defining(d.operands[0])
+        if d is None or d.name != "loop.global" or d in self.unused_globals:
+            return None
+        if d in self._scalars:
+            return self._scalars[d]
+        t, val = d.results[0].type, None
+        el = t.element
+        plain = getattr(el, "name", "") in ("f32", "f64") or (isinstance(el, IntegerType) and el.width in (8, 16, 32, 64))
+        arr = elements_value(d.attributes["value"]) if plain else None
+        if arr is not None and int(np.prod(static_shape(t, "loop.global"), dtype=np.int64)) == 1:
+            val = np.asarray(arr).astype(to_numpy_dtype(el), copy=False).reshape(-1)[0].item()
+        self._scalars[d] = val
+        return val
 
     def _replaced_globals(self):
         """loop.globals (and their views) read only inside library-call nests
@@ -398,6 +424,10 @@ class _Lowering:
 
     def _op_loop_load(self, op, env):
         el = op.operands[0].type.element
+        c = self._scalar_global(op.operands[0])
+        if c is not None:
+            env.vmap[op.results[0]] = scalar_constant(el, c)
+            return
         p = self._addr(env, op.operands[0], op.operands[1:])
         env.vmap[op.results[0]] = load_convert(env.b, env.b.load(p, typ=mem_type(el)), el)
 

@@ -314,14 +314,44 @@ def _minmax(base):
     return f
 
 
+def _float_constant(v):
+    return v.constant if isinstance(v, ir.Constant) and isinstance(v.type, (ir.FloatType, ir.DoubleType)) and \
+        isinstance(v.constant, float) and not math.isnan(v.constant) else None
+
+
+def _bound(base, is_max):
+    """IEEE maximum/minimum against a constant c that is no NaN (a Clip's or
+    Relu's bound, a quantization's range): c if c wins or ties, else v, by
+    one compare and select, exact. A NaN v fails the ordered compare and is
+    returned; at c = -0 (maximum) or +0 (minimum) the compare is strict, so
+    that max(+0, -0) is +0 and min(-0, +0) is -0. LLVM's expansion of
+    llvm.maximum, which knows nothing of the constant, took 6 instructions
+    where this takes 1-2 (with the bound a constant, codegen.py's
+    _scalar_global): mlp_qdq, whose requantizing loops clip twice, went from
+    0.310 to 0.285 ms with AVX-512 and from 1.47 to 1.44 with AVX2 (1
+    thread, Intel Xeon family 6 model 167, in one process)."""
+    general = _minmax(base)
+
+    def f(self, b, x, y, t):
+        c, v = (y, x) if _float_constant(y) is not None else (x, y)
+        cv = _float_constant(c)
+        if cv is None:
+            return general(self, b, x, y, t)
+        negative = math.copysign(1.0, cv) < 0
+        strict = cv == 0 and negative == is_max
+        op = (">" if strict else ">=") if is_max else ("<" if strict else "<=")
+        return b.select(b.fcmp_ordered(op, c, v), c, v)
+    return f
+
+
 _FLT_BIN = {
     "addf": lambda s, b, x, y, t: b.fadd(x, y, flags=_fast(t)),
     "subf": lambda s, b, x, y, t: b.fsub(x, y, flags=_fast(t)),
     "mulf": lambda s, b, x, y, t: b.fmul(x, y, flags=_fast(t)),
     "divf": lambda s, b, x, y, t: b.fdiv(x, y),
     "remf": lambda s, b, x, y, t: b.frem(x, y),
-    "maximumf": _minmax("llvm.maximum"),
-    "minimumf": _minmax("llvm.minimum"),
+    "maximumf": _bound("llvm.maximum", True),
+    "minimumf": _bound("llvm.minimum", False),
     # IEEE maxNum/minNum (a NaN operand loses): fewer instructions than
     # maximum on x86, for reductions whose NaNs propagate another way.
     "maxnumf": _minmax("llvm.maxnum"),
