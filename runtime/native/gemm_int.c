@@ -308,6 +308,18 @@ static void tile_q_avx512vnni(const qjob *j, const int32_t *ap, const void *bq, 
  * columns as tile_avx2, 12 accumulators; rows past mr repeat row 0. */
 #define MADD_U8S8(c, x, b) _mm256_add_epi32(c, _mm256_madd_epi16(_mm256_maddubs_epi16(x, b), _mm256_set1_epi16(1)))
 DEF_TILE_AVX2(tile_q_avx2, KQ, (j->K + 3) / 4, MADD_U8S8) /* the words past K/4 are zero: not run */
+/* AVX2 on the VNNI bytes (B packed 2, which a compile on a VNNI CPU chooses)
+ * where TCC_CPU_ISA=avx2 at run time keeps VNNI out: A's bytes are split
+ * into their 4-bit halves, so that no vpmaddubsw pair sum passes 15 * 128 *
+ * 2, and the high half's sums are weighted 16 by vpmaddwd. Twice the
+ * pair-safe tile's multiplies: mlp_qdq compiled with VNNI and run with
+ * TCC_CPU_ISA=avx2 (1 thread, Xeon family 6 model 167) took 3.2 ms, 24.6
+ * with the portable C tile this replaces, 1.44 compiled for AVX2. */
+#define NIBBLES(x) _mm256_and_si256(x, _mm256_set1_epi8(0x0f))
+#define MADD_U8S8_NIB(c, x, b)                                                                                \
+    _mm256_add_epi32(_mm256_add_epi32(c, _mm256_madd_epi16(_mm256_maddubs_epi16(NIBBLES(x), b), _mm256_set1_epi16(1))), \
+                     _mm256_madd_epi16(_mm256_maddubs_epi16(NIBBLES(_mm256_srli_epi16(x, 4)), b), _mm256_set1_epi16(16)))
+DEF_TILE_AVX2(tile_q_avx2_nib, KQ, (j->K + 3) / 4, MADD_U8S8_NIB)
 #endif
 
 #if defined(__x86_64__)
@@ -383,8 +395,8 @@ static int isa_limit(void) {
 }
 #endif
 
-/* the bytes layout's tiles; AVX2's vpmaddubsw only where the packing made
- * every pair safe (pair_safe: B packed 3) */
+/* the bytes layout's tiles; AVX2's vpmaddubsw on whole bytes only where the
+ * packing made every pair safe (pair_safe: B packed 3), else on 4-bit halves */
 static tile_fn pick_q(int *mr, int pair_safe) {
 #if defined(__x86_64__)
     __builtin_cpu_init();
@@ -397,9 +409,9 @@ static tile_fn pick_q(int *mr, int pair_safe) {
         *mr = 8;
         return tile_q_avx512vnni;
     }
-    if (pair_safe && lim >= ISA_AVX2 && __builtin_cpu_supports("avx2")) {
+    if (lim >= ISA_AVX2 && __builtin_cpu_supports("avx2")) {
         *mr = AVX2_MR;
-        return tile_q_avx2;
+        return pair_safe ? tile_q_avx2 : tile_q_avx2_nib;
     }
 #else
     (void)pair_safe;

@@ -238,6 +238,34 @@ def test_pair_safe_bytes_with_corrections_are_exact(run_isa, adt, monkeypatch):
     np.testing.assert_array_equal(c, (a.astype(np.int64) - az.astype(np.int64)) @ b)
 
 
+@pytest.mark.parametrize("run_isa", ["", "avx512", "avx2", "generic"])
+@pytest.mark.parametrize("adt", [np.uint8, np.int8])
+def test_vnni_bytes_are_exact_on_every_path(run_isa, adt, monkeypatch):
+    """gemm_int.c's B packed 2 (kernels.pack_u8s8, what a compile on a CPU
+    with VNNI chooses), called directly under each TCC_CPU_ISA: with avx2
+    the AVX2 tile on A's 4-bit halves, where whole bytes would saturate
+    vpmaddubsw's pair sums. A of full-range bytes, B at both ends of int8,
+    odd K, a partial panel and row tile, A's zero point. int64 numpy is the
+    reference."""
+    import ctypes
+
+    from tcc.dialects.conversions.graph_to_loop.kernels import pack_u8s8
+    from tcc.runtime import native
+    lib = ctypes.CDLL(native.load())
+    M, K, N = 13, 67, 45
+    a, az = q((M, K), adt), q((), adt)
+    b = RNG.integers(-128, 128, (K, N)).astype(np.int64)
+    b[:, :4] = [-128, 127, -128, 127]  # the largest pair sums, with 255s in A
+    a[:2] = np.iinfo(adt).max  # 255 as the kernel sees it (int8 A moved up by 128)
+    packed = pack_u8s8(b)
+    c = np.empty((M, N), np.int32)
+    params = np.array([M, N, K, int(adt == np.int8), 1, 1, 0, 2], np.int64)
+    monkeypatch.setenv("TCC_CPU_ISA", run_isa)
+    ptr = lambda x: x.ctypes.data_as(ctypes.c_void_p)  # noqa: E731
+    lib.tcc_matmul_i8(ptr(params), ptr(c), ptr(a), ptr(packed), ptr(az), None)
+    np.testing.assert_array_equal(c, (a.astype(np.int64) - az.astype(np.int64)) @ b)
+
+
 @pytest.mark.parametrize("run_isa", ["avx2", "generic", ""])
 @pytest.mark.parametrize("op", ["MatMulInteger", "ConvInteger"])
 def test_weights_packed_pair_safe_on_avx2(monkeypatch, run_isa, op):
