@@ -219,23 +219,31 @@ def test_pair_safe_bytes_with_corrections_are_exact(run_isa, adt, monkeypatch):
     most of it is corrections) and A of full-range bytes, where a saturated
     vpmaddubsw pair sum would show; odd K, a partial panel and row tile, A's
     zero point. int64 numpy is the reference."""
-    import ctypes
-
     from tcc.dialects.conversions.graph_to_loop.kernels import pack_u8s8_pair_safe
-    from tcc.runtime import native
-    lib = ctypes.CDLL(native.load())
     M, K, N = 13, 67, 45
     a, az = q((M, K), adt), q((), adt)
     b = RNG.integers(-255, 256, (K, N)).astype(np.int64)
     b[RNG.random((K, N)) < 0.5] = 0  # pairs of every kind: safe, one value cut, past int8
     packed, nfix = pack_u8s8_pair_safe(b)
     assert K * N // 8 < nfix < K * N
-    c = np.empty((M, N), np.int32)
-    params = np.array([M, N, K, int(adt == np.int8), 1, 1, 0, 3], np.int64)
+    c = _matmul_i8(monkeypatch, run_isa, a, az, packed, N, 3)
+    np.testing.assert_array_equal(c, (a.astype(np.int64) - az.astype(np.int64)) @ b)
+
+
+def _matmul_i8(monkeypatch, run_isa, a, az, packed, N, layout):
+    """C = (a - az) B from gemm_int.c's tcc_matmul_i8 called directly, B
+    packed as `layout` (params' Q_BPACKED, no B zero point), under
+    TCC_CPU_ISA=run_isa."""
+    import ctypes
+
+    from tcc.runtime import native
+    lib = ctypes.CDLL(native.load())
+    (M, K), c = a.shape, np.empty((a.shape[0], N), np.int32)
+    params = np.array([M, N, K, int(a.dtype == np.int8), 1, 1, 0, layout], np.int64)
     monkeypatch.setenv("TCC_CPU_ISA", run_isa)
     ptr = lambda x: x.ctypes.data_as(ctypes.c_void_p)  # noqa: E731
     lib.tcc_matmul_i8(ptr(params), ptr(c), ptr(a), ptr(packed), ptr(az), None)
-    np.testing.assert_array_equal(c, (a.astype(np.int64) - az.astype(np.int64)) @ b)
+    return c
 
 
 @pytest.mark.parametrize("run_isa", ["", "avx512", "avx2", "generic"])
@@ -247,22 +255,13 @@ def test_vnni_bytes_are_exact_on_every_path(run_isa, adt, monkeypatch):
     vpmaddubsw's pair sums. A of full-range bytes, B at both ends of int8,
     odd K, a partial panel and row tile, A's zero point. int64 numpy is the
     reference."""
-    import ctypes
-
     from tcc.dialects.conversions.graph_to_loop.kernels import pack_u8s8
-    from tcc.runtime import native
-    lib = ctypes.CDLL(native.load())
     M, K, N = 13, 67, 45
     a, az = q((M, K), adt), q((), adt)
     b = RNG.integers(-128, 128, (K, N)).astype(np.int64)
     b[:, :4] = [-128, 127, -128, 127]  # the largest pair sums, with 255s in A
     a[:2] = np.iinfo(adt).max  # 255 as the kernel sees it (int8 A moved up by 128)
-    packed = pack_u8s8(b)
-    c = np.empty((M, N), np.int32)
-    params = np.array([M, N, K, int(adt == np.int8), 1, 1, 0, 2], np.int64)
-    monkeypatch.setenv("TCC_CPU_ISA", run_isa)
-    ptr = lambda x: x.ctypes.data_as(ctypes.c_void_p)  # noqa: E731
-    lib.tcc_matmul_i8(ptr(params), ptr(c), ptr(a), ptr(packed), ptr(az), None)
+    c = _matmul_i8(monkeypatch, run_isa, a, az, pack_u8s8(b), N, 2)
     np.testing.assert_array_equal(c, (a.astype(np.int64) - az.astype(np.int64)) @ b)
 
 
