@@ -74,6 +74,8 @@ ACTS = [None, "Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh", "SiLU"]
     (1, 4, 19, 20, 6, 3, (3, 2), (1, 1), (1, 2, 0, 1), 1),    # stride 3 rows (generic packing)
     (1, 5, 17, 18, 7, 3, (1, 3), (1, 1), (2, 1, 1, 2), 1),    # stride 3 columns
     (1, 4, 21, 23, 6, 5, (4, 4), (1, 1), (2, 1, 0, 3), 1),    # stride 4: four-way column split
+    (2, 3, 32, 32, 16, 8, (8, 8), (1, 1), (0, 0, 0, 0), 1),   # a ViT's patch embedding: kernel = stride 8
+    (1, 3, 20, 26, 5, 5, (5, 5), (1, 1), (2, 6, 1, 3), 1),    # stride 5, a left pad past the stride
     (1, 4, 15, 14, 5, 3, (1, 1), (2, 3), (2, 3, 2, 3), 1),    # dilations
     (1, 4, 15, 14, 5, 3, (2, 2), (2, 2), (1, 1, 2, 2), 1),    # stride and dilation: all taps in one phase
     (1, 6, 10, 9, 9, 3, (1, 1), (1, 1), (0, 0, 0, 0), 1),     # unpadded: input read in place, junk columns
