@@ -641,7 +641,34 @@ static void to_channels_last(int64_t b, int64_t e, void *ctx) {
     const int64_t C = j->p[CI_C], HW = j->p[CI_H] * j->p[CI_W];
     for (int64_t blk = b; blk < e; blk++) {
         const int64_t p0 = blk * 64, p1 = p0 + 64 < HW ? p0 + 64 : HW;
-        for (int64_t c = 0; c < C; c++) {
+        int64_t c = 0;
+#if defined(__x86_64__)
+        /* 4 channels x 16 pixels at a time (SSE2, every x86-64): the bytes
+         * interleaved into one 4-byte word a pixel, 16 word stores where a
+         * byte a store took 64. resnet18_qdq with AVX2 (1 thread, Xeon
+         * family 6 model 167): 2.2 -> 0.7 % of its samples. */
+        for (; c + 4 <= C; c += 4) {
+            const uint8_t *s0 = j->x + c * HW, *s1 = s0 + HW, *s2 = s1 + HW, *s3 = s2 + HW;
+            int64_t q = p0;
+            for (; q + 16 <= p1; q += 16) {
+                const __m128i a = _mm_loadu_si128((const __m128i *)(s0 + q)), b1 = _mm_loadu_si128((const __m128i *)(s1 + q));
+                const __m128i c2 = _mm_loadu_si128((const __m128i *)(s2 + q)), d = _mm_loadu_si128((const __m128i *)(s3 + q));
+                const __m128i ab0 = _mm_unpacklo_epi8(a, b1), ab1 = _mm_unpackhi_epi8(a, b1);
+                const __m128i cd0 = _mm_unpacklo_epi8(c2, d), cd1 = _mm_unpackhi_epi8(c2, d);
+                uint32_t w[16];
+                _mm_storeu_si128((__m128i *)w, _mm_unpacklo_epi16(ab0, cd0));
+                _mm_storeu_si128((__m128i *)(w + 4), _mm_unpackhi_epi16(ab0, cd0));
+                _mm_storeu_si128((__m128i *)(w + 8), _mm_unpacklo_epi16(ab1, cd1));
+                _mm_storeu_si128((__m128i *)(w + 12), _mm_unpackhi_epi16(ab1, cd1));
+                for (int i = 0; i < 16; i++) memcpy(j->xt + (q + i) * C + c, &w[i], 4);
+            }
+            for (; q < p1; q++) {
+                uint8_t *d = j->xt + q * C + c;
+                d[0] = s0[q], d[1] = s1[q], d[2] = s2[q], d[3] = s3[q];
+            }
+        }
+#endif
+        for (; c < C; c++) {
             const uint8_t *src = j->x + c * HW;
             for (int64_t q = p0; q < p1; q++) j->xt[q * C + c] = src[q];
         }
