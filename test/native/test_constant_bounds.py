@@ -9,6 +9,8 @@ import pytest
 from native_helpers import float_data, func_text, module_from_text, np_dtype
 
 from tcc.dialects.conversions.loop_to_native.jit import NativeFunction
+from tcc.dialects.ir.attributes import format_float
+from tcc.dialects.ir.types import parse_element_name
 from tcc.dialects.loop.interpreter import run_loop_module
 
 N = 67  # no vector width divides it: the scalar remainder runs too
@@ -17,8 +19,7 @@ BOUNDS = [0.0, -0.0, 2.5, -1.0, np.inf, -np.inf, np.nan]
 
 
 def _text(el, c):
-    return "nan" if np.isnan(c) else ("0x7F800000" if c > 0 else "0xFF800000") if np.isinf(c) and el == "f32" \
-        else ("0x7FF0000000000000" if c > 0 else "0xFFF0000000000000") if np.isinf(c) else repr(float(c))
+    return format_float(float(c), parse_element_name(el))
 
 
 def _module(op, el, c, how, const_first):

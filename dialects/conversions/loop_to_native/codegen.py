@@ -216,7 +216,7 @@ class _Lowering:
         self.mod = ir.Module(name="tcc")
         self.scalar = ScalarEmitter(self.mod)
         self.weights, self._weight_index, self._embedded = [], {}, {}
-        self._scalars = {}  # loop.global -> its one value, or None (_scalar_global)
+        self._scalars = {}  # one-element loop.global -> its value (_scalar_global)
         self.malloced = set()
         self.streams = False  # streaming stores emitted: the entry fences before returning
         self.unused_globals = set()
@@ -278,6 +278,10 @@ class _Lowering:
             if arr is None:
                 raise NativeCodegenError(f"loop.global ({op.loc.describe()}): its constant's bytes are missing")
             arr = np.ascontiguousarray(np.asarray(arr).astype(to_numpy_dtype(t.element), copy=False).reshape(shape))
+            el = t.element
+            if arr.size == 1 and (getattr(el, "name", "") in ("f32", "f64") or
+                                  (isinstance(el, IntegerType) and el.width in (8, 16, 32, 64))):
+                self._scalars[op] = arr.reshape(-1)[0].item()  # read as a constant (_scalar_global)
             if arr.nbytes <= EMBED_LIMIT:
                 env.vmap[op.results[0]] = self._embed(arr)
                 continue
@@ -297,27 +301,16 @@ class _Lowering:
 
     def _scalar_global(self, v):
         """The value of a one-element loop.global of f32, f64 or integers of
-        8 bits or more that `v` is (or a view of), else None. A load of it is
-        emitted as that constant: a parallel body captures constants as they
-        are, so LLVM sees a quantization's scales, zero points and clip
-        bounds, where a loaded value reached the body through its context
-        struct (max/min against a constant bound lower to one compare and
-        select: scalar.py's _bound)."""
+        8 bits or more that `v` is (or a view of), else None (recorded by
+        _load_globals). A load of it is emitted as that constant: a parallel
+        body captures constants as they are, so LLVM sees a quantization's
+        scales, zero points and clip bounds, where a loaded value reached the
+        body through its context struct (max/min against a constant bound
+        lower to one compare and select: scalar.py's _bound)."""
         d = _defining(v)
         while d is not None and d.name == "loop.view":
             d = _defining(d.operands[0])
-        if d is None or d.name != "loop.global" or d in self.unused_globals:
-            return None
-        if d in self._scalars:
-            return self._scalars[d]
-        t, val = d.results[0].type, None
-        el = t.element
-        plain = getattr(el, "name", "") in ("f32", "f64") or (isinstance(el, IntegerType) and el.width in (8, 16, 32, 64))
-        arr = elements_value(d.attributes["value"]) if plain else None
-        if arr is not None and int(np.prod(static_shape(t, "loop.global"), dtype=np.int64)) == 1:
-            val = np.asarray(arr).astype(to_numpy_dtype(el), copy=False).reshape(-1)[0].item()
-        self._scalars[d] = val
-        return val
+        return self._scalars.get(d)
 
     def _replaced_globals(self):
         """loop.globals (and their views) read only inside library-call nests
