@@ -572,7 +572,8 @@ def test_pointwise_strided_isa_threads(isa, threads, pw_lib):
 # pads, output-channel blocks of 1..14 rows, panels transformed by each thread for its run of
 # items (a group's transform reused by the next share of its channel blocks, redone where a
 # thread's range starts inside a group) or, with fewer groups than threads, once and shared
-# (split over panels and input channels), weights past 1 MB (pairs of panels).
+# (split over panels and input channels), weights past 1 MB (pairs of panels where every thread
+# still gets a pair).
 WINO = [
     (1, 16, 14, 14, 16, (1, 1, 1, 1)),     # ResNet-like plane, two panels, blocks of 8
     (2, 20, 9, 13, 30, (1, 1, 1, 1)),      # odd width, batch 2, blocks of 10
@@ -580,7 +581,9 @@ WINO = [
     (1, 33, 15, 16, 15, (2, 2, 2, 2)),     # pads 2: 17 x 18 outputs
     (1, 5, 3, 3, 7, (0, 0, 0, 0)),         # one output pixel, one block of 7
     (1, 24, 34, 36, 45, (1, 1, 1, 1)),     # 10 panels (F(2x2)), or 3 split over 2 threads (F(4x4))
-    (1, 160, 8, 8, 120, (1, 1, 1, 1)),     # weights > 1 MB: panel pairs
+    (1, 160, 8, 8, 120, (1, 1, 1, 1)),     # weights > 1 MB, one panel
+    (1, 136, 14, 14, 128, (1, 1, 1, 1)),   # weights > 1 MB, 2 panels (F(2x2)): a pair at 1 thread, one each at 2
+    (1, 136, 40, 40, 128, (1, 1, 1, 1)),   # weights > 1 MB, 4 (F(4x4)) or 13 panels: pairs at 1 and 2 threads
     (1, 3, 40, 7, 1, (1, 0, 1, 0)),        # one output channel, tall narrow plane
     (1, 20, 7, 7, 33, (1, 1, 1, 1)),       # 16 tiles (F(2x2)) or 4 (F(4x4)): one narrow panel
     (1, 9, 23, 5, 18, (1, 1, 1, 1)),       # 3-tile rows: a vector spans many row ends
