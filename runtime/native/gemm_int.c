@@ -216,26 +216,41 @@ DEF_TILE(tile_avx512bw, "avx512f,avx512bw", __m512i, 16, 8, _mm512_loadu_si512, 
  * family 6 model 167 as an AVX2 CPU). Rows past mr repeat row 0 and are
  * not stored. */
 #define AVX2_MR 6
+/* The pair-safe bytes' tile (tile_q_avx2) takes 5 rows: its multiply-add
+ * needs a product register and the ones vector besides the 12
+ * accumulators, 2 vectors of B and the broadcast, and with 6 rows GCC kept
+ * one accumulator on the stack (a load and a store every step). Called
+ * directly (tcc_matmul_i8, Xeon family 6 model 167 as an AVX2 CPU,
+ * medians of 15 interleaved rounds): 64x784x1024 98-99 -> 105-107 GMAC/s
+ * at 1 thread, 177 -> 181 at 2; 64x1024x1024 99-106 -> 104-108 and 184 ->
+ * 190; 784x1152x128 100 -> 101 and 200 -> 212. 4 rows (no spill either,
+ * but B loaded for fewer rows) was no faster than 6. mlp_qdq in the model
+ * at 2 threads 0.70-0.74 -> 0.67-0.69 ms; at 1 thread no change measured
+ * (1.33-1.38 ms either way, separate processes). */
+#define AVX2_QR 5
 /* One AVX2 body for both layouts, a k-step one 128-byte panel row (32
  * columns of an int16 pair or of a word of 4 bytes); MAC the layout's
  * multiply-add into int32. Rows past mr repeat row 0 and are not stored. */
 #define AVX2_ROW(MAC, r)                                      \
-    {                                                         \
+    if (ROWS > r) {                                           \
         const __m256i x = _mm256_set1_epi32(a##r[k]);         \
         c##r##0 = MAC(c##r##0, x, b0);                        \
         c##r##1 = MAC(c##r##1, x, b1);                        \
     }
 #define STORE2(r)                                                                            \
-    if (r < mr) {                                                                            \
+    if (ROWS > r && r < mr) {                                                                \
         _mm256_storeu_si256((__m256i *)(acc + r * PW + h * 16), c##r##0);                    \
         _mm256_storeu_si256((__m256i *)(acc + r * PW + h * 16 + 8), c##r##1);                \
     }
-#define DEF_TILE_AVX2(NAME, WORDS, STEPS, MAC)                                                                     \
+/* NR (at most AVX2_MR) rows a tile */
+#define DEF_TILE_AVX2(NAME, WORDS, STEPS, MAC, NR)                                                               \
     __attribute__((target("avx2"))) static void NAME(const qjob *j, const int32_t *ap, const void *bpv, int mr,   \
                                                      int32_t *acc) {                                              \
         const int64_t W = j->WORDS, n = (STEPS);                                                                  \
+        const int ROWS = (NR);                                                                                    \
         const int32_t *a0 = ap, *a1 = ap + (mr > 1) * W, *a2 = ap + (mr > 2) * 2 * W, *a3 = ap + (mr > 3) * 3 * W, \
                       *a4 = ap + (mr > 4) * 4 * W, *a5 = ap + (mr > 5) * 5 * W;                                   \
+        (void)a4, (void)a5;                                                                                       \
         for (int h = 0; h < 2; h++) {                                                                             \
             const char *bp = (const char *)bpv + h * 64;                                                          \
             __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00,          \
@@ -250,7 +265,7 @@ DEF_TILE(tile_avx512bw, "avx512f,avx512bw", __m512i, 16, 8, _mm512_loadu_si512, 
         }                                                                                                         \
     }
 #define MADD_I16(c, x, b) _mm256_add_epi32(c, _mm256_madd_epi16(x, b))
-DEF_TILE_AVX2(tile_avx2, KP, j->KP, MADD_I16)
+DEF_TILE_AVX2(tile_avx2, KP, j->KP, MADD_I16, AVX2_MR)
 #endif
 
 /* -- the VNNI bytes layout ------------------------------------------------- */
@@ -304,10 +319,10 @@ static void tile_q_avx512vnni(const qjob *j, const int32_t *ap, const void *bq, 
  * list (at most 255 * 128 = 32640); vpmaddwd with ones then adds the two
  * pair sums of a 4-byte word into int32. Per 32 products 2 multiplies (on
  * the two ports that also run vpmaddwd) against the int16 pairs' 2 vpmaddwd
- * for 16 each plus their adds: about 1.3x the products a cycle. 6 rows x 16
- * columns as tile_avx2, 12 accumulators; rows past mr repeat row 0. */
+ * for 16 each plus their adds: about 1.3x the products a cycle. AVX2_QR rows
+ * x 16 columns; rows past mr repeat row 0. */
 #define MADD_U8S8(c, x, b) _mm256_add_epi32(c, _mm256_madd_epi16(_mm256_maddubs_epi16(x, b), _mm256_set1_epi16(1)))
-DEF_TILE_AVX2(tile_q_avx2, KQ, (j->K + 3) / 4, MADD_U8S8) /* the words past K/4 are zero: not run */
+DEF_TILE_AVX2(tile_q_avx2, KQ, (j->K + 3) / 4, MADD_U8S8, AVX2_QR) /* the words past K/4 are zero: not run */
 /* AVX2 on the VNNI bytes (B packed 2, which a compile on a VNNI CPU chooses)
  * where TCC_CPU_ISA=avx2 at run time keeps VNNI out: A's bytes are split
  * into their 4-bit halves, so that no vpmaddubsw pair sum passes 15 * 128 *
@@ -319,7 +334,7 @@ DEF_TILE_AVX2(tile_q_avx2, KQ, (j->K + 3) / 4, MADD_U8S8) /* the words past K/4 
 #define MADD_U8S8_NIB(c, x, b)                                                                                \
     _mm256_add_epi32(_mm256_add_epi32(c, _mm256_madd_epi16(_mm256_maddubs_epi16(NIBBLES(x), b), _mm256_set1_epi16(1))), \
                      _mm256_madd_epi16(_mm256_maddubs_epi16(NIBBLES(_mm256_srli_epi16(x, 4)), b), _mm256_set1_epi16(16)))
-DEF_TILE_AVX2(tile_q_avx2_nib, KQ, (j->K + 3) / 4, MADD_U8S8_NIB)
+DEF_TILE_AVX2(tile_q_avx2_nib, KQ, (j->K + 3) / 4, MADD_U8S8_NIB, AVX2_MR)
 #endif
 
 #if defined(__x86_64__)
@@ -410,7 +425,7 @@ static tile_fn pick_q(int *mr, int pair_safe) {
         return tile_q_avx512vnni;
     }
     if (lim >= ISA_AVX2 && __builtin_cpu_supports("avx2")) {
-        *mr = AVX2_MR;
+        *mr = pair_safe ? AVX2_QR : AVX2_MR;
         return pair_safe ? tile_q_avx2 : tile_q_avx2_nib;
     }
 #else
