@@ -231,14 +231,14 @@ DEF_TILE(tile_avx512bw, "avx512f,avx512bw", __m512i, 16, 8, _mm512_loadu_si512, 
 /* One AVX2 body for both layouts, a k-step one 128-byte panel row (32
  * columns of an int16 pair or of a word of 4 bytes); MAC the layout's
  * multiply-add into int32. Rows past mr repeat row 0 and are not stored. */
-#define AVX2_ROW(MAC, r)                                      \
-    if (ROWS > r) {                                           \
+#define AVX2_ROW(MAC, NR, r)                                  \
+    if (NR > r) {                                             \
         const __m256i x = _mm256_set1_epi32(a##r[k]);         \
         c##r##0 = MAC(c##r##0, x, b0);                        \
         c##r##1 = MAC(c##r##1, x, b1);                        \
     }
-#define STORE2(r)                                                                            \
-    if (ROWS > r && r < mr) {                                                                \
+#define STORE2(NR, r)                                                                        \
+    if (NR > r && r < mr) {                                                                  \
         _mm256_storeu_si256((__m256i *)(acc + r * PW + h * 16), c##r##0);                    \
         _mm256_storeu_si256((__m256i *)(acc + r * PW + h * 16 + 8), c##r##1);                \
     }
@@ -247,7 +247,6 @@ DEF_TILE(tile_avx512bw, "avx512f,avx512bw", __m512i, 16, 8, _mm512_loadu_si512, 
     __attribute__((target("avx2"))) static void NAME(const qjob *j, const int32_t *ap, const void *bpv, int mr,   \
                                                      int32_t *acc) {                                              \
         const int64_t W = j->WORDS, n = (STEPS);                                                                  \
-        const int ROWS = (NR);                                                                                    \
         const int32_t *a0 = ap, *a1 = ap + (mr > 1) * W, *a2 = ap + (mr > 2) * 2 * W, *a3 = ap + (mr > 3) * 3 * W, \
                       *a4 = ap + (mr > 4) * 4 * W, *a5 = ap + (mr > 5) * 5 * W;                                   \
         (void)a4, (void)a5;                                                                                       \
@@ -258,10 +257,10 @@ DEF_TILE(tile_avx512bw, "avx512f,avx512bw", __m512i, 16, 8, _mm512_loadu_si512, 
             for (int64_t k = 0; k < n; k++) {                                                                     \
                 const __m256i b0 = _mm256_loadu_si256((const __m256i *)(bp + k * PW * 4));                        \
                 const __m256i b1 = _mm256_loadu_si256((const __m256i *)(bp + k * PW * 4 + 32));                   \
-                AVX2_ROW(MAC, 0) AVX2_ROW(MAC, 1) AVX2_ROW(MAC, 2) AVX2_ROW(MAC, 3) AVX2_ROW(MAC, 4)              \
-                AVX2_ROW(MAC, 5)                                                                                  \
+                AVX2_ROW(MAC, NR, 0) AVX2_ROW(MAC, NR, 1) AVX2_ROW(MAC, NR, 2) AVX2_ROW(MAC, NR, 3)               \
+                AVX2_ROW(MAC, NR, 4) AVX2_ROW(MAC, NR, 5)                                                         \
             }                                                                                                     \
-            STORE2(0) STORE2(1) STORE2(2) STORE2(3) STORE2(4) STORE2(5)                                           \
+            STORE2(NR, 0) STORE2(NR, 1) STORE2(NR, 2) STORE2(NR, 3) STORE2(NR, 4) STORE2(NR, 5)                   \
         }                                                                                                         \
     }
 #define MADD_I16(c, x, b) _mm256_add_epi32(c, _mm256_madd_epi16(x, b))
