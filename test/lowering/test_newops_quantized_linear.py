@@ -248,15 +248,17 @@ def _matmul_i8(monkeypatch, run_isa, a, az, packed, N, layout):
 
 @pytest.mark.parametrize("run_isa", ["", "avx512", "avx2", "generic"])
 @pytest.mark.parametrize("adt", [np.uint8, np.int8])
-def test_vnni_bytes_are_exact_on_every_path(run_isa, adt, monkeypatch):
+@pytest.mark.parametrize("M,K,N", [(13, 67, 45), (69, 131, 103)])
+def test_vnni_bytes_are_exact_on_every_path(run_isa, adt, M, K, N, monkeypatch):
     """gemm_int.c's B packed 2 (kernels.pack_u8s8, what a compile on a CPU
     with VNNI chooses), called directly under each TCC_CPU_ISA: with avx2
     the AVX2 tile on A's 4-bit halves, where whole bytes would saturate
     vpmaddubsw's pair sums. A of full-range bytes, B at both ends of int8,
-    odd K, a partial panel and row tile, A's zero point. int64 numpy is the
+    odd K, a partial panel and row tile, A's zero point; 69 x 103 also has
+    whole 32 x 32 blocks, which AMX sums from -za * colsum(B) straight into
+    C (the partial ones through the task's block). int64 numpy is the
     reference."""
     from tcc.dialects.conversions.graph_to_loop.kernels import pack_u8s8
-    M, K, N = 13, 67, 45
     a, az = q((M, K), adt), q((), adt)
     b = RNG.integers(-128, 128, (K, N)).astype(np.int64)
     b[:, :4] = [-128, 127, -128, 127]  # the largest pair sums, with 255s in A
