@@ -1,8 +1,9 @@
 """The packed-weights GEMM (kernels/gemm_packed.c), called directly in every
 ISA build at 1 and 2 threads against numpy on fresh random data: every tile
 height (M = 1..30: exact-row tiles, several row blocks), column tails (N
-below, at and past 16 and 32), K from 1, every epilogue (bias modes,
-residual, each activation), alpha != 1, strided and transposed A, ldc > N
+below, at and past 16 and 32), K from 1, an A past 1 MB (panels taken in
+groups), every epilogue (bias modes, residual, each activation), alpha !=
+1, strided and transposed A, ldc > N
 (columns past N untouched); and its tiles on a row-major B (tcc_cpu_gemm
 with a small B). The narrow-B GEMM (kernels/gemm_narrow.c) the same way:
 N = 1..40 (column groups of every width), M = 1..70 (row-block tails), K
@@ -81,6 +82,9 @@ def test_gemm_packed(isa, threads):
     cases += [(13, 45, 37, ep, a) for ep in EPILOGUES for a in range(3)] + [(64, 1024, 200, (1, True, RELU), 0)]
     # rows a multiple of 4 KB apart, which gemm_panels copies further apart first
     cases += [(30, 70, 1024, (1, True, RELU), 0), (17, 45, 1000, (2, False, CLIP), 3), (29, 33, 300, None, 3)]
+    # A past 1 MB, which gemm_panels walks in groups of panels: 14 panels in
+    # groups of 11 (27 AVX2 half panels: 23), one group of all, transposed A
+    cases += [(600, 421, 700, (1, True, RELU), 0), (4000, 70, 90, (2, False, CLIP), 0), (520, 95, 600, None, 1)]
     for m, n, k, epi, layout in cases:
         b = rng.standard_normal((k, n)).astype(np.float32)
         bp = np.ascontiguousarray(pack_b(b))
