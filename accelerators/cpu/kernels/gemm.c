@@ -233,7 +233,10 @@ void tcc_cpu_blas(int ta, int tb, long M, long N, long K, float alpha, const flo
 #if defined(__AVX512F__)
     /* B of at most 256 KB stays in L2 while the packed GEMM's row tiles
      * read it in place (attention's per-head products): 10-18 % faster than
-     * OpenBLAS copying both operands first; larger B measured slower. */
+     * OpenBLAS copying both operands first; larger B measured slower. The
+     * AVX2 tiles in place were slower than OpenBLAS: 80 against 105-115
+     * GFLOP/s at 128x64x128, 94 against 122-136 at 197x64x197 (1 thread,
+     * Xeon family 6 model 167, `avx2` library). */
     if (!tb && K * N <= DIRECT_B_MAX) {
         tcc_cpu_gemm_rowmajor_b(M, N, K, alpha, A, ta ? 1 : lda, ta ? lda : 1, B, ldb, C, ldc);
         return;
