@@ -227,7 +227,7 @@ DEF_TILE(tile_avx512bw, "avx512f,avx512bw", __m512i, 16, 8, _mm512_loadu_si512, 
  * but B loaded for fewer rows) was no faster than 6. mlp_qdq in the model
  * at 2 threads 0.70-0.74 -> 0.67-0.69 ms; at 1 thread no change measured
  * (1.33-1.38 ms either way, separate processes). */
-#define AVX2_QR 5
+#define AVX2_QR 5 /* add_fixes unrolls this many rows */
 /* One AVX2 body for both layouts, a k-step one 128-byte panel row (32
  * columns of an int16 pair or of a word of 4 bytes); MAC the layout's
  * multiply-add into int32. Rows past mr repeat row 0 and are not stored. */
@@ -533,21 +533,24 @@ static void widen_all(qrun *q, qjob *j) {
 
 /* B packed 3: acc (a tile's mr rows of panel p) += A's bytes times panel p's
  * corrections, from the widened rows (int8 A moved up as the tile saw it).
- * The AVX2 tile's 6 rows unrolled: the loop over them ran at about 1 ns a
- * row and correction (Xeon family 6 model 167) */
+ * The pair-safe AVX2 tile's AVX2_QR rows unrolled: the loop over them ran
+ * at about 1 ns a row and correction (Xeon family 6 model 167) */
 static void add_fixes(const qjob *j, const uint8_t *aw, int64_t p, int mr, int32_t *acc) {
     const int64_t rs = j->KQ * 4; /* bytes a widened row */
     const int32_t *e = j->fix + 3 * j->fix_at[p], *end = j->fix + 3 * j->fix_at[p + 1];
-    if (mr == 6) {
+#if defined(AVX2_QR)
+    if (mr == AVX2_QR) {
         for (; e < end; e += 3) { /* k, column in the panel, value */
             const uint8_t *a = aw + e[0];
             uint32_t *c = (uint32_t *)acc + e[1];
             const uint32_t v = (uint32_t)e[2];
-            c[0] += a[0] * v, c[PW] += a[rs] * v, c[2 * PW] += a[2 * rs] * v;
-            c[3 * PW] += a[3 * rs] * v, c[4 * PW] += a[4 * rs] * v, c[5 * PW] += a[5 * rs] * v;
+#define FIX_ROW(r) c[r * PW] += a[r * rs] * v;
+            FIX_ROW(0) FIX_ROW(1) FIX_ROW(2) FIX_ROW(3) FIX_ROW(4)
+#undef FIX_ROW
         }
         return;
     }
+#endif
     for (; e < end; e += 3)
         for (int r = 0; r < mr; r++) ((uint32_t *)acc)[r * PW + e[1]] += aw[r * rs + e[0]] * (uint32_t)e[2];
 }
