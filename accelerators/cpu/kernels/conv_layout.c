@@ -9,15 +9,15 @@
  * gemm_packed.c copies A in the calling thread, which a server may start
  * per request). */
 typedef struct {
-    float *buf[6];
-    size_t cap[6];
+    float *buf[7];
+    size_t cap[7];
 } tls_buffers;
 static pthread_key_t g_tls_key;
 static pthread_once_t g_tls_once = PTHREAD_ONCE_INIT;
 
 static void tls_free(void *p) {
     tls_buffers *t = p;
-    for (int i = 0; i < 6; i++) free(t->buf[i]);
+    for (int i = 0; i < 7; i++) free(t->buf[i]);
     free(t);
 }
 

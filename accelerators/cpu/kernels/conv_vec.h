@@ -306,9 +306,10 @@ void cv_conv_rows(const tcc_conv_params *p, const cv_layout *l, const float *x, 
 void cv_copy_rows(const cv_layout *l, const tcc_conv_params *p, float *y, const float *src, long q0, long n)
     CV_HIDDEN;
 
-/* Per-thread buffer (which: 0..5) that only grows while its thread lives. */
+/* Per-thread buffer (which: 0..6) that only grows while its thread lives. */
 float *cv_tls_buffer(int which, size_t n) CV_HIDDEN;
 #define CV_TLS_GEMM_A 5 /* gemm_packed.c's copy of A */
+#define CV_TLS_GEMM_B 6 /* gemm.c's packed B */
 /* A number no earlier call got (never 0): a kernel's tasks tell by it
  * whether what a thread left in its buffers is this call's. */
 unsigned long cv_call_number(void) CV_HIDDEN;

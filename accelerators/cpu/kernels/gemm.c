@@ -6,7 +6,9 @@
  * those are matrix-vector products bound by reading B once, which OpenBLAS
  * would first copy (pack) whole; and (AVX-512) products with a small
  * non-transposed B, which gemm_packed.c's tiles read in place. */
+#define _GNU_SOURCE /* strcasestr */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cblas.h"
@@ -20,6 +22,50 @@
 /* gemm_packed.c's tiles on a row-major B (no epilogue) */
 void tcc_cpu_gemm_rowmajor_b(long M, long N, long K, float alpha, const float *A, long rsa, long csa,
                              const float *B, long ldb, float *C, long ldc);
+void tcc_cpu_gemm_packed(long M, long N, long K, float alpha, const float *A, long rsa, long csa, const float *Bp,
+                         float *C, long ldc, const tcc_epilogue *ep);
+
+#if defined(__AVX512F__)
+/* OpenBLAS picks its kernels by CPU model at load; one it does not know runs
+ * a generic choice. 0.3.31 (scipy-openblas) runs its Haswell (AVX2) kernels
+ * on AMD EPYC family 26 (Zen 5), where the AVX-512 tiles of gemm_packed.c
+ * on a B packed per call reach 1.7-1.8x its speed (1024^3, 1 / 2 threads:
+ * 136 -> 248 / 262 -> 475 GFLOP/s). Where its core is not one of its AVX-512
+ * ones, a runtime B is packed into panels here and goes to those tiles.
+ * TCC_CPU_GEMM_B=pack or =openblas overrides the choice, and the tests run
+ * both on every CPU (tcc_cpu_gemm_pack_b). */
+char *scipy_openblas_get_corename(void);
+static int g_pack_b = -1; /* tcc_cpu_gemm_pack_b's choice; -1: pack_runtime_b decides */
+static int pack_runtime_b(void) {
+    static int known = -1; /* a race here writes the same value */
+    if (g_pack_b >= 0) return g_pack_b;
+    if (known < 0) {
+        const char *env = getenv("TCC_CPU_GEMM_B"), *n = scipy_openblas_get_corename();
+        if (env && !strcmp(env, "pack"))
+            known = 1;
+        else if (env && !strcmp(env, "openblas"))
+            known = 0;
+        else
+            known = !(n && (strcasestr(n, "skylakex") || strcasestr(n, "cooperlake") || strcasestr(n, "sapphire")));
+    }
+    return known;
+}
+#endif
+
+/* Runtime B's route from now on (tests): 1 packed for the AVX-512 tiles, 0
+ * OpenBLAS, -1 the default; returns the previous setting. Other builds have
+ * only OpenBLAS. */
+int tcc_cpu_gemm_pack_b(int on) {
+#if defined(__AVX512F__)
+    const int was = g_pack_b;
+    g_pack_b = on < 0 ? -1 : !!on;
+    return was;
+#else
+    (void)on;
+    return -1;
+#endif
+}
+
 #if defined(__AVX2__) || defined(__AVX512F__)
 /* the next 4 rows of B, a group ahead: the 4 row streams cross pages together */
 #define SM_PREFETCH(p) _mm_prefetch((const char *)(p), _MM_HINT_T1)
@@ -215,6 +261,48 @@ static void small_m_gemm(int ta, int tb, long M, long N, long K, float alpha, co
     }
 }
 
+#if defined(__AVX512F__)
+typedef struct {
+    long K, N, ldb;
+    int tb;
+    const float *B;
+    float *Bp;
+} pack_job;
+
+/* panels [b, e) of B (K x N, or N x K when tb) into gemm_packed.c's layout:
+ * [panel][K][32], zero past N */
+static void pack_task(void *p, long b, long e) {
+    const pack_job *j = p;
+    for (long q = b; q < e; q++) {
+        const long n0 = q * 32, nc = j->N - n0 < 32 ? j->N - n0 : 32;
+        float *d = j->Bp + q * j->K * 32;
+        if (!j->tb) {
+            for (long k = 0; k < j->K; k++) {
+                memcpy(d + k * 32, j->B + k * j->ldb + n0, (size_t)nc * sizeof(float));
+                for (long c = nc; c < 32; c++) d[k * 32 + c] = 0.f;
+            }
+        } else { /* column c of the panel is row n0 + c of B: 16 k at a time, so each row's line is read once */
+            for (long k0 = 0; k0 < j->K; k0 += 16) {
+                const long kn = j->K - k0 < 16 ? j->K - k0 : 16;
+                for (long c = 0; c < nc; c++) {
+                    const float *src = j->B + (n0 + c) * j->ldb + k0;
+                    for (long k = 0; k < kn; k++) d[(k0 + k) * 32 + c] = src[k];
+                }
+                for (long c = nc; c < 32; c++)
+                    for (long k = 0; k < kn; k++) d[(k0 + k) * 32 + c] = 0.f;
+            }
+        }
+    }
+}
+
+/* Products that go to the AVX-512 tiles on a packed B rather than to an
+ * OpenBLAS without AVX-512 kernels (pack_runtime_b): not the few-row or
+ * tiny ones (their paths of their own), nor the narrowest */
+static int packs_b(long M, long N, long K) {
+    return M > SM_MAX && N > 16 && K > 0 && 2.0 * M * N * K > 16 * 16 * 16 * 2 && pack_runtime_b();
+}
+#endif
+
 void tcc_cpu_blas(int ta, int tb, long M, long N, long K, float alpha, const float *A, long lda, const float *B,
                  long ldb, float *C, long ldc) {
     if (M <= 0 || N <= 0) return;
@@ -240,6 +328,18 @@ void tcc_cpu_blas(int ta, int tb, long M, long N, long K, float alpha, const flo
     if (!tb && K * N <= DIRECT_B_MAX) {
         tcc_cpu_gemm_rowmajor_b(M, N, K, alpha, A, ta ? 1 : lda, ta ? lda : 1, B, ldb, C, ldc);
         return;
+    }
+    /* any other B (attention's K^T, a batch's large B) packed into this
+     * thread's buffer; tcc_cpu_gemm packs a large one once for all threads */
+    if (packs_b(M, N, K)) {
+        const long panels = (N + 31) / 32;
+        float *Bp = cv_tls_buffer(CV_TLS_GEMM_B, (size_t)(panels * K * 32));
+        if (Bp) {
+            pack_job pj = {K, N, ldb, tb, B, Bp};
+            pack_task(&pj, 0, panels);
+            tcc_cpu_gemm_packed(M, N, K, alpha, A, ta ? 1 : lda, ta ? lda : 1, Bp, C, ldc, NULL);
+            return;
+        }
     }
 #endif
     scipy_cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (blasint)M,
@@ -278,6 +378,21 @@ void tcc_cpu_gemm(int ta, int tb, long M, long N, long K, float alpha, const flo
                   long ldb, float *C, long ldc, const tcc_epilogue *ep) {
     int nt = tcc_cpu_num_threads();
     double flops = 2.0 * M * N * K;
+#if defined(__AVX512F__)
+    /* B packed once for all threads (a small row-major B is read in place
+     * by tcc_cpu_blas: packing it first measured 3 % slower at 256^3) */
+    if (packs_b(M, N, K) && (tb || K * N > DIRECT_B_MAX)) {
+        const long panels = (N + 31) / 32;
+        float *Bp = aligned_alloc(64, (size_t)(panels * K * 32) * sizeof(float));
+        if (Bp) { /* without memory for it, as before */
+            pack_job pj = {K, N, ldb, tb, B, Bp};
+            tcc_cpu_parallel_for(panels, 1, pack_task, &pj);
+            tcc_cpu_gemm_packed(M, N, K, alpha, A, ta ? 1 : lda, ta ? lda : 1, Bp, C, ldc, ep);
+            free(Bp);
+            return;
+        }
+    }
+#endif
     gemm_job j = {ta, tb, M, N, K, lda, ldb, ldc, 1, alpha, A, B, C, ep, 0};
     /* small M: bound by reading B, worth splitting once B is about 1 MiB */
     const int small_m = M <= SM_MAX && (double)N * K >= 256.0 * 1024;

@@ -68,6 +68,11 @@ void tcc_cpu_gemm_rows(long M, long N, long K, const float *A, long lda, const f
 void tcc_cpu_gemm_batch(long batch, const long *offA, const long *offB, const long *offC, int transA,
                         int transB, long M, long N, long K, float alpha, const float *A, long lda,
                         const float *B, long ldb, float *C, long ldc, const tcc_epilogue *ep);
+/* Where a runtime B goes with AVX-512 (tests): 1 packed per call for the
+ * library's tiles, 0 OpenBLAS, -1 the default (packed where OpenBLAS runs
+ * no AVX-512 kernels on this CPU; TCC_CPU_GEMM_B=pack|openblas); returns
+ * the previous setting. */
+int tcc_cpu_gemm_pack_b(int on);
 
 /* ---- LSTM / GRU (rnn.c) ------------------------------------------------------
  * X [T][NB][I] (layout 0) or [NB][T][I] (layout 1); per direction d the

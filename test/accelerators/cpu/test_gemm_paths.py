@@ -5,7 +5,7 @@ below, at and past 16 and 32), K from 1, an A past 1 MB (panels taken in
 groups), every epilogue (bias modes, residual, each activation), alpha !=
 1, strided and transposed A, ldc > N
 (columns past N untouched); and its tiles on a row-major B (tcc_cpu_gemm
-with a small B). The narrow-B GEMM (kernels/gemm_narrow.c) the same way:
+with a small B), and on a runtime B packed per call beside OpenBLAS. The narrow-B GEMM (kernels/gemm_narrow.c) the same way:
 N = 1..40 (column groups of every width), M = 1..70 (row-block tails), K
 below, at and past a vector, odd; and the compiler choosing it for a
 classifier's last layer (MatMul and Gemm with transB)."""
@@ -136,6 +136,56 @@ def test_gemm_small_b_in_place(isa, threads):
                 ref = 0.5 * (av.T if ta else av).astype(np.float64) @ (bv.T if tb else bv)
                 np.testing.assert_allclose(c[:, :n], ref, rtol=1e-4, atol=1e-4, err_msg=f"{m, n, k, ta, tb}")
                 assert (c[:, n:] == 7).all()
+
+
+@pytest.mark.parametrize("route", [1, 0])
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("isa", ["avx512", "avx2", "generic"])
+def test_gemm_runtime_b_routes(isa, threads, route):
+    """tcc_cpu_gemm and tcc_cpu_gemm_batch with B packed per call for the
+    AVX-512 tiles (route 1, the default where OpenBLAS has no AVX-512
+    kernels for this CPU) and through OpenBLAS (0); other builds take
+    OpenBLAS either way. B large enough to be packed once for all threads,
+    and small ones packed in a thread's buffer: every transpose, column
+    tails, padded strides, an epilogue, ldc > N."""
+    lib = lib_at(isa, threads)
+    f, fb = lib.tcc_cpu_gemm, lib.tcc_cpu_gemm_batch
+    f.argtypes = [ctypes.c_int, ctypes.c_int, L, L, L, F, P, L, P, L, P, L, P]
+    fb.argtypes = [L, P, P, P, ctypes.c_int, ctypes.c_int, L, L, L, F, P, L, P, L, P, L, P]
+    f.restype = fb.restype = None
+    was = lib.tcc_cpu_gemm_pack_b(route)
+    try:
+        for m, n, k in ((70, 300, 260), (100, 33, 2100), (9, 257, 31), (128, 128, 64), (33, 1000, 100)):
+            for ta in (0, 1):
+                for tb in (0, 1):
+                    ash, bsh = ((k, m) if ta else (m, k)), ((n, k) if tb else (k, n))
+                    a = rng.standard_normal((ash[0], ash[1] + 2)).astype(np.float32)
+                    b = rng.standard_normal((bsh[0], bsh[1] + 5)).astype(np.float32)
+                    c = np.full((m, n + 3), 7, np.float32)
+                    av, bv = a[:, :ash[1]], b[:, :bsh[1]]
+                    ref = -1.5 * ((av.T if ta else av).astype(np.float64) @ (bv.T if tb else bv))
+                    keep = []
+                    ep, ref = _epilogue(1, True, RELU, ref, m, n, n + 3, keep)
+                    f(ta, tb, m, n, k, -1.5, a.ctypes.data, a.shape[1], b.ctypes.data, b.shape[1], c.ctypes.data,
+                      n + 3, ctypes.byref(ep))
+                    # float32 sums of k products of ~N(0, 1.5^2): a rounding error ~ sqrt(k) ulp of sqrt(k),
+                    # so a bound that grows with k (a wrong element is off by ~1 or more)
+                    np.testing.assert_allclose(c[:, :n], ref, rtol=1e-4, atol=1e-4 + 3e-6 * k,
+                                               err_msg=f"{m, n, k, ta, tb}")
+                    assert (c[:, n:] == 7).all()
+        # attention's per-head products: Q K^T (B transposed) and P V, 3 heads
+        for (m, n, k), tb in (((50, 50, 64), 1), ((50, 64, 50), 0), ((128, 128, 64), 1)):
+            h = 3
+            a = rng.standard_normal((h, m, k)).astype(np.float32)
+            b = rng.standard_normal((h, n, k) if tb else (h, k, n)).astype(np.float32)
+            c = np.empty((h, m, n), np.float32)
+            offs = [np.arange(h, dtype=np.int64) * x.shape[1] * x.shape[2] for x in (a, b, c)]
+            fb(h, *(o.ctypes.data for o in offs), 0, tb, m, n, k, 0.5, a.ctypes.data, k, b.ctypes.data,
+               k if tb else n, c.ctypes.data, n, None)
+            ref = 0.5 * (a.astype(np.float64) @ (b.transpose(0, 2, 1) if tb else b))
+            np.testing.assert_allclose(c, ref, rtol=1e-4, atol=1e-4, err_msg=f"batch {m, n, k, tb}")
+    finally:
+        lib.tcc_cpu_gemm_pack_b(was)
 
 
 @pytest.mark.parametrize("threads", [1, 2])
