@@ -27,7 +27,7 @@ void tcc_cpu_gemm_packed(long M, long N, long K, float alpha, const float *A, lo
 
 #if defined(__AVX512F__)
 /* OpenBLAS picks its kernels by CPU model at load; one it does not know runs
- * a generic choice. 0.3.31 (scipy-openblas) runs its Haswell (AVX2) kernels
+ * a generic choice. 0.3.34 (scipy-openblas32) runs its Haswell (AVX2) kernels
  * on AMD EPYC family 26 (Zen 5), where the AVX-512 tiles of gemm_packed.c
  * on a B packed per call reach 1.7-1.8x its speed (1024^3, 1 / 2 threads:
  * 136 -> 248 / 262 -> 475 GFLOP/s). Where its core is not one of its AVX-512
