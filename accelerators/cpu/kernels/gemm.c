@@ -295,11 +295,14 @@ static void pack_task(void *p, long b, long e) {
     }
 }
 
+#define PACK_B_MAX (16l << 20) /* bytes of packed B; past that (a thread keeps its buffer), OpenBLAS */
+
 /* Products that go to the AVX-512 tiles on a packed B rather than to an
  * OpenBLAS without AVX-512 kernels (pack_runtime_b): not the few-row or
  * tiny ones (their paths of their own), nor the narrowest */
 static int packs_b(long M, long N, long K) {
-    return M > SM_MAX && N > 16 && K > 0 && 2.0 * M * N * K > 16 * 16 * 16 * 2 && pack_runtime_b();
+    return M > SM_MAX && N > 16 && K > 0 && 2.0 * M * N * K > 16 * 16 * 16 * 2 &&
+           (double)((N + 31) / 32) * 32 * K * sizeof(float) <= PACK_B_MAX && pack_runtime_b();
 }
 #endif
 
