@@ -124,18 +124,29 @@ def test_gemm_small_b_in_place(isa, threads):
     f.argtypes = [ctypes.c_int, ctypes.c_int, L, L, L, F, P, L, P, L, P, L, P]
     f.restype = None
     for m, n, k in ((5, 16, 64), (13, 33, 17), (128, 128, 64), (128, 64, 128), (30, 70, 9), (29, 257, 256)):
-        for ta in (0, 1):
-            for tb in (0, 1):
-                ash, bsh = ((k, m) if ta else (m, k)), ((n, k) if tb else (k, n))
-                a = rng.standard_normal((ash[0], ash[1] + 2)).astype(np.float32)
-                b = rng.standard_normal((bsh[0], bsh[1] + 5)).astype(np.float32)
-                c = np.full((m, n + 3), 7, np.float32)
-                f(ta, tb, m, n, k, 0.5, a.ctypes.data, a.shape[1], b.ctypes.data, b.shape[1], c.ctypes.data, n + 3,
-                  None)
-                av, bv = a[:, :ash[1]], b[:, :bsh[1]]
-                ref = 0.5 * (av.T if ta else av).astype(np.float64) @ (bv.T if tb else bv)
-                np.testing.assert_allclose(c[:, :n], ref, rtol=1e-4, atol=1e-4, err_msg=f"{m, n, k, ta, tb}")
-                assert (c[:, n:] == 7).all()
+        _check_gemm_transposes(f, m, n, k, 0.5, None)
+
+
+def _check_gemm_transposes(f, m, n, k, alpha, epi):
+    """tcc_cpu_gemm `f` for (m, n, k) with every transpose of A and B, both
+    with padded rows, ldc = n + 3 (the columns past n must stay 7), the
+    epilogue `epi` (or None), against float64."""
+    for ta in (0, 1):
+        for tb in (0, 1):
+            ash, bsh = ((k, m) if ta else (m, k)), ((n, k) if tb else (k, n))
+            a = rng.standard_normal((ash[0], ash[1] + 2)).astype(np.float32)
+            b = rng.standard_normal((bsh[0], bsh[1] + 5)).astype(np.float32)
+            c = np.full((m, n + 3), 7, np.float32)
+            av, bv = a[:, :ash[1]], b[:, :bsh[1]]
+            ref = alpha * ((av.T if ta else av).astype(np.float64) @ (bv.T if tb else bv))
+            keep = []
+            ep, ref = _epilogue(*epi, ref, m, n, n + 3, keep) if epi else (None, ref)
+            f(ta, tb, m, n, k, alpha, a.ctypes.data, a.shape[1], b.ctypes.data, b.shape[1], c.ctypes.data, n + 3,
+              ctypes.byref(ep) if ep else None)
+            # float32 sums of k products of ~N(0, alpha^2): a rounding error ~ sqrt(k) ulp of sqrt(k),
+            # so a bound that grows with k (a wrong element is off by ~1 or more)
+            np.testing.assert_allclose(c[:, :n], ref, rtol=1e-4, atol=1e-4 + 3e-6 * k, err_msg=f"{m, n, k, ta, tb}")
+            assert (c[:, n:] == 7).all()
 
 
 @pytest.mark.parametrize("route", [1, 0])
@@ -156,23 +167,7 @@ def test_gemm_runtime_b_routes(isa, threads, route):
     was = lib.tcc_cpu_gemm_pack_b(route)
     try:
         for m, n, k in ((70, 300, 260), (100, 33, 2100), (9, 257, 31), (128, 128, 64), (33, 1000, 100)):
-            for ta in (0, 1):
-                for tb in (0, 1):
-                    ash, bsh = ((k, m) if ta else (m, k)), ((n, k) if tb else (k, n))
-                    a = rng.standard_normal((ash[0], ash[1] + 2)).astype(np.float32)
-                    b = rng.standard_normal((bsh[0], bsh[1] + 5)).astype(np.float32)
-                    c = np.full((m, n + 3), 7, np.float32)
-                    av, bv = a[:, :ash[1]], b[:, :bsh[1]]
-                    ref = -1.5 * ((av.T if ta else av).astype(np.float64) @ (bv.T if tb else bv))
-                    keep = []
-                    ep, ref = _epilogue(1, True, RELU, ref, m, n, n + 3, keep)
-                    f(ta, tb, m, n, k, -1.5, a.ctypes.data, a.shape[1], b.ctypes.data, b.shape[1], c.ctypes.data,
-                      n + 3, ctypes.byref(ep))
-                    # float32 sums of k products of ~N(0, 1.5^2): a rounding error ~ sqrt(k) ulp of sqrt(k),
-                    # so a bound that grows with k (a wrong element is off by ~1 or more)
-                    np.testing.assert_allclose(c[:, :n], ref, rtol=1e-4, atol=1e-4 + 3e-6 * k,
-                                               err_msg=f"{m, n, k, ta, tb}")
-                    assert (c[:, n:] == 7).all()
+            _check_gemm_transposes(f, m, n, k, -1.5, (1, True, RELU))
         # attention's per-head products: Q K^T (B transposed) and P V, 3 heads
         for (m, n, k), tb in (((50, 50, 64), 1), ((50, 64, 50), 0), ((128, 128, 64), 1)):
             h = 3
