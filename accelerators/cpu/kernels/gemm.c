@@ -35,21 +35,18 @@ void tcc_cpu_gemm_packed(long M, long N, long K, float alpha, const float *A, lo
  * TCC_CPU_GEMM_B=pack or =openblas overrides the choice, and the tests run
  * both on every CPU (tcc_cpu_gemm_pack_b). */
 char *scipy_openblas_get_corename(void);
-static int g_pack_b = -1; /* tcc_cpu_gemm_pack_b's choice; -1: pack_runtime_b decides */
-static int pack_runtime_b(void) {
-    static int known = -1; /* a race here writes the same value */
-    if (g_pack_b >= 0) return g_pack_b;
-    if (known < 0) {
-        const char *env = getenv("TCC_CPU_GEMM_B"), *n = scipy_openblas_get_corename();
-        if (env && !strcmp(env, "pack"))
-            known = 1;
-        else if (env && !strcmp(env, "openblas"))
-            known = 0;
-        else
-            known = !(n && (strcasestr(n, "skylakex") || strcasestr(n, "cooperlake") || strcasestr(n, "sapphire")));
-    }
-    return known;
+static int g_pack_b = -1;   /* tcc_cpu_gemm_pack_b's choice; -1: g_pack_auto's */
+static int g_pack_auto = 0; /* set once when the library loads (tcc_cpu_blas_init) */
+static void choose_pack_b(void) {
+    const char *env = getenv("TCC_CPU_GEMM_B"), *n = scipy_openblas_get_corename();
+    if (env && !strcmp(env, "pack"))
+        g_pack_auto = 1;
+    else if (env && !strcmp(env, "openblas"))
+        g_pack_auto = 0;
+    else
+        g_pack_auto = !(n && (strcasestr(n, "skylakex") || strcasestr(n, "cooperlake") || strcasestr(n, "sapphire")));
 }
+static int pack_runtime_b(void) { return g_pack_b >= 0 ? g_pack_b : g_pack_auto; }
 #endif
 
 /* Runtime B's route from now on (tests): 1 packed for the AVX-512 tiles, 0
@@ -461,5 +458,11 @@ void tcc_cpu_gemm_batch(long batch, const long *offA, const long *offB, const lo
     }
 }
 
-/* OpenBLAS runs single threaded inside our pool's tasks. */
-__attribute__((constructor)) static void tcc_cpu_blas_init(void) { scipy_openblas_set_num_threads(1); }
+/* OpenBLAS runs single threaded inside our pool's tasks; with AVX-512, the
+ * route of a runtime B is chosen here, once (pack_runtime_b). */
+__attribute__((constructor)) static void tcc_cpu_blas_init(void) {
+    scipy_openblas_set_num_threads(1);
+#if defined(__AVX512F__)
+    choose_pack_b();
+#endif
+}
