@@ -164,12 +164,26 @@ def library_path(isa=None) -> str:
 _loaded = {}
 
 
+GEMM_B_ROUTES = ("pack", "openblas")
+
+
+def check_gemm_b():
+    """TCC_CPU_GEMM_B (kernels/gemm.c reads it once, when the library loads):
+    unset or empty for the default, else one of GEMM_B_ROUTES; anything else
+    is refused here, where the C side would silently take the default."""
+    v = os.environ.get("TCC_CPU_GEMM_B", "")
+    if v and v not in GEMM_B_ROUTES:
+        raise CpuBuildError(f"TCC_CPU_GEMM_B={v!r}: unknown (one of {', '.join(GEMM_B_ROUTES)}, "
+                            f"or unset for the default)")
+
+
 def load_kernels(isa=None):
     """Loads the kernel library into the process (RTLD_GLOBAL, so partition
     code resolves against it); returns the ctypes handle."""
     import ctypes
     isa = isa or best_isa()
     if isa not in _loaded:
+        check_gemm_b()
         # OpenBLAS runs single-threaded inside our pool's tasks; started with
         # its default thread count, its idle threads spun on our cores
         # (8 % of a batch-64 MLP's samples). It reads this once, when loaded.

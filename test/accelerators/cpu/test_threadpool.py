@@ -307,3 +307,27 @@ def test_num_threads_that_is_not_a_count_is_refused(tmp_path, rng, value, maccel
     ok = run_tool(*run, env=dict(os.environ, TCC_NUM_THREADS="2"))
     assert ok.returncode == 0, ok.stderr
     np.testing.assert_array_equal(np.load(tmp_path / "o" / "y.npy"), np.maximum(x, 0))
+
+
+def test_unknown_gemm_b_route_is_refused(tmp_path, rng):
+    """TCC_CPU_GEMM_B other than pack or openblas: one line naming the
+    variable (the C library would take the default without a word); pack
+    and openblas both run and give the product."""
+    w = rng.standard_normal((64, 48)).astype(np.float32)
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [40, 64]),
+                           helper.make_tensor_value_info("w", TensorProto.FLOAT, [64, 48])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [40, 48])])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]), tmp_path / "m.onnx")
+    assert run_tool("tcc", tmp_path / "m.onnx", "--maccel=cpu", "-o", tmp_path / "m.tcc").returncode == 0
+    x = rng.standard_normal((40, 64)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "w.npy", w)
+    run = ("tcc-run", tmp_path / "m.tcc", "--input", f"x={tmp_path / 'x.npy'}", "--input", f"w={tmp_path / 'w.npy'}",
+           "--output-dir", tmp_path / "o")
+    bad = run_tool(*run, env=dict(os.environ, TCC_CPU_GEMM_B="blis"))
+    assert_one_line_error(bad, "TCC_CPU_GEMM_B='blis': unknown")
+    for route in ("pack", "openblas"):
+        ok = run_tool(*run, env=dict(os.environ, TCC_CPU_GEMM_B=route))
+        assert ok.returncode == 0, ok.stderr
+        np.testing.assert_allclose(np.load(tmp_path / "o" / "y.npy"), x.astype(np.float64) @ w, rtol=1e-4, atol=1e-4)
