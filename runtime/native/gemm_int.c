@@ -318,14 +318,14 @@ static void tile_q_generic(const qjob *j, const int32_t *ap, const void *bpv, in
 }
 
 #if defined(__x86_64__)
-/* the words past K/4 (AMX's padding to 16) are zero: not run */
-DEF_TILE(tile_q_avx512vnni, "avx512f,avx512bw,avx512vnni", __m512i, 16, 8, KQ, (j->K + 3) / 4, _mm512_loadu_si512,
-         _mm512_set1_epi32, dpbusd512, _mm512_storeu_si512, _mm512_setzero_si512)
+static const int32_t ZERO_ROW[PW] __attribute__((aligned(64))); /* a tile's sums from zero */
 
-/* A whole tile (8 rows, a full panel, no corrections; a block_fn) summed
- * from init (-za * colsum(B)) straight into C, as amx_block below: the copy
- * of the task's block into C less za * colsum was 5 % of mlp_qdq's samples
- * at 1 thread (AMD EPYC family 26 model 2, AVX-512 VNNI). */
+/* 8 rows x a panel from init (PW words, each row) into out, ldc words a
+ * row; the words past K/4 (AMX's padding to 16) are zero: not run. A whole
+ * tile (8 rows, a full panel, no corrections; the block_fn) starts from
+ * -za * colsum(B) straight into C, as amx_block below: the copy of the
+ * task's block into C less za * colsum was 5 % of mlp_qdq's samples at 1
+ * thread (AMD EPYC family 26 model 2, AVX-512 VNNI). */
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) static void vnni_block(const qjob *j, const int32_t *ap,
                                                                              const int8_t *bq, const int32_t *init,
                                                                              int32_t *out, int64_t ldc) {
@@ -346,6 +346,13 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) static void vnni_block(co
         _mm512_storeu_si512(out + r * ldc, c[r][0]);
         _mm512_storeu_si512(out + r * ldc + 16, c[r][1]);
     }
+}
+
+/* the tile_fn: sums from zero into the task's block (rows past mr are zero
+ * words, widen_rows_u8, never stored) */
+static void tile_q_avx512vnni(const qjob *j, const int32_t *ap, const void *bpv, int mr, int32_t *acc) {
+    (void)mr;
+    vnni_block(j, ap, bpv, ZERO_ROW, acc, PW);
 }
 #endif
 
@@ -429,8 +436,6 @@ __attribute__((target("amx-tile,amx-int8"))) static void amx_block(const qjob *j
     _tile_stored(2, c + 16 * ldc, cs);
     _tile_stored(3, c + 16 * ldc + 16, cs);
 }
-
-static const int32_t ZERO_ROW[PW] __attribute__((aligned(64)));
 
 /* the tile_fn: sums from zero into the task's block (tile_body subtracts
  * za * colsum on the way out) */

@@ -301,7 +301,32 @@ static int packs_b(long M, long N, long K) {
     return M > SM_MAX && N > 16 && K > 0 && 2.0 * M * N * K > 16 * 16 * 16 * 2 &&
            (double)((N + 31) / 32) * 32 * K * sizeof(float) <= PACK_B_MAX && pack_runtime_b();
 }
+
+/* B packed into Bp (its panels in parallel on the pool, or here), then
+ * gemm_packed.c's tiles with the epilogue ep */
+static void gemm_on_packed_b(int ta, int tb, long M, long N, long K, float alpha, const float *A, long lda,
+                             const float *B, long ldb, float *Bp, int parallel, float *C, long ldc,
+                             const tcc_epilogue *ep) {
+    const long panels = (N + 31) / 32;
+    pack_job pj = {K, N, ldb, tb, B, Bp};
+    if (parallel)
+        tcc_cpu_parallel_for(panels, 1, pack_task, &pj);
+    else
+        pack_task(&pj, 0, panels);
+    tcc_cpu_gemm_packed(M, N, K, alpha, A, ta ? 1 : lda, ta ? lda : 1, Bp, C, ldc, ep);
+}
 #endif
+
+/* A row-major B of at most DIRECT_B_MAX floats: the AVX-512 tiles read it in
+ * place (tcc_cpu_blas) */
+static inline int b_in_place(int tb, long N, long K) {
+#if defined(__AVX512F__)
+    return !tb && K * N <= DIRECT_B_MAX;
+#else
+    (void)tb, (void)N, (void)K;
+    return 0;
+#endif
+}
 
 void tcc_cpu_blas(int ta, int tb, long M, long N, long K, float alpha, const float *A, long lda, const float *B,
                  long ldb, float *C, long ldc) {
@@ -325,19 +350,16 @@ void tcc_cpu_blas(int ta, int tb, long M, long N, long K, float alpha, const flo
      * AVX2 tiles in place were slower than OpenBLAS: 80 against 105-115
      * GFLOP/s at 128x64x128, 94 against 122-136 at 197x64x197 (1 thread,
      * Xeon family 6 model 167, `avx2` library). */
-    if (!tb && K * N <= DIRECT_B_MAX) {
+    if (b_in_place(tb, N, K)) {
         tcc_cpu_gemm_rowmajor_b(M, N, K, alpha, A, ta ? 1 : lda, ta ? lda : 1, B, ldb, C, ldc);
         return;
     }
     /* any other B (attention's K^T, a batch's large B) packed into this
      * thread's buffer; tcc_cpu_gemm packs a large one once for all threads */
     if (packs_b(M, N, K)) {
-        const long panels = (N + 31) / 32;
-        float *Bp = cv_tls_buffer(CV_TLS_GEMM_B, (size_t)(panels * K * 32));
+        float *Bp = cv_tls_buffer(CV_TLS_GEMM_B, (size_t)((N + 31) / 32 * 32 * K));
         if (Bp) {
-            pack_job pj = {K, N, ldb, tb, B, Bp};
-            pack_task(&pj, 0, panels);
-            tcc_cpu_gemm_packed(M, N, K, alpha, A, ta ? 1 : lda, ta ? lda : 1, Bp, C, ldc, NULL);
+            gemm_on_packed_b(ta, tb, M, N, K, alpha, A, lda, B, ldb, Bp, 0, C, ldc, NULL);
             return;
         }
     }
@@ -381,13 +403,10 @@ void tcc_cpu_gemm(int ta, int tb, long M, long N, long K, float alpha, const flo
 #if defined(__AVX512F__)
     /* B packed once for all threads (a small row-major B is read in place
      * by tcc_cpu_blas: packing it first measured 3 % slower at 256^3) */
-    if (packs_b(M, N, K) && (tb || K * N > DIRECT_B_MAX)) {
-        const long panels = (N + 31) / 32;
-        float *Bp = aligned_alloc(64, (size_t)(panels * K * 32) * sizeof(float));
+    if (packs_b(M, N, K) && !b_in_place(tb, N, K)) {
+        float *Bp = aligned_alloc(64, (size_t)((N + 31) / 32 * 32 * K) * sizeof(float));
         if (Bp) { /* without memory for it, as before */
-            pack_job pj = {K, N, ldb, tb, B, Bp};
-            tcc_cpu_parallel_for(panels, 1, pack_task, &pj);
-            tcc_cpu_gemm_packed(M, N, K, alpha, A, ta ? 1 : lda, ta ? lda : 1, Bp, C, ldc, ep);
+            gemm_on_packed_b(ta, tb, M, N, K, alpha, A, lda, B, ldb, Bp, 1, C, ldc, ep);
             free(Bp);
             return;
         }

@@ -41,15 +41,19 @@ def _init():
 
 
 @functools.lru_cache(maxsize=None)
-def host_cpu():
-    """(triple, cpu name, enabled features as a sorted list of names)."""
+def _host_features():
+    """{feature: on} for every feature LLVM reads from CPUID."""
     _init()
-    feats = llvm.get_host_cpu_features()
-    enabled = sorted(k for k, v in feats.items() if v)
-    return llvm.get_process_triple(), llvm.get_host_cpu_name(), enabled
+    return dict(llvm.get_host_cpu_features())
 
 
 @functools.lru_cache(maxsize=None)
+def host_cpu():
+    """(triple, cpu name, enabled features as a sorted list of names)."""
+    enabled = sorted(k for k, v in _host_features().items() if v)
+    return llvm.get_process_triple(), llvm.get_host_cpu_name(), enabled
+
+
 def _feature_string():
     """Every feature CPUID reports, on or off: the cpu name alone implies
     features the CPU may not grant. A hypervisor that masks AVX-512 leaves
@@ -57,8 +61,7 @@ def _feature_string():
     features listed LLVM took the rest from the name and wrote zmm code for
     a process that CPUID told had none (AMD EPYC family 26 model 2 with
     AVX-512 hidden, bench/hide_avx512.c)."""
-    _init()
-    return ",".join(("+" if v else "-") + k for k, v in sorted(llvm.get_host_cpu_features().items()))
+    return ",".join(("+" if v else "-") + k for k, v in sorted(_host_features().items()))
 
 
 def host_features() -> set:
