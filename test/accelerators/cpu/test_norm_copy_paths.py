@@ -109,8 +109,8 @@ def test_softmax_layernorm_spread(isa):
 
 @pytest.mark.parametrize("isa", ["avx512", "avx2", "generic"])
 def test_softmax_layernorm_underflow(isa):
-    """Rows whose exponentials underflow (x - max below ln(FLT_MIN) = -87.3,
-    where the vector exp gives FLT_MIN instead of 0) and masked entries
+    """Rows whose exponentials underflow (x - max below -87, where the
+    vector exp gives e^-87 ~ 1.6e-38 instead of 0) and masked entries
     (-inf, an attention's mask), against float64 numpy: the outputs of the
     underflowing entries equal the zero probabilities' to float precision."""
     lib = lib_at(isa, 2)
