@@ -10,8 +10,8 @@
  * (0 none, 1 one value, 2 per column), B packed: 0 no (packed here, per
  * call), 1 int16 pairs (kernels.pack_int16_pairs, at compile time), 2
  * bytes for VNNI (kernels.pack_u8s8: chosen at compile time on a CPU with
- * AVX-512 VNNI when B less its zero point fits int8, as symmetric int8
- * weights do), 3 the same bytes made safe for AVX2's vpmaddubsw plus
+ * AVX-512 VNNI or AVX-VNNI when B less its zero point fits int8, as
+ * symmetric int8 weights do), 3 the same bytes made safe for AVX2's vpmaddubsw plus
  * corrections (kernels.pack_u8s8_pair_safe: chosen at compile time on an
  * AVX2 CPU without VNNI where few values need correcting); packed B has
  * its zero point subtracted.
@@ -22,7 +22,8 @@
  * vpdpwssd's). A is then unsigned bytes: int8 A is moved up by 128 (a ^
  * 0x80) and its zero point with it, and sum((a - za) b) = sum(a b) - za *
  * colsum(b). Intel's AMX (tdpbusd on 16 x 16 tiles) runs it where the CPU
- * and the kernel allow, else VNNI, else portable C.
+ * and the kernel allow, else AVX-512 VNNI, else AVX-VNNI (the same
+ * instruction on ymm), else AVX2 on A's 4-bit halves, else portable C.
  *
  * AVX2 has no exact u8 x s8 instruction: vpmaddubsw adds its two
  * products in a saturating int16 (255 * 127 * 2 > 32767), the AVX2 result
@@ -379,6 +380,59 @@ DEF_TILE_AVX2(tile_q_avx2, KQ, (j->K + 3) / 4, MADD_U8S8, AVX2_QR) /* the words 
     _mm256_add_epi32(_mm256_add_epi32(c, _mm256_madd_epi16(_mm256_maddubs_epi16(NIBBLES(x), b), _mm256_set1_epi16(1))), \
                      _mm256_madd_epi16(_mm256_maddubs_epi16(NIBBLES(_mm256_srli_epi16(x, 4)), b), _mm256_set1_epi16(16)))
 DEF_TILE_AVX2(tile_q_avx2_nib, KQ, (j->K + 3) / 4, MADD_U8S8_NIB, AVX2_MR)
+/* AVX-VNNI (Intel Alder Lake and Sapphire Rapids on, AMD Zen 5; the
+ * AVX2-only cores among them: Intel's client P- and E-cores, Xeon 6
+ * E-cores): VEX vpdpbusd on ymm, 32 exact u8 x s8 products into int32 an
+ * instruction where the pair-safe tile's vpmaddubsw and vpmaddwd take two
+ * for 32; no ones vector nor product register, so 6 rows (12 accumulators,
+ * 2 vectors of B, the broadcast). Either bytes layout: 2, or 3 with its
+ * corrections added after. Through asm for the reason DEF_VNNI gives.
+ * Called directly on AMD EPYC family 26 model 2 (Zen 5, which runs its
+ * zmm form unless told otherwise: tcc_matmul_i8_avxvnni), 1 thread,
+ * weights drawn as a quantizer's: 64x784x1024 247 GMAC/s, 64x1024x1024
+ * 252, 128x256x1024 243, against the pair-safe tile's 125, 127 and 115
+ * (the zmm tile 487, 494, 445). There it runs at ~270 from L1, where 12
+ * independent chains of the instruction reach 405 and 14 reach 476: the
+ * 16 ymm registers hold no more accumulators. On a core that issues two
+ * a cycle at a latency of 5 (the figures published for Intel's Alder Lake
+ * P-cores) 12 chains suffice; no such machine was at hand to measure. */
+__attribute__((target("avx2"), always_inline)) static inline __m256i dpbusd256(__m256i c, __m256i a, __m256i b) {
+    __asm__("%{vex%} vpdpbusd %2, %1, %0" : "+x"(c) : "x"(a), "x"(b));
+    return c;
+}
+/* AVX2_MR rows x a panel from init (PW words, each row) into out, ldc
+ * words a row (the block_fn, as vnni_block; tile_q_avxvnni from zero) */
+__attribute__((target("avx2"))) static void avxvnni_block(const qjob *j, const int32_t *ap, const int8_t *bq,
+                                                        const int32_t *init, int32_t *out, int64_t ldc) {
+    const int64_t W = j->KQ, n = (j->K + 3) / 4;
+    const int32_t *a0 = ap, *a1 = ap + W, *a2 = ap + 2 * W, *a3 = ap + 3 * W, *a4 = ap + 4 * W, *a5 = ap + 5 * W;
+    for (int h = 0; h < 2; h++) {
+        const char *bp = (const char *)bq + h * 64;
+        const __m256i i0 = _mm256_loadu_si256((const __m256i *)(init + h * 16)),
+                      i1 = _mm256_loadu_si256((const __m256i *)(init + h * 16 + 8));
+        __m256i c00 = i0, c01 = i1, c10 = i0, c11 = i1, c20 = i0, c21 = i1, c30 = i0, c31 = i1, c40 = i0, c41 = i1,
+                c50 = i0, c51 = i1;
+        for (int64_t k = 0; k < n; k++) {
+            const __m256i b0 = _mm256_loadu_si256((const __m256i *)(bp + k * PW * 4));
+            const __m256i b1 = _mm256_loadu_si256((const __m256i *)(bp + k * PW * 4 + 32));
+            AVX2_ROW(dpbusd256, 6, 0) AVX2_ROW(dpbusd256, 6, 1) AVX2_ROW(dpbusd256, 6, 2)
+            AVX2_ROW(dpbusd256, 6, 3) AVX2_ROW(dpbusd256, 6, 4) AVX2_ROW(dpbusd256, 6, 5)
+        }
+        int32_t *o = out + h * 16;
+        _mm256_storeu_si256((__m256i *)o, c00), _mm256_storeu_si256((__m256i *)(o + 8), c01), o += ldc;
+        _mm256_storeu_si256((__m256i *)o, c10), _mm256_storeu_si256((__m256i *)(o + 8), c11), o += ldc;
+        _mm256_storeu_si256((__m256i *)o, c20), _mm256_storeu_si256((__m256i *)(o + 8), c21), o += ldc;
+        _mm256_storeu_si256((__m256i *)o, c30), _mm256_storeu_si256((__m256i *)(o + 8), c31), o += ldc;
+        _mm256_storeu_si256((__m256i *)o, c40), _mm256_storeu_si256((__m256i *)(o + 8), c41), o += ldc;
+        _mm256_storeu_si256((__m256i *)o, c50), _mm256_storeu_si256((__m256i *)(o + 8), c51);
+    }
+}
+
+/* the tile_fn: rows past mr are zero words (widen_rows_u8), never stored */
+static void tile_q_avxvnni(const qjob *j, const int32_t *ap, const void *bpv, int mr, int32_t *acc) {
+    (void)mr;
+    avxvnni_block(j, ap, bpv, ZERO_ROW, acc, PW);
+}
 #endif
 
 #if defined(__x86_64__)
@@ -468,6 +522,18 @@ static int isa_limit(void) {
 }
 #endif
 
+static int g_avxvnni; /* tcc_matmul_i8_avxvnni's setting */
+
+/* The AVX-VNNI tile ahead of AVX-512's and AMX on a CPU that has all of
+ * them (on, for tests: the CPUs that have AVX-VNNI but no AVX-512 are not
+ * those the tests run on), or not (0, the default); returns the previous
+ * setting. */
+int tcc_matmul_i8_avxvnni(int on) {
+    const int was = g_avxvnni;
+    g_avxvnni = !!on;
+    return was;
+}
+
 /* the bytes layout's tiles; AVX2's vpmaddubsw on whole bytes only where the
  * packing made every pair safe (pair_safe: B packed 3), else on 4-bit halves */
 static tile_fn pick_q(int *mr, int pair_safe, block_fn *block) {
@@ -475,15 +541,21 @@ static tile_fn pick_q(int *mr, int pair_safe, block_fn *block) {
 #if defined(__x86_64__)
     __builtin_cpu_init();
     const int lim = isa_limit();
-    if (lim >= ISA_ANY && amx_usable()) {
+    if (lim >= ISA_ANY && !g_avxvnni && amx_usable()) {
         *mr = 32;
         *block = amx_block;
         return tile_q_amx;
     }
-    if (lim >= ISA_AVX512 && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw")) {
+    if (lim >= ISA_AVX512 && !g_avxvnni && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw")) {
         *mr = 8;
         *block = vnni_block;
         return tile_q_avx512vnni;
+    }
+    /* TCC_CPU_ISA=avx2 keeps it out: that is an AMD Zen 3, which has none */
+    if (lim > ISA_AVX2 && __builtin_cpu_supports("avxvnni")) {
+        *mr = AVX2_MR;
+        *block = avxvnni_block;
+        return tile_q_avxvnni;
     }
     if (lim >= ISA_AVX2 && __builtin_cpu_supports("avx2")) {
         *mr = pair_safe ? AVX2_QR : AVX2_MR;
@@ -494,6 +566,23 @@ static tile_fn pick_q(int *mr, int pair_safe, block_fn *block) {
 #endif
     *mr = 4;
     return tile_q_generic;
+}
+
+/* The bytes layout's tile a call would run now (tests): "amx",
+ * "avx512vnni", "avxvnni", "avx2" (pair-safe bytes, layout 3), "avx2-nibbles"
+ * (layout 2 without VNNI) or "generic". */
+const char *tcc_matmul_i8_tile(int layout) {
+    int mr;
+    block_fn block;
+    const tile_fn t = pick_q(&mr, layout == 3, &block);
+#if defined(__x86_64__)
+    if (t == tile_q_amx) return "amx";
+    if (t == tile_q_avx512vnni) return "avx512vnni";
+    if (t == tile_q_avxvnni) return "avxvnni";
+    if (t == tile_q_avx2) return "avx2";
+    if (t == tile_q_avx2_nib) return "avx2-nibbles";
+#endif
+    return t == tile_q_generic ? "generic" : "?";
 }
 
 /* the int16 pairs' tiles */

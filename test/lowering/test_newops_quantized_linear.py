@@ -210,7 +210,7 @@ def _weights(shape, dt=np.int8, spread=28.0):
     return np.clip(np.round(RNG.standard_normal(shape) * spread), -128, 127).astype(dt)
 
 
-@pytest.mark.parametrize("run_isa", ["", "avx512", "avx2", "generic"])
+@pytest.mark.parametrize("run_isa", ["", "avx512", "avxvnni", "avx2", "generic"])
 @pytest.mark.parametrize("adt", [np.uint8, np.int8])
 def test_pair_safe_bytes_with_corrections_are_exact(run_isa, adt, monkeypatch):
     """gemm_int.c's B packed 3 (kernels.pack_u8s8_pair_safe), called directly
@@ -233,20 +233,44 @@ def test_pair_safe_bytes_with_corrections_are_exact(run_isa, adt, monkeypatch):
 def _matmul_i8(monkeypatch, run_isa, a, az, packed, N, layout):
     """C = (a - az) B from gemm_int.c's tcc_matmul_i8 called directly, B
     packed as `layout` (params' Q_BPACKED, no B zero point), under
-    TCC_CPU_ISA=run_isa."""
+    TCC_CPU_ISA=run_isa; run_isa "avxvnni": the AVX-VNNI tile, as a CPU
+    with AVX-VNNI and no AVX-512 runs (tcc_matmul_i8_avxvnni)."""
     import ctypes
 
+    from tcc.dialects.conversions.loop_to_native.target import host_features
     from tcc.runtime import native
+    if run_isa == "avxvnni" and "avxvnni" not in host_features():
+        pytest.skip("this CPU has no AVX-VNNI")
     lib = ctypes.CDLL(native.load())
     (M, K), c = a.shape, np.empty((a.shape[0], N), np.int32)
     params = np.array([M, N, K, int(a.dtype == np.int8), 1, 1, 0, layout], np.int64)
-    monkeypatch.setenv("TCC_CPU_ISA", run_isa)
+    monkeypatch.setenv("TCC_CPU_ISA", "" if run_isa == "avxvnni" else run_isa)
     ptr = lambda x: x.ctypes.data_as(ctypes.c_void_p)  # noqa: E731
-    lib.tcc_matmul_i8(ptr(params), ptr(c), ptr(a), ptr(packed), ptr(az), None)
+    was = lib.tcc_matmul_i8_avxvnni(int(run_isa == "avxvnni"))
+    try:
+        lib.tcc_matmul_i8_tile.restype = ctypes.c_char_p
+        tile = lib.tcc_matmul_i8_tile(layout).decode()
+        lib.tcc_matmul_i8(ptr(params), ptr(c), ptr(a), ptr(packed), ptr(az), None)
+    finally:
+        lib.tcc_matmul_i8_avxvnni(was)
+    assert tile in _tiles_expected(run_isa, layout, host_features()), (run_isa, layout, tile)
     return c
 
 
-@pytest.mark.parametrize("run_isa", ["", "avx512", "avx2", "generic"])
+def _tiles_expected(run_isa, layout, f):
+    """The bytes tiles gemm_int.c may pick under TCC_CPU_ISA=run_isa on a
+    CPU of LLVM features f (tcc_matmul_i8_tile's names)."""
+    if run_isa == "generic" or "avx2" not in f:
+        return {"generic"}
+    avx2 = "avx2" if layout == 3 else "avx2-nibbles"
+    if run_isa in ("avx2", "avxvnni"):
+        return {avx2 if run_isa == "avx2" else "avxvnni"}
+    if {"avx512vnni", "avx512bw"} <= f:
+        return {"amx", "avx512vnni"} if run_isa == "" else {"avx512vnni"}
+    return {"avxvnni"} if "avxvnni" in f else {avx2}
+
+
+@pytest.mark.parametrize("run_isa", ["", "avx512", "avxvnni", "avx2", "generic"])
 @pytest.mark.parametrize("adt", [np.uint8, np.int8])
 @pytest.mark.parametrize("M,K,N", [(13, 67, 45), (69, 131, 103)])
 def test_vnni_bytes_are_exact_on_every_path(run_isa, adt, M, K, N, monkeypatch):
@@ -265,6 +289,44 @@ def test_vnni_bytes_are_exact_on_every_path(run_isa, adt, M, K, N, monkeypatch):
     a[:2] = np.iinfo(adt).max  # 255 as the kernel sees it (int8 A moved up by 128)
     c = _matmul_i8(monkeypatch, run_isa, a, az, pack_u8s8(b), N, 2)
     np.testing.assert_array_equal(c, (a.astype(np.int64) - az.astype(np.int64)) @ b)
+
+
+@pytest.mark.parametrize("features,isa,want", [
+    ({"avx2", "avxvnni"}, "", (True, {"matmul", "conv"}, 2)),  # Intel Alder Lake on, Xeon 6 E-cores
+    ({"avx2", "avxvnni"}, "avx2", (False, {"matmul", "small-conv"}, 3)),  # TCC_CPU_ISA=avx2: an AMD Zen 3
+    ({"avx2", "avx512bw", "avx512vnni", "avxvnni"}, "", (True, {"matmul", "conv"}, 2)),
+    ({"avx2", "avx512bw", "avx512vnni"}, "avx512", (True, {"matmul", "conv"}, 2)),
+    ({"avx2"}, "", (False, {"matmul", "small-conv"}, 3)),
+    ({"avx2", "avxvnni"}, "generic", (False, set(), 1))])
+def test_vnni_bytes_where_the_target_has_vpdpbusd(monkeypatch, features, isa, want):
+    """Weights are packed as VNNI bytes (layout 2), and QDQ convolutions of
+    every size go to integers, where the target has vpdpbusd in either form
+    (AVX-512 VNNI, or AVX-VNNI on ymm) and TCC_CPU_ISA does not ask for
+    less; else the pair-safe bytes for AVX2 (3) or int16 pairs (1). The
+    target's CPUID features are stood in for."""
+    from tcc.dialects.conversions.graph_to_loop.quantization import quantized_linear as ql
+    from tcc.dialects.conversions.loop_to_native import target
+    monkeypatch.setattr(target, "host_features", lambda: set(features))
+    monkeypatch.setenv("TCC_CPU_ISA", isa)
+    assert (ql.vnni_target(), set(ql.integer_qdq_kinds()), ql._pack_weights(_weights((64, 48)), 0)[1]) == want
+
+
+@pytest.mark.parametrize("run_isa", ["", "avx512", "avxvnni", "avx2", "generic"])
+def test_int32_sums_wrap_on_every_path(run_isa, monkeypatch):
+    """Sums past 2^31 wrap, as onnx.reference's int32 arithmetic and the
+    nest do (not saturate, as vpdpbusds would): 70000 products of 255 and
+    up to 127 a column, the bytes layout on each tile. int64 numpy wrapped
+    to int32 is the reference."""
+    from tcc.dialects.conversions.graph_to_loop.kernels import pack_u8s8
+    K, N = 70000, 40
+    a = np.full((3, K), 255, np.uint8)
+    a[1] = RNG.integers(200, 256, K)
+    b = RNG.integers(100, 128, (K, N)).astype(np.int64)
+    b[:, 1] = -128
+    c = _matmul_i8(monkeypatch, run_isa, a, np.zeros((), np.uint8), pack_u8s8(b), N, 2)
+    want = a.astype(np.int64) @ b
+    assert np.abs(want).max() > 2 ** 31
+    np.testing.assert_array_equal(c, want.astype(np.int32))  # numpy's cast wraps
 
 
 @pytest.mark.parametrize("run_isa", ["avx2", "generic", ""])

@@ -69,14 +69,16 @@ MIN_ROWS = 8  # from here on a B that is no constant is packed per call (below: 
 
 
 def vnni_target():
-    """Whether the code is compiled for a CPU with AVX-512 VNNI (the native
-    target is this CPU), and TCC_CPU_ISA does not ask for less: then B is
-    packed as bytes for vpdpbusd (gemm_int.c), and the int8 products beat
-    f32 FMAs (driver: qdq-to-integer only then)."""
+    """Whether the code is compiled for a CPU with VNNI's vpdpbusd (the
+    native target is this CPU): AVX-512 VNNI, or AVX-VNNI (its ymm form, on
+    CPUs without AVX-512 too: Intel Alder Lake on, Xeon 6 E-cores), and
+    TCC_CPU_ISA does not ask for less (avx2 stands for an AMD Zen 3, which
+    has neither): then B is packed as bytes for vpdpbusd (gemm_int.c), and
+    the int8 products beat f32 FMAs (driver: qdq-to-integer only then)."""
     import os
     from ...loop_to_native.target import host_features
-    isa = os.environ.get("TCC_CPU_ISA", "")
-    return isa not in ("avx2", "generic") and {"avx512vnni", "avx512bw"} <= host_features()
+    isa, f = os.environ.get("TCC_CPU_ISA", ""), host_features()
+    return isa not in ("avx2", "generic") and ({"avx512vnni", "avx512bw"} <= f or "avxvnni" in f)
 
 
 # B packed 3 (pack_u8s8_pair_safe) where at most this share of B's values
@@ -98,7 +100,10 @@ def avx2_bytes_target():
 def integer_qdq_kinds() -> frozenset:
     """Which QDQ products run faster as exact integers on the native target
     (driver: qdq-to-integer's options): with VNNI, matmuls and
-    convolutions ({"matmul", "conv"}); with AVX2 alone, matmuls and the
+    convolutions ({"matmul", "conv"}; with AVX-VNNI's ymm alone too:
+    resnet18_qdq on AMD EPYC Zen 5 with AVX-512 hidden and AVX-VNNI left,
+    1 / 2 threads, 0.98 / 0.78x onnxruntime with the small images' only,
+    0.85 / 0.76 with all); with AVX2 alone, matmuls and the
     convolutions of small images ({"matmul", "small-conv"}: qdq.
     AVX2_CONV_POSITIONS has the measurements). There int16 pairs (vpmaddwd)
     made 64-77 GMAC/s on BERT- and MLP-sized products against about 45 for
