@@ -105,8 +105,13 @@ def main():
     p.add_argument("--min-time", type=float, default=1.0, help="seconds of timed runs per model and side (about)")
     p.add_argument("--hide-avx512", action="store_true",
                    help="run as on an AVX2-only CPU (bench_cpu_accel.py --help)")
+    p.add_argument("--keep-avx-vnni", action="store_true",
+                   help="with --hide-avx512: leave AVX-VNNI in CPUID (an AVX2 CPU with it, such as Intel Alder Lake), "
+                        "and let tcc pick its kernels from CPUID")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.keep_avx_vnni and not args.hide_avx512:
+        p.error("--keep-avx-vnni goes with --hide-avx512")
     unknown = sorted(set(args.models) - set(manifest()))
     if unknown:
         sys.exit(f"bench_corpus: unknown model(s) {', '.join(unknown)} (known: {', '.join(sorted(manifest()))})")
@@ -114,7 +119,7 @@ def main():
         child(args)
         return
     run_per_thread_count(__file__, args.threads, ["--models", *args.models, "--min-time", str(args.min_time)],
-                         env=hide_avx512_env() if args.hide_avx512 else None)
+                         env=hide_avx512_env(args.keep_avx_vnni) if args.hide_avx512 else None)
 
 if __name__ == "__main__":
     main()

@@ -2,7 +2,9 @@
  * an AVX2 CPU. With CPUID faulting on (Linux arch_prctl(ARCH_SET_CPUID),
  * `cpuid_fault` in /proc/cpuinfo), every CPUID instruction traps; the
  * SIGSEGV handler below runs the real CPUID with faulting briefly off, clears
- * the AVX-512 and AMX feature bits (and AVX-VNNI, which Zen 3 lacks), writes
+ * the AVX-512 and AMX feature bits (and AVX-VNNI, which Zen 3 lacks, unless
+ * TCC_HIDE_KEEP_AVXVNNI=1: then an AVX2 CPU with AVX-VNNI such as Intel's
+ * Alder Lake or a Xeon 6 E-core), writes
  * the result into the trapped thread's registers and steps over the
  * instruction. Libraries that pick their kernels from CPUID at load time
  * (onnxruntime's MLAS, OpenBLAS, LLVM's host CPU for the host path) then
@@ -26,6 +28,7 @@
 #define ARCH_SET_CPUID 0x1012
 
 static struct sigaction g_prev;
+static int g_keep_avxvnni; /* TCC_HIDE_KEEP_AVXVNNI=1 */
 
 static long set_cpuid(int enabled) { return syscall(SYS_arch_prctl, ARCH_SET_CPUID, enabled); }
 
@@ -51,7 +54,7 @@ static void on_segv(int sig, siginfo_t *si, void *ctx) {
         /* EDX: 4VNNIW 2, 4FMAPS 3, VP2INTERSECT 8, AMX-BF16 22, FP16 23, AMX-TILE 24, AMX-INT8 25 */
         d &= ~((1u << 2) | (1u << 3) | (1u << 8) | (1u << 22) | (1u << 23) | (1u << 24) | (1u << 25));
     } else if (leaf == 7 && sub == 1) {
-        a &= ~((1u << 4) | (1u << 5)); /* AVX-VNNI, AVX512_BF16 */
+        a &= ~((g_keep_avxvnni ? 0u : 1u << 4) | (1u << 5)); /* AVX-VNNI, AVX512_BF16 */
     }
     r[REG_RAX] = a;
     r[REG_RBX] = b;
@@ -62,6 +65,8 @@ static void on_segv(int sig, siginfo_t *si, void *ctx) {
 
 __attribute__((constructor)) static void hide_avx512(void) {
     struct sigaction sa;
+    const char *keep = getenv("TCC_HIDE_KEEP_AVXVNNI");
+    g_keep_avxvnni = keep && !strcmp(keep, "1");
     memset(&sa, 0, sizeof sa);
     sa.sa_sigaction = on_segv;
     sa.sa_flags = SA_SIGINFO | SA_NODEFER;

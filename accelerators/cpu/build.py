@@ -70,14 +70,21 @@ def openblas():
 
 
 def cpu_flags():
+    """/proc/cpuinfo's flags, less those this process's CPUID denies (as LLVM
+    reads it, under the same names for ISA_NEEDS' flags): a process whose
+    CPUID hides AVX-512 (bench/hide_avx512.c) gets the library the other
+    libraries in it choose."""
+    flags = set()
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
                 if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
+                    flags = set(line.split(":", 1)[1].split())
+                    break
     except OSError:
         pass
-    return set()
+    from tcc.dialects.conversions.loop_to_native.target import cpuid_features
+    return flags - {k for k, on in cpuid_features().items() if not on}
 
 
 def best_isa(flags=None):

@@ -2,8 +2,10 @@
 in a process that loads it, CPUID reports no AVX-512 (LLVM's host features,
 which the host path compiles for, and so its code has no zmm registers
 whatever the cpu name implies), onnxruntime still gives its results, and a
-child the process execs sees the real CPU again. Runs where the CPU has
-AVX-512 and the kernel offers CPUID faulting; skipped elsewhere."""
+child the process execs sees the real CPU again; tcc's cpu library and int8
+tile follow what CPUID says, and TCC_HIDE_KEEP_AVXVNNI=1 leaves AVX-VNNI in
+it. Runs where the CPU has AVX-512 and the kernel offers CPUID faulting;
+skipped elsewhere."""
 import os
 import subprocess
 import sys
@@ -39,7 +41,14 @@ PROBE = textwrap.dedent("""
     # whatever the cpu name (znver5, sapphirerapids) implies
     from tcc.dialects.conversions.loop_to_native.target import optimize, target_machine
     asm = target_machine().emit_assembly(optimize(open(sys.argv[4]).read()))
-    print(f["avx512f"], f["avx2"], err < 1e-3, child, "zmm" in asm, "ymm" in asm or "zmm" in asm)
+    # tcc's kernel choices follow CPUID too: the cpu accelerator's library, and the int8 tile
+    # for B packed as VNNI bytes (AVX-VNNI's where --keep-avx-vnni leaves it)
+    from tcc.accelerators.cpu import build
+    from tcc.runtime import native
+    lib = ctypes.CDLL(native.load())
+    lib.tcc_matmul_i8_tile.restype = ctypes.c_char_p
+    print(f["avx512f"], f["avx2"], err < 1e-3, child, "zmm" in asm, "ymm" in asm or "zmm" in asm,
+          f.get("avxvnni", False), build.best_isa(), lib.tcc_matmul_i8_tile(2).decode())
 """)
 LOOP = """
 define void @f(float* noalias %a, float* noalias %b) {
@@ -69,9 +78,19 @@ def test_cpuid_hides_avx512_in_the_process_only(tmp_path, rng):
     seed = str(int(rng.integers(1 << 30)))
     loop = tmp_path / "loop.ll"
     loop.write_text(LOOP)
-    out = {mode: subprocess.run([sys.executable, str(probe), mode, str(so), seed, str(loop)], capture_output=True,
-                                text=True, timeout=120) for mode in ("hide", "plain")}
+    env = {k: v for k, v in os.environ.items() if k not in ("TCC_CPU_ISA", "TCC_HIDE_KEEP_AVXVNNI")}
+    out = {mode: subprocess.run([sys.executable, str(probe), "plain" if mode == "plain" else "hide", str(so), seed,
+                                 str(loop)], capture_output=True, text=True, timeout=120,
+                                env=dict(env, TCC_HIDE_KEEP_AVXVNNI="1") if mode == "keep" else env)
+           for mode in ("hide", "keep", "plain")}
     for mode, r in out.items():
         assert r.returncode == 0, (mode, r.stderr[-2000:])
-    assert out["hide"].stdout.split() == ["False", "True", "True", "True", "False", "True"]
-    assert out["plain"].stdout.split() == ["True", "True", "True", "True", "True", "True"]
+    vnni = "avx_vnni" in FLAGS
+    no_vnni_tile = "avxvnni" if vnni else "avx2-nibbles"
+    assert out["hide"].stdout.split() == ["False", "True", "True", "True", "False", "True", "False", "avx2",
+                                          "avx2-nibbles"]
+    assert out["keep"].stdout.split() == ["False", "True", "True", "True", "False", "True", str(vnni), "avx2",
+                                          no_vnni_tile]
+    *plain, tile = out["plain"].stdout.split()
+    assert plain == ["True", "True", "True", "True", "True", "True", str(vnni), "avx512"]
+    assert tile in ({"amx", "avx512vnni"} if "avx512_vnni" in FLAGS else {no_vnni_tile}), tile

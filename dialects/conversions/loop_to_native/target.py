@@ -47,6 +47,11 @@ def _host_features():
     return dict(llvm.get_host_cpu_features())
 
 
+def cpuid_features() -> dict:
+    """{LLVM feature name: on} as this process's CPUID reports them."""
+    return dict(_host_features())
+
+
 @functools.lru_cache(maxsize=None)
 def host_cpu():
     """(triple, cpu name, enabled features as a sorted list of names)."""
