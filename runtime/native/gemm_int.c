@@ -24,6 +24,8 @@
  * colsum(b). Intel's AMX (tdpbusd on 16 x 16 tiles) runs it where the CPU
  * and the kernel allow, else AVX-512 VNNI, else AVX-VNNI (the same
  * instruction on ymm), else AVX2 on A's 4-bit halves, else portable C.
+ * Layout 3 runs on the same VNNI tiles, else on AVX-512BW's or AVX2's
+ * vpmaddubsw.
  *
  * AVX2 has no exact u8 x s8 instruction: vpmaddubsw adds its two
  * products in a saturating int16 (255 * 127 * 2 > 32767), the AVX2 result
@@ -368,6 +370,20 @@ static void tile_q_avx512vnni(const qjob *j, const int32_t *ap, const void *bpv,
  * x 16 columns; rows past mr repeat row 0. */
 #define MADD_U8S8(c, x, b) _mm256_add_epi32(c, _mm256_madd_epi16(_mm256_maddubs_epi16(x, b), _mm256_set1_epi16(1)))
 DEF_TILE_AVX2(tile_q_avx2, KQ, (j->K + 3) / 4, MADD_U8S8, AVX2_QR) /* the words past K/4 are zero: not run */
+/* The same on zmm for AVX-512 CPUs without VNNI (Intel Skylake-SP: AVX-512BW
+ * has vpmaddubsw on zmm, VNNI came with Cascade Lake): 8 rows x a panel, 16
+ * accumulators, twice the AVX2 tile's products an instruction. Called
+ * directly on AMD EPYC family 26 model 2 with VNNI kept out
+ * (tcc_matmul_i8_hide), 1 thread, weights drawn as a quantizer's:
+ * 64x784x1024 236 GMAC/s, 64x1024x1024 240, 128x256x1024 215, against the
+ * AVX2 tile's 122, 124 and 116. mlp_qdq on that machine as a Skylake-SP
+ * (bench_cpu_accel.py --hide-vnni, 1 thread): 1.98 -> 1.06x onnxruntime,
+ * whose kernel there is the same instructions with saturating pair sums;
+ * resnet18_qdq 1.22 -> 0.82. */
+#define MADD_U8S8_512(c, x, b) \
+    _mm512_add_epi32(c, _mm512_madd_epi16(_mm512_maddubs_epi16(x, b), _mm512_set1_epi16(1)))
+DEF_TILE(tile_q_avx512bw, "avx512f,avx512bw", __m512i, 16, 8, KQ, (j->K + 3) / 4, _mm512_loadu_si512,
+         _mm512_set1_epi32, MADD_U8S8_512, _mm512_storeu_si512, _mm512_setzero_si512)
 /* AVX2 on the VNNI bytes (B packed 2, which a compile on a VNNI CPU chooses)
  * where TCC_CPU_ISA=avx2 at run time keeps VNNI out: A's bytes are split
  * into their 4-bit halves, so that no vpmaddubsw pair sum passes 15 * 128 *
@@ -388,7 +404,7 @@ DEF_TILE_AVX2(tile_q_avx2_nib, KQ, (j->K + 3) / 4, MADD_U8S8_NIB, AVX2_MR)
  * 2 vectors of B, the broadcast). Either bytes layout: 2, or 3 with its
  * corrections added after. Through asm for the reason DEF_VNNI gives.
  * Called directly on AMD EPYC family 26 model 2 (Zen 5, which runs its
- * zmm form unless told otherwise: tcc_matmul_i8_avxvnni), 1 thread,
+ * zmm form unless told otherwise: tcc_matmul_i8_hide), 1 thread,
  * weights drawn as a quantizer's: 64x784x1024 247 GMAC/s, 64x1024x1024
  * 252, 128x256x1024 243, against the pair-safe tile's 125, 127 and 115
  * (the zmm tile 487, 494, 445). There it runs at ~270 from L1, where 12
@@ -522,15 +538,16 @@ static int isa_limit(void) {
 }
 #endif
 
-static int g_avxvnni; /* tcc_matmul_i8_avxvnni's setting */
+/* CPU features the int8 tiles act as if this CPU lacked (tests: the CPUs
+ * that have AVX-VNNI but no AVX-512, or AVX-512 but no VNNI, are not those
+ * the tests run on): tcc_matmul_i8_hide's mask, 0 by default */
+enum { HIDE_AMX = 1, HIDE_AVX512VNNI = 2, HIDE_AVXVNNI = 4, HIDE_AVX512 = 8 };
+static int g_hide;
 
-/* The AVX-VNNI tile ahead of AVX-512's and AMX on a CPU that has all of
- * them (on, for tests: the CPUs that have AVX-VNNI but no AVX-512 are not
- * those the tests run on), or not (0, the default); returns the previous
- * setting. */
-int tcc_matmul_i8_avxvnni(int on) {
-    const int was = g_avxvnni;
-    g_avxvnni = !!on;
+/* sets the mask (HIDE_*), returns the previous one */
+int tcc_matmul_i8_hide(int mask) {
+    const int was = g_hide;
+    g_hide = mask;
     return was;
 }
 
@@ -541,21 +558,26 @@ static tile_fn pick_q(int *mr, int pair_safe, block_fn *block) {
 #if defined(__x86_64__)
     __builtin_cpu_init();
     const int lim = isa_limit();
-    if (lim >= ISA_ANY && !g_avxvnni && amx_usable()) {
+    const int avx512 = lim >= ISA_AVX512 && !(g_hide & HIDE_AVX512) && __builtin_cpu_supports("avx512bw");
+    if (lim >= ISA_ANY && !(g_hide & (HIDE_AMX | HIDE_AVX512)) && amx_usable()) {
         *mr = 32;
         *block = amx_block;
         return tile_q_amx;
     }
-    if (lim >= ISA_AVX512 && !g_avxvnni && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw")) {
+    if (avx512 && !(g_hide & HIDE_AVX512VNNI) && __builtin_cpu_supports("avx512vnni")) {
         *mr = 8;
         *block = vnni_block;
         return tile_q_avx512vnni;
     }
     /* TCC_CPU_ISA=avx2 keeps it out: that is an AMD Zen 3, which has none */
-    if (lim > ISA_AVX2 && __builtin_cpu_supports("avxvnni")) {
+    if (lim > ISA_AVX2 && !(g_hide & HIDE_AVXVNNI) && __builtin_cpu_supports("avxvnni")) {
         *mr = AVX2_MR;
         *block = avxvnni_block;
         return tile_q_avxvnni;
+    }
+    if (avx512 && pair_safe) {
+        *mr = 8;
+        return tile_q_avx512bw;
     }
     if (lim >= ISA_AVX2 && __builtin_cpu_supports("avx2")) {
         *mr = pair_safe ? AVX2_QR : AVX2_MR;
@@ -569,8 +591,8 @@ static tile_fn pick_q(int *mr, int pair_safe, block_fn *block) {
 }
 
 /* The bytes layout's tile a call would run now (tests): "amx",
- * "avx512vnni", "avxvnni", "avx2" (pair-safe bytes, layout 3), "avx2-nibbles"
- * (layout 2 without VNNI) or "generic". */
+ * "avx512vnni", "avxvnni", "avx512bw" or "avx2" (pair-safe bytes, layout
+ * 3), "avx2-nibbles" (layout 2 without VNNI) or "generic". */
 const char *tcc_matmul_i8_tile(int layout) {
     int mr;
     block_fn block;
@@ -579,6 +601,7 @@ const char *tcc_matmul_i8_tile(int layout) {
     if (t == tile_q_amx) return "amx";
     if (t == tile_q_avx512vnni) return "avx512vnni";
     if (t == tile_q_avxvnni) return "avxvnni";
+    if (t == tile_q_avx512bw) return "avx512bw";
     if (t == tile_q_avx2) return "avx2";
     if (t == tile_q_avx2_nib) return "avx2-nibbles";
 #endif

@@ -210,7 +210,7 @@ def _weights(shape, dt=np.int8, spread=28.0):
     return np.clip(np.round(RNG.standard_normal(shape) * spread), -128, 127).astype(dt)
 
 
-@pytest.mark.parametrize("run_isa", ["", "avx512", "avxvnni", "avx2", "generic"])
+@pytest.mark.parametrize("run_isa", ["", "avx512", "avxvnni", "avx512bw", "avx2", "generic"])
 @pytest.mark.parametrize("adt", [np.uint8, np.int8])
 def test_pair_safe_bytes_with_corrections_are_exact(run_isa, adt, monkeypatch):
     """gemm_int.c's B packed 3 (kernels.pack_u8s8_pair_safe), called directly
@@ -233,44 +233,55 @@ def test_pair_safe_bytes_with_corrections_are_exact(run_isa, adt, monkeypatch):
 def _matmul_i8(monkeypatch, run_isa, a, az, packed, N, layout):
     """C = (a - az) B from gemm_int.c's tcc_matmul_i8 called directly, B
     packed as `layout` (params' Q_BPACKED, no B zero point), under
-    TCC_CPU_ISA=run_isa; run_isa "avxvnni": the AVX-VNNI tile, as a CPU
-    with AVX-VNNI and no AVX-512 runs (tcc_matmul_i8_avxvnni)."""
+    TCC_CPU_ISA=run_isa; run_isa "avxvnni" or "avx512bw": as a CPU with
+    AVX-VNNI and no AVX-512, or with AVX-512 and no VNNI (Intel Skylake-SP)
+    runs it (tcc_matmul_i8_hide)."""
     import ctypes
 
     from tcc.dialects.conversions.loop_to_native.target import host_features
     from tcc.runtime import native
-    if run_isa == "avxvnni" and "avxvnni" not in host_features():
-        pytest.skip("this CPU has no AVX-VNNI")
+    if run_isa in HIDE and run_isa not in host_features():
+        pytest.skip(f"this CPU has no {run_isa}")
     lib = ctypes.CDLL(native.load())
     (M, K), c = a.shape, np.empty((a.shape[0], N), np.int32)
     params = np.array([M, N, K, int(a.dtype == np.int8), 1, 1, 0, layout], np.int64)
-    monkeypatch.setenv("TCC_CPU_ISA", "" if run_isa == "avxvnni" else run_isa)
+    monkeypatch.setenv("TCC_CPU_ISA", "" if run_isa in HIDE else run_isa)
     ptr = lambda x: x.ctypes.data_as(ctypes.c_void_p)  # noqa: E731
-    was = lib.tcc_matmul_i8_avxvnni(int(run_isa == "avxvnni"))
+    was = lib.tcc_matmul_i8_hide(HIDE.get(run_isa, 0))
     try:
         lib.tcc_matmul_i8_tile.restype = ctypes.c_char_p
         tile = lib.tcc_matmul_i8_tile(layout).decode()
         lib.tcc_matmul_i8(ptr(params), ptr(c), ptr(a), ptr(packed), ptr(az), None)
     finally:
-        lib.tcc_matmul_i8_avxvnni(was)
+        lib.tcc_matmul_i8_hide(was)
     assert tile in _tiles_expected(run_isa, layout, host_features()), (run_isa, layout, tile)
     return c
 
 
+# gemm_int.c's tcc_matmul_i8_hide masks: AMX 1, AVX-512 VNNI 2, AVX-VNNI 4, AVX-512 8
+HIDE = {"avxvnni": 1 | 2 | 8, "avx512bw": 1 | 2 | 4}
+
+
 def _tiles_expected(run_isa, layout, f):
-    """The bytes tiles gemm_int.c may pick under TCC_CPU_ISA=run_isa on a
-    CPU of LLVM features f (tcc_matmul_i8_tile's names)."""
+    """The bytes tiles gemm_int.c may pick under TCC_CPU_ISA=run_isa (or a
+    HIDE mask) on a CPU of LLVM features f (tcc_matmul_i8_tile's names)."""
     if run_isa == "generic" or "avx2" not in f:
         return {"generic"}
     avx2 = "avx2" if layout == 3 else "avx2-nibbles"
-    if run_isa in ("avx2", "avxvnni"):
-        return {avx2 if run_isa == "avx2" else "avxvnni"}
+    if run_isa == "avx2":
+        return {avx2}
+    if run_isa == "avxvnni":
+        return {"avxvnni"}
+    if run_isa == "avx512bw":
+        return {"avx512bw" if layout == 3 else avx2}
     if {"avx512vnni", "avx512bw"} <= f:
         return {"amx", "avx512vnni"} if run_isa == "" else {"avx512vnni"}
-    return {"avxvnni"} if "avxvnni" in f else {avx2}
+    if "avxvnni" in f:
+        return {"avxvnni"}
+    return {"avx512bw" if layout == 3 and "avx512bw" in f else avx2}
 
 
-@pytest.mark.parametrize("run_isa", ["", "avx512", "avxvnni", "avx2", "generic"])
+@pytest.mark.parametrize("run_isa", ["", "avx512", "avxvnni", "avx512bw", "avx2", "generic"])
 @pytest.mark.parametrize("adt", [np.uint8, np.int8])
 @pytest.mark.parametrize("M,K,N", [(13, 67, 45), (69, 131, 103)])
 def test_vnni_bytes_are_exact_on_every_path(run_isa, adt, M, K, N, monkeypatch):
@@ -311,7 +322,7 @@ def test_vnni_bytes_where_the_target_has_vpdpbusd(monkeypatch, features, isa, wa
     assert (ql.vnni_target(), set(ql.integer_qdq_kinds()), ql._pack_weights(_weights((64, 48)), 0)[1]) == want
 
 
-@pytest.mark.parametrize("run_isa", ["", "avx512", "avxvnni", "avx2", "generic"])
+@pytest.mark.parametrize("run_isa", ["", "avx512", "avxvnni", "avx512bw", "avx2", "generic"])
 def test_int32_sums_wrap_on_every_path(run_isa, monkeypatch):
     """Sums past 2^31 wrap, as onnx.reference's int32 arithmetic and the
     nest do (not saturate, as vpdpbusds would): 70000 products of 255 and

@@ -105,7 +105,13 @@ def integer_qdq_kinds() -> frozenset:
     1 / 2 threads, 0.98 / 0.78x onnxruntime with the small images' only,
     0.85 / 0.76 with all); with AVX2 alone, matmuls and the
     convolutions of small images ({"matmul", "small-conv"}: qdq.
-    AVX2_CONV_POSITIONS has the measurements). There int16 pairs (vpmaddwd)
+    AVX2_CONV_POSITIONS has the measurements), and so with AVX-512 but no
+    VNNI (Intel Skylake-SP), where the pair-safe bytes run on zmm but the
+    float convolutions are AVX-512's too: resnet18_qdq as on that CPU (AMD
+    EPYC Zen 5 with VNNI and AMX hidden), 1 / 2 threads, 0.82 / 0.68x
+    onnxruntime with the small images' only, 0.93 / 0.81 with all; at 1
+    thread 10.35 / 10.46 / 11.50 ms with 196 / 784 / 3136 outputs a
+    channel at most. There int16 pairs (vpmaddwd)
     made 64-77 GMAC/s on BERT- and MLP-sized products against about 45 for
     f32 FMAs (Xeon family 6 model 167 as an AVX2 CPU, one thread), and
     mlp_qdq went from 1.85x onnxruntime to 1.45x (vpmaddubsw's pair-safe
@@ -169,7 +175,8 @@ def _pack_weights(bval, zval):
     """A constant int8/uint8 B [K, N] less its zero point (one, or one per
     column), packed for gemm_int.c: (packed array, layout 1 int16 pairs, 2
     bytes for VNNI/AMX where that fits int8 and the CPU has VNNI, or 3 the
-    bytes vpmaddubsw takes exactly plus corrections on an AVX2 CPU without,
+    bytes vpmaddubsw (AVX2's, or AVX-512BW's) takes exactly plus
+    corrections on a CPU without,
     where few values need correcting: FIX_SHARE)."""
     bz = np.asarray(bval, np.int32) - np.asarray(zval, np.int32).reshape(1, -1)
     if vnni_target() and bz.min(initial=0) >= -128 and bz.max(initial=0) <= 127:
