@@ -83,8 +83,9 @@ bench-soak: install
 # (bench/bench_onednn.py) needs a wheel tcc does not depend on: run by hand.
 # On an AVX-512 CPU that offers CPUID faulting, bench_cpu_accel.py runs a
 # second time as on an AVX2-only machine (--hide-avx512: onnxruntime's AVX2
-# kernels against tcc's avx2 library), and where the CPU has AVX-VNNI its
-# int8 models a third time as on an AVX2 CPU with AVX-VNNI (--keep-avx-vnni).
+# kernels against tcc's avx2 library), and its int8 models as on an AVX2 CPU
+# with AVX-VNNI (--keep-avx-vnni, where the CPU has AVX-VNNI) and as on an
+# AVX-512 CPU without VNNI (--hide-vnni, where it has VNNI).
 bench: install
 	$(PY) bench/bench_ir.py
 	$(PY) bench/bench_models.py
@@ -93,6 +94,8 @@ bench: install
 	  $(PY) bench/bench_cpu_accel.py --hide-avx512; fi
 	@if grep -qw avx512f /proc/cpuinfo && grep -qw cpuid_fault /proc/cpuinfo && grep -qw avx_vnni /proc/cpuinfo; then \
 	  $(PY) bench/bench_cpu_accel.py --hide-avx512 --keep-avx-vnni --models bert_int8 mlp_qdq resnet18_qdq --gemm; fi
+	@if grep -qw avx512_vnni /proc/cpuinfo && grep -qw cpuid_fault /proc/cpuinfo; then \
+	  $(PY) bench/bench_cpu_accel.py --hide-vnni --models bert_int8 mlp_qdq resnet18_qdq --gemm; fi
 	$(PY) bench/bench_corpus.py
 
 clean:

@@ -206,14 +206,20 @@ def main():
     p.add_argument("--keep-avx-vnni", action="store_true",
                    help="with --hide-avx512: leave AVX-VNNI in CPUID (an AVX2 CPU with it, such as Intel Alder Lake), "
                         "and let tcc pick its kernels from CPUID")
+    p.add_argument("--hide-vnni", action="store_true",
+                   help="run as on an AVX-512 CPU without VNNI (Intel Skylake-SP): VNNI, AVX-VNNI and AMX hidden "
+                        "from CPUID, tcc picks its kernels from CPUID")
     p.add_argument("--child", action="store_true")
     args = p.parse_args()
     if args.keep_avx_vnni and not args.hide_avx512:
         p.error("--keep-avx-vnni goes with --hide-avx512")
+    if args.hide_vnni and args.hide_avx512:
+        p.error("--hide-vnni and --hide-avx512 are two machines: one at a time")
     if args.child:
         child(args)
         return
-    env = hide_avx512_env(args.keep_avx_vnni) if args.hide_avx512 else None  # bench_models.py
+    env = (hide_avx512_env("avx512-keep-avxvnni" if args.keep_avx_vnni else "avx512") if args.hide_avx512 else
+           hide_avx512_env("vnni") if args.hide_vnni else None)  # bench_models.py
     run_per_thread_count(__file__, args.threads, ["--models", *args.models, "--gemm", *map(str, args.gemm),
                                                   "--min-time", str(args.min_time)], env=env)
 

@@ -89,10 +89,13 @@ def header(threads):
     from tcc.accelerators.cpu import build
     isa = build.best_isa()
     forced = " (TCC_CPU_ISA)" if os.environ.get("TCC_CPU_ISA") else ""
-    keep = os.environ.get("TCC_HIDE_KEEP_AVXVNNI") == "1"
-    hidden = (f"; AVX-512{'' if keep else ' and AVX-VNNI'} hidden from CPUID (bench/hide_avx512.c): onnxruntime, "
-              f"OpenBLAS and the host path pick their AVX2{' + AVX-VNNI' if keep else ''} code"
-              if os.environ.get("TCC_BENCH_HIDE_AVX512") else "")
+    hidden = {"avx512": "AVX-512 and AVX-VNNI hidden from CPUID (bench/hide_avx512.c): onnxruntime, OpenBLAS and "
+                        "the host path pick their AVX2 code",
+              "avx512-keep-avxvnni": "AVX-512 hidden from CPUID (bench/hide_avx512.c): onnxruntime, OpenBLAS and "
+                                     "the host path pick their AVX2 + AVX-VNNI code",
+              "vnni": "VNNI and AMX hidden from CPUID (bench/hide_avx512.c): onnxruntime picks its AVX-512 "
+                      "code without VNNI"}.get(os.environ.get("TCC_HIDE_CPUID") or "avx512")
+    hidden = f"; {hidden}" if os.environ.get("TCC_BENCH_HIDE_AVX512") else ""
     return (f"# CPU: {cpu_model()}, {os.cpu_count()} cores; cpu kernel library: {isa}{forced}; "
             f"threads: {threads}; onnxruntime {ort.__version__}, numpy {np.__version__}{hidden}")
 
@@ -146,24 +149,25 @@ def _interleaved_samples(fns, repeats, warmup=2, burst=5, pause=PAUSE):
     return out
 
 
-def hide_avx512_env(keep_avx_vnni=False):
+def hide_avx512_env(mode="avx512"):
     """The children's environment for --hide-avx512: hide_avx512.c built
     into a shim each child loads first (it traps CPUID and clears the AVX-512
     bits; not LD_PRELOAD: the compilers tcc runs install their own SIGSEGV
-    handlers, and exec turns CPUID faulting off again). TCC_CPU_ISA=avx2
-    keeps tcc's int8 products off AVX-VNNI, as on an AMD Zen 3; with
-    keep_avx_vnni (--keep-avx-vnni) the shim leaves AVX-VNNI in CPUID and
-    tcc picks its kernels from CPUID as the other libraries do."""
+    handlers, and exec turns CPUID faulting off again). mode "avx512":
+    TCC_CPU_ISA=avx2 keeps tcc's int8 products off AVX-VNNI too, as on an
+    AMD Zen 3; "avx512-keep-avxvnni" (--keep-avx-vnni: the shim leaves
+    AVX-VNNI in CPUID) and "vnni" (--hide-vnni: only VNNI and AMX hidden)
+    let tcc pick its kernels from CPUID as the other libraries do."""
     if "cpuid_fault" not in open("/proc/cpuinfo").read().split():
-        sys.exit("--hide-avx512: this CPU or VM offers no CPUID faulting (no cpuid_fault in /proc/cpuinfo)")
+        sys.exit("--hide-avx512 / --hide-vnni: this CPU or VM offers no CPUID faulting (no cpuid_fault in /proc/cpuinfo)")
     src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hide_avx512.c")
     tmp = tempfile.mkdtemp(prefix="tcc-hide-avx512-")
     atexit.register(shutil.rmtree, tmp, True)  # the children run (and exit) before this process
     so = os.path.join(tmp, "hide_avx512.so")
     subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", so, src], check=True)
-    if keep_avx_vnni:
-        return {"TCC_BENCH_HIDE_AVX512": so, "TCC_HIDE_KEEP_AVXVNNI": "1"}
-    return {"TCC_BENCH_HIDE_AVX512": so, "TCC_CPU_ISA": "avx2"}
+    if mode != "avx512":
+        return {"TCC_BENCH_HIDE_AVX512": so, "TCC_HIDE_CPUID": mode}
+    return {"TCC_BENCH_HIDE_AVX512": so, "TCC_CPU_ISA": "avx2", "TCC_HIDE_CPUID": "avx512"}
 
 
 def run_per_thread_count(script, threads, args, env=None, prefix=lambda t: []):
