@@ -27,7 +27,8 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from bench_models import _interleaved_samples, header, hide_avx512_env, run_per_thread_count  # noqa: E402  (one timing method and header for every table)
+from bench_models import (_interleaved_samples, add_cpu_emulation_args, cpu_emulation_env, header,  # noqa: E402  (one timing method and header for every table)
+                          run_per_thread_count)
 
 BURST = 5
 
@@ -103,28 +104,16 @@ def main():
     p.add_argument("--thread", type=int, default=2, help=argparse.SUPPRESS)
     p.add_argument("--models", nargs="*", default=sorted(manifest()))
     p.add_argument("--min-time", type=float, default=1.0, help="seconds of timed runs per model and side (about)")
-    p.add_argument("--hide-avx512", action="store_true",
-                   help="run as on an AVX2-only CPU (bench_cpu_accel.py --help)")
-    p.add_argument("--keep-avx-vnni", action="store_true",
-                   help="with --hide-avx512: leave AVX-VNNI in CPUID (an AVX2 CPU with it, such as Intel Alder Lake), "
-                        "and let tcc pick its kernels from CPUID")
-    p.add_argument("--hide-vnni", action="store_true",
-                   help="run as on an AVX-512 CPU without VNNI (Intel Skylake-SP): VNNI, AVX-VNNI and AMX hidden "
-                        "from CPUID, tcc picks its kernels from CPUID")
+    add_cpu_emulation_args(p)
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
-    if args.keep_avx_vnni and not args.hide_avx512:
-        p.error("--keep-avx-vnni goes with --hide-avx512")
-    if args.hide_vnni and args.hide_avx512:
-        p.error("--hide-vnni and --hide-avx512 are two machines: one at a time")
     unknown = sorted(set(args.models) - set(manifest()))
     if unknown:
         sys.exit(f"bench_corpus: unknown model(s) {', '.join(unknown)} (known: {', '.join(sorted(manifest()))})")
     if args.child:
         child(args)
         return
-    env = (hide_avx512_env("avx512-keep-avxvnni" if args.keep_avx_vnni else "avx512") if args.hide_avx512 else
-           hide_avx512_env("vnni") if args.hide_vnni else None)
+    env = cpu_emulation_env(p, args)  # bench_models.py
     run_per_thread_count(__file__, args.threads, ["--models", *args.models, "--min-time", str(args.min_time)], env=env)
 
 if __name__ == "__main__":

@@ -16,8 +16,8 @@ import hide_avx512_child  # noqa: F401, I001  (first: a --hide-avx512 child's sh
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_models import (_interleaved_ms, _interleaved_samples, header, hide_avx512_env,  # noqa: E402  (one timing method and header for every table)
-                          run_per_thread_count)
+from bench_models import (_interleaved_ms, _interleaved_samples, add_cpu_emulation_args,  # noqa: E402  (one timing method and header for every table)
+                          cpu_emulation_env, header, run_per_thread_count)
 
 MODELS = ["mlp", "resnet18", "mobilenetv2", "bert", "bert_int8", "mlp_qdq", "resnet18_qdq", "chain", "softmax_ln"]
 
@@ -200,26 +200,13 @@ def main():
     p.add_argument("--models", nargs="*", default=MODELS)
     p.add_argument("--gemm", type=int, nargs="*", default=[256, 1024, 2048])
     p.add_argument("--min-time", type=float, default=1.0)
-    p.add_argument("--hide-avx512", action="store_true",
-                   help="run as on an AVX2-only CPU: onnxruntime, OpenBLAS and LLVM see no AVX-512 in CPUID "
-                        "(needs CPUID faulting: cpuid_fault in /proc/cpuinfo), tcc runs its avx2 library")
-    p.add_argument("--keep-avx-vnni", action="store_true",
-                   help="with --hide-avx512: leave AVX-VNNI in CPUID (an AVX2 CPU with it, such as Intel Alder Lake), "
-                        "and let tcc pick its kernels from CPUID")
-    p.add_argument("--hide-vnni", action="store_true",
-                   help="run as on an AVX-512 CPU without VNNI (Intel Skylake-SP): VNNI, AVX-VNNI and AMX hidden "
-                        "from CPUID, tcc picks its kernels from CPUID")
+    add_cpu_emulation_args(p)  # bench_models.py
     p.add_argument("--child", action="store_true")
     args = p.parse_args()
-    if args.keep_avx_vnni and not args.hide_avx512:
-        p.error("--keep-avx-vnni goes with --hide-avx512")
-    if args.hide_vnni and args.hide_avx512:
-        p.error("--hide-vnni and --hide-avx512 are two machines: one at a time")
     if args.child:
         child(args)
         return
-    env = (hide_avx512_env("avx512-keep-avxvnni" if args.keep_avx_vnni else "avx512") if args.hide_avx512 else
-           hide_avx512_env("vnni") if args.hide_vnni else None)  # bench_models.py
+    env = cpu_emulation_env(p, args)  # bench_models.py
     run_per_thread_count(__file__, args.threads, ["--models", *args.models, "--gemm", *map(str, args.gemm),
                                                   "--min-time", str(args.min_time)], env=env)
 

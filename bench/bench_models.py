@@ -149,6 +149,32 @@ def _interleaved_samples(fns, repeats, warmup=2, burst=5, pause=PAUSE):
     return out
 
 
+def add_cpu_emulation_args(p):
+    """--hide-avx512 [--keep-avx-vnni] and --hide-vnni on an argparse parser:
+    the other kinds of x86 CPU an AVX-512 one stands in for (hide_avx512.c)."""
+    p.add_argument("--hide-avx512", action="store_true",
+                   help="run as on an AVX2-only CPU: onnxruntime, OpenBLAS and LLVM see no AVX-512 in CPUID "
+                        "(needs CPUID faulting: cpuid_fault in /proc/cpuinfo), tcc runs its avx2 library")
+    p.add_argument("--keep-avx-vnni", action="store_true",
+                   help="with --hide-avx512: leave AVX-VNNI in CPUID (an AVX2 CPU with it, such as Intel Alder Lake), "
+                        "and let tcc pick its kernels from CPUID")
+    p.add_argument("--hide-vnni", action="store_true",
+                   help="run as on an AVX-512 CPU without VNNI (Intel Skylake-SP): VNNI, AVX-VNNI and AMX hidden "
+                        "from CPUID, tcc picks its kernels from CPUID")
+
+
+def cpu_emulation_env(p, args):
+    """The children's environment for add_cpu_emulation_args' flags (None:
+    this CPU as it is); a combination that names no one CPU is p.error."""
+    if args.keep_avx_vnni and not args.hide_avx512:
+        p.error("--keep-avx-vnni goes with --hide-avx512")
+    if args.hide_vnni and args.hide_avx512:
+        p.error("--hide-vnni and --hide-avx512 are two machines: one at a time")
+    if args.hide_avx512:
+        return hide_avx512_env("avx512-keep-avxvnni" if args.keep_avx_vnni else "avx512")
+    return hide_avx512_env("vnni") if args.hide_vnni else None
+
+
 def hide_avx512_env(mode="avx512"):
     """The children's environment for --hide-avx512: hide_avx512.c built
     into a shim each child loads first (it traps CPUID and clears the AVX-512
