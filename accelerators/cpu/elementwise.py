@@ -15,6 +15,7 @@ import numpy as np
 
 from tcc.dialects.conversions.loop_to_native.cstyle import F32, CStyleLanguage, RenderError
 from tcc.dialects.ir.types import NONE
+from tcc.dialects.onnx.dialect import NAN_TO_MIN
 
 from .support import const_value
 
@@ -176,12 +177,15 @@ def _expr(op, a, attr):
     if n == "Clip":
         # max with the lower bound, then min with the upper (the upper wins
         # when they cross, as in onnxruntime): compare-selects, one
-        # vmaxps/vminps each against a literal bound, NaN x staying NaN
+        # vmaxps/vminps each against a literal bound, NaN x staying NaN;
+        # with qdq's tcc.nan_to_min, NaN x gives the lower bound: `x > lo ? x
+        # : lo` (vmaxps(x, lo)) sends it there, and `lo < hi ? lo : hi` keeps it
         e = x
         if len(a) > 1 and a[1] is not None:
-            e = _maximum(e, a[1])
+            e = _select(_gt(e, a[1]), e, a[1]) if attr(NAN_TO_MIN) else _maximum(e, a[1])
         if len(a) > 2 and a[2] is not None:
-            e = _minimum(e, a[2])
+            e = _select(_lt(e, a[2]), e, a[2]) if attr(NAN_TO_MIN) and len(a) > 1 and a[1] is not None \
+                else _minimum(e, a[2])
         return e
     if n in ("Max", "Min"):
         e = a[0]

@@ -44,6 +44,7 @@ import numpy as np
 
 from tcc.dialects.ir import PURE, TERMINATOR, ISOLATED, Block, Dialect, OpDef, OperandDef, Operation, Region
 from tcc.dialects.ir import attributes as A
+from tcc.dialects.onnx.dialect import NAN_TO_MIN
 from tcc.dialects.ir.types import NONE, TensorType, f32
 
 from . import packing
@@ -225,6 +226,8 @@ class Lowering:
         if kind == "leaky":
             a0 = float(self.attr(op, "alpha", 0.01))
         elif kind == "clip":
+            if op.get_attr(NAN_TO_MIN):  # cv_act_v's clip keeps NaN
+                return None
             lo = const_value(op.operands[1]) if len(op.operands) > 1 and op.operands[1].type is not NONE else None
             hi = const_value(op.operands[2]) if len(op.operands) > 2 and op.operands[2].type is not NONE else None
             if (len(op.operands) > 1 and op.operands[1].type is not NONE and lo is None) or \
@@ -677,7 +680,8 @@ class Lowering:
                     ops.append(nv.results[0])
                 else:
                     ops.append(mapping[v])
-            attrs = {k: a for k, a in o.attributes.items() if not k.startswith("tcc.")}
+            # tcc's placement marks stay behind; qdq's NaN rule for a Clip goes along
+            attrs = {k: a for k, a in o.attributes.items() if not k.startswith("tcc.") or k == NAN_TO_MIN}
             for k in ("alpha", "beta", "gamma", "approximate"):
                 if k not in attrs:
                     d = _attr_default(self.ctx, self.module, o, k)

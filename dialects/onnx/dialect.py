@@ -20,6 +20,11 @@ from .types import schema_type_string
 DOMAIN_PREFIX = {"": "onnx.", "ai.onnx": "onnx.", "ai.onnx.ml": "onnx.ml.",
                  "ai.onnx.preview": "onnx.preview.", "ai.onnx.preview.training": "onnx.preview.training."}
 OPSET_ATTR = "onnx.opset_import"
+# On an onnx.Clip (tcc's own, not ONNX's): a NaN input gives the lower bound
+# instead of NaN. transforms/qdq.py sets it on the Clip of a rewritten
+# QuantizeLinear -> DequantizeLinear pair (QuantizeLinear sends NaN to qmin);
+# a lowering that ignores it keeps ONNX's NaN.
+NAN_TO_MIN = "tcc.nan_to_min"
 _A = onnx.defs.OpSchema.AttrType
 ATTR_KIND = {_A.FLOAT: "float", _A.INT: "int", _A.STRING: "string", _A.TENSOR: "tensor",
              _A.GRAPH: "graph", _A.FLOATS: "floats", _A.INTS: "ints", _A.STRINGS: "strings",

@@ -19,7 +19,10 @@ the reference's one rounding. z1 is added even when it is 0, so that
 Round(-0.3) = -0 becomes +0 as the integer 0 does. Where the reference's
 rint(x / s1).astype(int32) is undefined (|x / s1| >= 2^31, inf, NaN), large
 values and inf saturate to qmax/qmin as the host lowering's int32 clamp does
-for finite ones, and NaN becomes qmin."""
+for finite ones, and NaN becomes qmin, as QuantizeLinear's lowering and
+onnxruntime give it: the Clip carries NAN_TO_MIN (an ONNX Clip keeps NaN),
+which the lowerings honour with maxnum/minnum (two instructions fewer a
+vector than NaN-propagating max and min)."""
 from __future__ import annotations
 
 import numpy as np
@@ -28,6 +31,7 @@ from ..ir import attributes as A
 from ..ir.passes import Pass
 from ..ir.rewriter import RewritePattern, apply_patterns_greedily
 from ..ir.types import NONE, SCALARS, TensorType
+from ..onnx.dialect import NAN_TO_MIN
 from .constants import constant_value, make_constant
 
 # the integer types whose whole range (and every zero point) is exact in f32
@@ -85,13 +89,13 @@ class QuantizeDequantizePair(RewritePattern):
             rw.insert_before(op, c)
             return c.results[0]
 
-        def step(name, *operands):
-            return rw.create_before(op, f"onnx.{name}", list(operands), [t], {}, loc=op.loc).results[0]
+        def step(name, *operands, attrs=None):
+            return rw.create_before(op, f"onnx.{name}", list(operands), [t], attrs or {}, loc=op.loc).results[0]
 
         v = step("Div", x, const(s1))
         v = step("Round", v)
         v = step("Add", v, const(z1))
-        v = step("Clip", v, const(lo), const(hi))
+        v = step("Clip", v, const(lo), const(hi), attrs={NAN_TO_MIN: A.UnitAttr()})
         v = step("Sub", v, const(z2))
         v = step("Mul", v, const(s2))
         rw.replace_op(op, [v])

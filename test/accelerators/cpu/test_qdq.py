@@ -95,6 +95,33 @@ def test_qdq_pair_is_bit_exact(maccel, qtype, scale):
     _check(m, {"x": _inputs(shape, s, z, qtype)}, maccel, all_cpu=bool(maccel))
 
 
+@pytest.mark.parametrize("maccel", [["cpu"], []], ids=["cpu", "host"])
+@pytest.mark.parametrize("qtype", ["uint8", "int8"])
+def test_qdq_pair_special_values(maccel, qtype):
+    """NaN gives qmin and infinities and values past int32 saturate, as
+    QuantizeLinear alone gives them (and onnxruntime does; onnx.reference's
+    cast of rint(x / s) to int32 is undefined there): the rewritten pair's
+    Clip sends NaN to its lower bound (the onnx dialect's NAN_TO_MIN),
+    where an ONNX Clip keeps NaN. numpy is the reference, bit for bit."""
+    lo, hi = np.iinfo(QTYPES[qtype][1]).min, np.iinfo(QTYPES[qtype][1]).max
+    s = np.float32(RNG.uniform(0.01, 0.1))
+    z = int(RNG.integers(lo, hi + 1))
+    special = [np.nan, -np.nan, np.inf, -np.inf, 3e9, -3e9, 1e30, -1e30, 0.0, -0.0]
+    x = np.concatenate([special, RNG.standard_normal(64 - len(special)) * 10]).astype(np.float32)
+    x = RNG.permutation(x).reshape(4, 16)
+
+    def pair(v):
+        q = np.rint(v.astype(np.float32) / s).astype(np.float64) + z
+        q = np.where(np.isnan(q), lo, np.clip(q, lo, hi))
+        return ((q - z) * s).astype(np.float32)
+
+    want = pair(np.maximum(pair(x), np.float32(0)))  # Relu between the pairs
+    sess = tcc.load(tcc.compile(_qdq_model([4, 16], qtype, s, z, relu=True), maccel=maccel))
+    got = sess.run({"x": x})[0]
+    mismatch = np.flatnonzero(_bits(got) != _bits(want))
+    assert mismatch.size == 0, (x.ravel()[mismatch[:5]], got.ravel()[mismatch[:5]], want.ravel()[mismatch[:5]])
+
+
 @pytest.mark.parametrize("qtype", ["uint8", "int8"])
 def test_qdq_pair_with_other_dequantize_parameters(qtype):
     """DequantizeLinear's scale and zero point need not be QuantizeLinear's."""

@@ -10,6 +10,7 @@ import math
 from contextlib import ExitStack
 
 from ....ir.types import NONE, f32
+from ....onnx.dialect import NAN_TO_MIN
 from ..common import LOW_FLOATS, is_float, is_unsigned
 from ..cast import emit_cast
 from ..registry import lowering
@@ -389,7 +390,9 @@ def _clip(cx, op, a, ins, out):
     if cx.opset() < 11:
         lo, hi = L.c(_f(cx, op, "min"), out), L.c(_f(cx, op, "max"), out)
     if is_float(out):
-        mx, mn = "arith.maximumf", "arith.minimumf"
+        # qdq's NAN_TO_MIN: NaN gives the lower bound (maxnum drops a NaN operand)
+        nan_to_min = op.get_attr(NAN_TO_MIN) and lo is not None
+        mx, mn = ("arith.maxnumf", "arith.minnumf") if nan_to_min else ("arith.maximumf", "arith.minimumf")
     else:
         mx, mn = ("arith.maxui", "arith.minui") if is_unsigned(out) else ("arith.maxsi", "arith.minsi")
     if lo is not None:
