@@ -259,10 +259,11 @@ DEF_TILE(tile_avx512bw, "avx512f,avx512bw", __m512i, 16, 8, KP, j->KP, _mm512_lo
         c##r##0 = MAC(c##r##0, x, b0);                        \
         c##r##1 = MAC(c##r##1, x, b1);                        \
     }
-#define STORE2(NR, r)                                                                        \
-    if (NR > r && r < mr) {                                                                  \
-        _mm256_storeu_si256((__m256i *)(acc + r * PW + h * 16), c##r##0);                    \
-        _mm256_storeu_si256((__m256i *)(acc + r * PW + h * 16 + 8), c##r##1);                \
+/* row r's two accumulators to dst + r * ld (rows from n on not stored) */
+#define STORE2(NR, r, dst, ld, n)                                                            \
+    if (NR > r && r < (n)) {                                                                 \
+        _mm256_storeu_si256((__m256i *)((dst) + r * (ld)), c##r##0);                         \
+        _mm256_storeu_si256((__m256i *)((dst) + r * (ld) + 8), c##r##1);                     \
     }
 /* NR (at most AVX2_MR) rows a tile */
 #define DEF_TILE_AVX2(NAME, WORDS, STEPS, MAC, NR)                                                               \
@@ -282,7 +283,9 @@ DEF_TILE(tile_avx512bw, "avx512f,avx512bw", __m512i, 16, 8, KP, j->KP, _mm512_lo
                 AVX2_ROW(MAC, NR, 0) AVX2_ROW(MAC, NR, 1) AVX2_ROW(MAC, NR, 2) AVX2_ROW(MAC, NR, 3)               \
                 AVX2_ROW(MAC, NR, 4) AVX2_ROW(MAC, NR, 5)                                                         \
             }                                                                                                     \
-            STORE2(NR, 0) STORE2(NR, 1) STORE2(NR, 2) STORE2(NR, 3) STORE2(NR, 4) STORE2(NR, 5)                   \
+            int32_t *o = acc + h * 16;                                                                            \
+            STORE2(NR, 0, o, PW, mr) STORE2(NR, 1, o, PW, mr) STORE2(NR, 2, o, PW, mr) STORE2(NR, 3, o, PW, mr)   \
+            STORE2(NR, 4, o, PW, mr) STORE2(NR, 5, o, PW, mr)                                                     \
         }                                                                                                         \
     }
 #define MADD_I16(c, x, b) _mm256_add_epi32(c, _mm256_madd_epi16(x, b))
@@ -435,12 +438,8 @@ __attribute__((target("avx2"))) static void avxvnni_block(const qjob *j, const i
             AVX2_ROW(dpbusd256, 6, 3) AVX2_ROW(dpbusd256, 6, 4) AVX2_ROW(dpbusd256, 6, 5)
         }
         int32_t *o = out + h * 16;
-        _mm256_storeu_si256((__m256i *)o, c00), _mm256_storeu_si256((__m256i *)(o + 8), c01), o += ldc;
-        _mm256_storeu_si256((__m256i *)o, c10), _mm256_storeu_si256((__m256i *)(o + 8), c11), o += ldc;
-        _mm256_storeu_si256((__m256i *)o, c20), _mm256_storeu_si256((__m256i *)(o + 8), c21), o += ldc;
-        _mm256_storeu_si256((__m256i *)o, c30), _mm256_storeu_si256((__m256i *)(o + 8), c31), o += ldc;
-        _mm256_storeu_si256((__m256i *)o, c40), _mm256_storeu_si256((__m256i *)(o + 8), c41), o += ldc;
-        _mm256_storeu_si256((__m256i *)o, c50), _mm256_storeu_si256((__m256i *)(o + 8), c51);
+        STORE2(6, 0, o, ldc, 6) STORE2(6, 1, o, ldc, 6) STORE2(6, 2, o, ldc, 6)
+        STORE2(6, 3, o, ldc, 6) STORE2(6, 4, o, ldc, 6) STORE2(6, 5, o, ldc, 6)
     }
 }
 
