@@ -153,9 +153,9 @@ static void store_rows(const qjob *j, int64_t i0, int mr, int64_t n0, const int3
 
 /* a tile of mr rows x PW columns: ap the widened rows, bp the panel (int16 pairs or bytes) */
 typedef void (*tile_fn)(const qjob *, const int32_t *ap, const void *bp, int mr, int32_t *acc);
-/* the bytes layout's whole tile (the job's mr rows, a full panel, no
- * corrections): the sums start from init (PW words, each row) and go
- * straight into C at c, ldc words a row */
+/* the bytes layout's whole tile (the job's mr rows, a full panel): the
+ * sums start from init (PW words, each row) and go straight into C at c,
+ * ldc words a row (layout 3's corrections are added there after) */
 typedef void (*block_fn)(const qjob *, const int32_t *ap, const int8_t *bq, const int32_t *init, int32_t *c,
                          int64_t ldc);
 
@@ -174,6 +174,8 @@ static void tile_generic(const qjob *j, const int32_t *ap, const void *bpv, int 
 }
 
 #if defined(__x86_64__)
+static const int32_t ZERO_ROW[PW] __attribute__((aligned(64))); /* a tile's sums from zero */
+
 /* One body per ISA: a vector of a panel row's words (int16 pairs or 4
  * bytes) holds VL columns, a panel row PW / VL vectors; MRT rows a tile, a
  * widened row WORDS words (the stride), STEPS of them multiplied. */
@@ -266,28 +268,41 @@ DEF_TILE(tile_avx512bw, "avx512f,avx512bw", __m512i, 16, 8, KP, j->KP, _mm512_lo
         _mm256_storeu_si256((__m256i *)((dst) + r * (ld)), c##r##0);                         \
         _mm256_storeu_si256((__m256i *)((dst) + r * (ld) + 8), c##r##1);                     \
     }
-/* NR (at most AVX2_MR) rows a tile */
+/* NR (at most AVX2_MR) rows a tile: NAME##_rows sums mr rows from init
+ * (PW words, each row) into out, ldc words a row; NAME is the tile_fn (from
+ * zero into the task's block), NAME##_block the block_fn (whole tiles
+ * straight into C) */
 #define DEF_TILE_AVX2(NAME, WORDS, STEPS, MAC, NR)                                                               \
-    __attribute__((target("avx2"))) static void NAME(const qjob *j, const int32_t *ap, const void *bpv, int mr,   \
-                                                     int32_t *acc) {                                              \
+    __attribute__((target("avx2"))) static void NAME##_rows(const qjob *j, const int32_t *ap, const void *bpv,   \
+                                                            int mr, const int32_t *init, int32_t *out,            \
+                                                            int64_t ldc) {                                        \
         const int64_t W = j->WORDS, n = (STEPS);                                                                  \
         const int32_t *a0 = ap, *a1 = ap + (mr > 1) * W, *a2 = ap + (mr > 2) * 2 * W, *a3 = ap + (mr > 3) * 3 * W, \
                       *a4 = ap + (mr > 4) * 4 * W, *a5 = ap + (mr > 5) * 5 * W;                                   \
         (void)a4, (void)a5;                                                                                       \
         for (int h = 0; h < 2; h++) {                                                                             \
             const char *bp = (const char *)bpv + h * 64;                                                          \
-            __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00,          \
-                    c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;                             \
+            const __m256i i0 = _mm256_loadu_si256((const __m256i *)(init + h * 16)),                              \
+                          i1 = _mm256_loadu_si256((const __m256i *)(init + h * 16 + 8));                          \
+            __m256i c00 = i0, c01 = i1, c10 = i0, c11 = i1, c20 = i0, c21 = i1, c30 = i0, c31 = i1, c40 = i0,     \
+                    c41 = i1, c50 = i0, c51 = i1;                                                                 \
             for (int64_t k = 0; k < n; k++) {                                                                     \
                 const __m256i b0 = _mm256_loadu_si256((const __m256i *)(bp + k * PW * 4));                        \
                 const __m256i b1 = _mm256_loadu_si256((const __m256i *)(bp + k * PW * 4 + 32));                   \
                 AVX2_ROW(MAC, NR, 0) AVX2_ROW(MAC, NR, 1) AVX2_ROW(MAC, NR, 2) AVX2_ROW(MAC, NR, 3)               \
                 AVX2_ROW(MAC, NR, 4) AVX2_ROW(MAC, NR, 5)                                                         \
             }                                                                                                     \
-            int32_t *o = acc + h * 16;                                                                            \
-            STORE2(NR, 0, o, PW, mr) STORE2(NR, 1, o, PW, mr) STORE2(NR, 2, o, PW, mr) STORE2(NR, 3, o, PW, mr)   \
-            STORE2(NR, 4, o, PW, mr) STORE2(NR, 5, o, PW, mr)                                                     \
+            int32_t *o = out + h * 16;                                                                            \
+            STORE2(NR, 0, o, ldc, mr) STORE2(NR, 1, o, ldc, mr) STORE2(NR, 2, o, ldc, mr)                         \
+            STORE2(NR, 3, o, ldc, mr) STORE2(NR, 4, o, ldc, mr) STORE2(NR, 5, o, ldc, mr)                         \
         }                                                                                                         \
+    }                                                                                                             \
+    static void NAME(const qjob *j, const int32_t *ap, const void *bpv, int mr, int32_t *acc) {                   \
+        NAME##_rows(j, ap, bpv, mr, ZERO_ROW, acc, PW);                                                           \
+    }                                                                                                             \
+    __attribute__((unused)) static void NAME##_block(const qjob *j, const int32_t *ap, const int8_t *bq,          \
+                                                     const int32_t *init, int32_t *c, int64_t ldc) {              \
+        NAME##_rows(j, ap, bq, NR, init, c, ldc);                                                                 \
     }
 #define MADD_I16(c, x, b) _mm256_add_epi32(c, _mm256_madd_epi16(x, b))
 DEF_TILE_AVX2(tile_avx2, KP, j->KP, MADD_I16, AVX2_MR)
@@ -325,7 +340,6 @@ static void tile_q_generic(const qjob *j, const int32_t *ap, const void *bpv, in
 }
 
 #if defined(__x86_64__)
-static const int32_t ZERO_ROW[PW] __attribute__((aligned(64))); /* a tile's sums from zero */
 
 /* 8 rows x a panel from init (PW words, each row) into out, ldc words a
  * row; the words past K/4 (AMX's padding to 16) are zero: not run. A whole
@@ -420,35 +434,7 @@ __attribute__((target("avx2"), always_inline)) static inline __m256i dpbusd256(_
     __asm__("%{vex%} vpdpbusd %2, %1, %0" : "+x"(c) : "x"(a), "x"(b));
     return c;
 }
-/* AVX2_MR rows x a panel from init (PW words, each row) into out, ldc
- * words a row (the block_fn, as vnni_block; tile_q_avxvnni from zero) */
-__attribute__((target("avx2"))) static void avxvnni_block(const qjob *j, const int32_t *ap, const int8_t *bq,
-                                                        const int32_t *init, int32_t *out, int64_t ldc) {
-    const int64_t W = j->KQ, n = (j->K + 3) / 4;
-    const int32_t *a0 = ap, *a1 = ap + W, *a2 = ap + 2 * W, *a3 = ap + 3 * W, *a4 = ap + 4 * W, *a5 = ap + 5 * W;
-    for (int h = 0; h < 2; h++) {
-        const char *bp = (const char *)bq + h * 64;
-        const __m256i i0 = _mm256_loadu_si256((const __m256i *)(init + h * 16)),
-                      i1 = _mm256_loadu_si256((const __m256i *)(init + h * 16 + 8));
-        __m256i c00 = i0, c01 = i1, c10 = i0, c11 = i1, c20 = i0, c21 = i1, c30 = i0, c31 = i1, c40 = i0, c41 = i1,
-                c50 = i0, c51 = i1;
-        for (int64_t k = 0; k < n; k++) {
-            const __m256i b0 = _mm256_loadu_si256((const __m256i *)(bp + k * PW * 4));
-            const __m256i b1 = _mm256_loadu_si256((const __m256i *)(bp + k * PW * 4 + 32));
-            AVX2_ROW(dpbusd256, 6, 0) AVX2_ROW(dpbusd256, 6, 1) AVX2_ROW(dpbusd256, 6, 2)
-            AVX2_ROW(dpbusd256, 6, 3) AVX2_ROW(dpbusd256, 6, 4) AVX2_ROW(dpbusd256, 6, 5)
-        }
-        int32_t *o = out + h * 16;
-        STORE2(6, 0, o, ldc, 6) STORE2(6, 1, o, ldc, 6) STORE2(6, 2, o, ldc, 6)
-        STORE2(6, 3, o, ldc, 6) STORE2(6, 4, o, ldc, 6) STORE2(6, 5, o, ldc, 6)
-    }
-}
-
-/* the tile_fn: rows past mr are zero words (widen_rows_u8), never stored */
-static void tile_q_avxvnni(const qjob *j, const int32_t *ap, const void *bpv, int mr, int32_t *acc) {
-    (void)mr;
-    avxvnni_block(j, ap, bpv, ZERO_ROW, acc, PW);
-}
+DEF_TILE_AVX2(tile_q_avxvnni, KQ, (j->K + 3) / 4, dpbusd256, AVX2_MR) /* rows past mr: zero words */
 #endif
 
 #if defined(__x86_64__)
@@ -572,7 +558,7 @@ static tile_fn pick_q(int *mr, int pair_safe, block_fn *block) {
     /* TCC_CPU_ISA=avx2 keeps it out: that is an AMD Zen 3, which has none */
     if (lim > ISA_AVX2 && !(g_hide & HIDE_AVXVNNI) && __builtin_cpu_supports("avxvnni")) {
         *mr = AVX2_MR;
-        *block = avxvnni_block;
+        *block = tile_q_avxvnni_block;
         return tile_q_avxvnni;
     }
     if (avx512 && pair_safe) {
@@ -581,6 +567,7 @@ static tile_fn pick_q(int *mr, int pair_safe, block_fn *block) {
     }
     if (lim >= ISA_AVX2 && __builtin_cpu_supports("avx2")) {
         *mr = pair_safe ? AVX2_QR : AVX2_MR;
+        *block = pair_safe ? tile_q_avx2_block : tile_q_avx2_nib_block;
         return pair_safe ? tile_q_avx2 : tile_q_avx2_nib;
     }
 #else
@@ -701,10 +688,10 @@ static void widen_all(qrun *q, qjob *j) {
         const uint8_t *a = aw + e[0];                                           \
         uint32_t *c = (uint32_t *)acc + e[1];                                   \
         const uint32_t v = (uint32_t)e[2];                                      \
-        for (int r = 0; r < NR; r++) c[r * PW] += a[r * rs] * v;                \
+        for (int r = 0; r < NR; r++) c[r * ld] += a[r * rs] * v;                \
     }                                                                           \
     return;
-static void add_fixes(const qjob *j, const uint8_t *aw, int64_t p, int mr, int32_t *acc) {
+static void add_fixes(const qjob *j, const uint8_t *aw, int64_t p, int mr, int32_t *acc, int64_t ld) {
     const int64_t rs = j->KQ * 4; /* bytes a widened row */
     const int32_t *e = j->fix + 3 * j->fix_at[p], *end = j->fix + 3 * j->fix_at[p + 1];
     switch (mr) {
@@ -744,13 +731,15 @@ static void tile_body(int64_t b, int64_t e, void *ctx) {
         if (q->bytes) {
             const uint32_t *zc = j->nzc + p * PW;
             const int64_t n0 = p * PW, nc = j->N - n0 < PW ? j->N - n0 : PW;
-            if (q->block && mr == j->mr && nc == PW && !j->fix_at) {
-                q->block(j, at, j->Bq + p * j->KQ * PW * 4, (const int32_t *)zc, j->C + i0 * j->N + n0, j->N);
+            if (q->block && mr == j->mr && nc == PW) {
+                int32_t *c = j->C + i0 * j->N + n0;
+                q->block(j, at, j->Bq + p * j->KQ * PW * 4, (const int32_t *)zc, c, j->N);
+                if (j->fix_at) add_fixes(j, (const uint8_t *)at, p, mr, c, j->N);
                 continue;
             }
             /* less za * colsum(B) on the way out (one pass over acc) */
             q->tile(j, at, j->Bq + p * j->KQ * PW * 4, mr, acc);
-            if (j->fix_at) add_fixes(j, (const uint8_t *)at, p, mr, acc);
+            if (j->fix_at) add_fixes(j, (const uint8_t *)at, p, mr, acc, PW);
             for (int r = 0; r < mr; r++) {
                 int32_t *dst = j->C + (i0 + r) * j->N + n0;
                 for (int64_t c = 0; c < nc; c++) dst[c] = (int32_t)((uint32_t)acc[r * PW + c] + zc[c]);
