@@ -178,15 +178,18 @@ static const int32_t ZERO_ROW[PW] __attribute__((aligned(64))); /* a tile's sums
 
 /* One body per ISA: a vector of a panel row's words (int16 pairs or 4
  * bytes) holds VL columns, a panel row PW / VL vectors; MRT rows a tile, a
- * widened row WORDS words (the stride), STEPS of them multiplied. */
-#define DEF_TILE(NAME, TARGET, VT, VL, MRT, WORDS, STEPS, LOAD, SET1, MADDACC, STORE, ZERO)                    \
-    __attribute__((target(TARGET))) static void NAME(const qjob *j, const int32_t *ap, const void *bpv, int mr, \
-                                                      int32_t *acc) {                                             \
+ * widened row WORDS words (the stride), STEPS of them multiplied. As
+ * DEF_TILE_AVX2 below: NAME##_rows sums mr rows from init into out, ldc
+ * words a row; NAME is the tile_fn, NAME##_block the block_fn. */
+#define DEF_TILE(NAME, TARGET, VT, VL, MRT, WORDS, STEPS, LOAD, SET1, MADDACC, STORE)                          \
+    __attribute__((target(TARGET))) static void NAME##_rows(const qjob *j, const int32_t *ap, const void *bpv,  \
+                                                             int mr, const int32_t *init, int32_t *out,           \
+                                                             int64_t ldc) {                                       \
         enum { NV = PW / VL };                                                                                    \
         const int32_t *bp = bpv;                                                                                  \
         VT c[MRT][NV];                                                                                            \
         for (int r = 0; r < MRT; r++)                                                                             \
-            for (int v = 0; v < NV; v++) c[r][v] = ZERO();                                                        \
+            for (int v = 0; v < NV; v++) c[r][v] = LOAD((const void *)(init + v * VL));                           \
         const int64_t W = j->WORDS, n = (STEPS);                                                                  \
         if (mr == MRT) {                                                                                          \
             for (int64_t kp = 0; kp < n; kp++) {                                                                  \
@@ -209,7 +212,14 @@ static const int32_t ZERO_ROW[PW] __attribute__((aligned(64))); /* a tile's sums
             }                                                                                                     \
         }                                                                                                         \
         for (int r = 0; r < mr; r++)                                                                              \
-            for (int v = 0; v < NV; v++) STORE((void *)(acc + r * PW + v * VL), c[r][v]);                         \
+            for (int v = 0; v < NV; v++) STORE((void *)(out + r * ldc + v * VL), c[r][v]);                        \
+    }                                                                                                             \
+    static void NAME(const qjob *j, const int32_t *ap, const void *bpv, int mr, int32_t *acc) {                   \
+        NAME##_rows(j, ap, bpv, mr, ZERO_ROW, acc, PW);                                                           \
+    }                                                                                                             \
+    __attribute__((unused)) static void NAME##_block(const qjob *j, const int32_t *ap, const int8_t *bq,          \
+                                                     const int32_t *init, int32_t *c, int64_t ldc) {              \
+        NAME##_rows(j, ap, bq, MRT, init, c, ldc);                                                                \
     }
 
 #define MADD512(c, a, b) _mm512_add_epi32(c, _mm512_madd_epi16(a, b))
@@ -229,9 +239,9 @@ DEF_VNNI(dpwssd512, "vpdpwssd")
 DEF_VNNI(dpbusd512, "vpdpbusd") /* a: unsigned bytes, b: signed */
 /* 16 accumulators (AVX-512: 32 registers) or 8 (AVX2: 16) */
 DEF_TILE(tile_avx512vnni, "avx512f,avx512bw,avx512vnni", __m512i, 16, 8, KP, j->KP, _mm512_loadu_si512,
-         _mm512_set1_epi32, dpwssd512, _mm512_storeu_si512, _mm512_setzero_si512)
+         _mm512_set1_epi32, dpwssd512, _mm512_storeu_si512)
 DEF_TILE(tile_avx512bw, "avx512f,avx512bw", __m512i, 16, 8, KP, j->KP, _mm512_loadu_si512, _mm512_set1_epi32, MADD512,
-         _mm512_storeu_si512, _mm512_setzero_si512)
+         _mm512_storeu_si512)
 
 /* AVX2 (16 ymm registers): 6 rows x 16 columns, 12 accumulators, the
  * panel's two halves in turn; per pair of k, 2 loads of B and 6 broadcasts
@@ -401,7 +411,7 @@ DEF_TILE_AVX2(tile_q_avx2, KQ, (j->K + 3) / 4, MADD_U8S8, AVX2_QR) /* the words 
 #define MADD_U8S8_512(c, x, b) \
     _mm512_add_epi32(c, _mm512_madd_epi16(_mm512_maddubs_epi16(x, b), _mm512_set1_epi16(1)))
 DEF_TILE(tile_q_avx512bw, "avx512f,avx512bw", __m512i, 16, 8, KQ, (j->K + 3) / 4, _mm512_loadu_si512,
-         _mm512_set1_epi32, MADD_U8S8_512, _mm512_storeu_si512, _mm512_setzero_si512)
+         _mm512_set1_epi32, MADD_U8S8_512, _mm512_storeu_si512)
 /* AVX2 on the VNNI bytes (B packed 2, which a compile on a VNNI CPU chooses)
  * where TCC_CPU_ISA=avx2 at run time keeps VNNI out: A's bytes are split
  * into their 4-bit halves, so that no vpmaddubsw pair sum passes 15 * 128 *
@@ -563,6 +573,7 @@ static tile_fn pick_q(int *mr, int pair_safe, block_fn *block) {
     }
     if (avx512 && pair_safe) {
         *mr = 8;
+        *block = tile_q_avx512bw_block;
         return tile_q_avx512bw;
     }
     if (lim >= ISA_AVX2 && __builtin_cpu_supports("avx2")) {
