@@ -350,10 +350,9 @@ static void tile_q_generic(const qjob *j, const int32_t *ap, const void *bpv, in
 }
 
 #if defined(__x86_64__)
-
 /* 8 rows x a panel from init (PW words, each row) into out, ldc words a
  * row; the words past K/4 (AMX's padding to 16) are zero: not run. A whole
- * tile (8 rows, a full panel, no corrections; the block_fn) starts from
+ * tile (8 rows, a full panel; the block_fn) starts from
  * -za * colsum(B) straight into C, as amx_block below: the copy of the
  * task's block into C less za * colsum was 5 % of mlp_qdq's samples at 1
  * thread (AMD EPYC family 26 model 2, AVX-512 VNNI). */
@@ -474,7 +473,8 @@ __attribute__((target("amx-tile"))) static void amx_end(void) { _tile_release();
 /* A 32 x 32 block of C at c (ldc words a row): the accumulators start as
  * rows of `init` (32 words, each 16-word half loaded 16 times: stride 0),
  * and are stored to c. tile_body runs a whole block (32 rows of A, a full
- * panel, no corrections) with init = -za * colsum(B) straight into C:
+ * panel; layout 3's corrections added after) with init = -za * colsum(B)
+ * straight into C:
  * storing it to the task's block and copying that out less za * colsum
  * (1024 words, SSE2) cost about a third of the products at K = 784 (13
  * steps of 4 tdpbusd). mlp_qdq at 1 thread, Xeon family 6 model 167:
