@@ -176,11 +176,22 @@ static void tile_generic(const qjob *j, const int32_t *ap, const void *bpv, int 
 #if defined(__x86_64__)
 static const int32_t ZERO_ROW[PW] __attribute__((aligned(64))); /* a tile's sums from zero */
 
+/* From a tile body NAME##_rows (mr rows from init into out, ldc words a
+ * row): NAME, the tile_fn (from zero into the task's block), and
+ * NAME##_block, the block_fn (whole tiles of NR rows straight into C) */
+#define DEF_TILE_ENTRIES(NAME, NR)                                                                          \
+    static void NAME(const qjob *j, const int32_t *ap, const void *bpv, int mr, int32_t *acc) {             \
+        NAME##_rows(j, ap, bpv, mr, ZERO_ROW, acc, PW);                                                     \
+    }                                                                                                       \
+    __attribute__((unused)) static void NAME##_block(const qjob *j, const int32_t *ap, const int8_t *bq,    \
+                                                     const int32_t *init, int32_t *c, int64_t ldc) {        \
+        NAME##_rows(j, ap, bq, NR, init, c, ldc);                                                           \
+    }
+
 /* One body per ISA: a vector of a panel row's words (int16 pairs or 4
  * bytes) holds VL columns, a panel row PW / VL vectors; MRT rows a tile, a
- * widened row WORDS words (the stride), STEPS of them multiplied. As
- * DEF_TILE_AVX2 below: NAME##_rows sums mr rows from init into out, ldc
- * words a row; NAME is the tile_fn, NAME##_block the block_fn. */
+ * widened row WORDS words (the stride), STEPS of them multiplied:
+ * NAME##_rows and DEF_TILE_ENTRIES' two entries. */
 #define DEF_TILE(NAME, TARGET, VT, VL, MRT, WORDS, STEPS, LOAD, SET1, MADDACC, STORE)                          \
     __attribute__((target(TARGET))) static void NAME##_rows(const qjob *j, const int32_t *ap, const void *bpv,  \
                                                              int mr, const int32_t *init, int32_t *out,           \
@@ -214,13 +225,7 @@ static const int32_t ZERO_ROW[PW] __attribute__((aligned(64))); /* a tile's sums
         for (int r = 0; r < mr; r++)                                                                              \
             for (int v = 0; v < NV; v++) STORE((void *)(out + r * ldc + v * VL), c[r][v]);                        \
     }                                                                                                             \
-    static void NAME(const qjob *j, const int32_t *ap, const void *bpv, int mr, int32_t *acc) {                   \
-        NAME##_rows(j, ap, bpv, mr, ZERO_ROW, acc, PW);                                                           \
-    }                                                                                                             \
-    __attribute__((unused)) static void NAME##_block(const qjob *j, const int32_t *ap, const int8_t *bq,          \
-                                                     const int32_t *init, int32_t *c, int64_t ldc) {              \
-        NAME##_rows(j, ap, bq, MRT, init, c, ldc);                                                                \
-    }
+    DEF_TILE_ENTRIES(NAME, MRT)
 
 #define MADD512(c, a, b) _mm512_add_epi32(c, _mm512_madd_epi16(a, b))
 /* VNNI's multiply-adds through asm: with GCC 12's intrinsics for them every
@@ -278,10 +283,8 @@ DEF_TILE(tile_avx512bw, "avx512f,avx512bw", __m512i, 16, 8, KP, j->KP, _mm512_lo
         _mm256_storeu_si256((__m256i *)((dst) + r * (ld)), c##r##0);                         \
         _mm256_storeu_si256((__m256i *)((dst) + r * (ld) + 8), c##r##1);                     \
     }
-/* NR (at most AVX2_MR) rows a tile: NAME##_rows sums mr rows from init
- * (PW words, each row) into out, ldc words a row; NAME is the tile_fn (from
- * zero into the task's block), NAME##_block the block_fn (whole tiles
- * straight into C) */
+/* NR (at most AVX2_MR) rows a tile: NAME##_rows and DEF_TILE_ENTRIES' two
+ * entries */
 #define DEF_TILE_AVX2(NAME, WORDS, STEPS, MAC, NR)                                                               \
     __attribute__((target("avx2"))) static void NAME##_rows(const qjob *j, const int32_t *ap, const void *bpv,   \
                                                             int mr, const int32_t *init, int32_t *out,            \
@@ -307,13 +310,7 @@ DEF_TILE(tile_avx512bw, "avx512f,avx512bw", __m512i, 16, 8, KP, j->KP, _mm512_lo
             STORE2(NR, 3, o, ldc, mr) STORE2(NR, 4, o, ldc, mr) STORE2(NR, 5, o, ldc, mr)                         \
         }                                                                                                         \
     }                                                                                                             \
-    static void NAME(const qjob *j, const int32_t *ap, const void *bpv, int mr, int32_t *acc) {                   \
-        NAME##_rows(j, ap, bpv, mr, ZERO_ROW, acc, PW);                                                           \
-    }                                                                                                             \
-    __attribute__((unused)) static void NAME##_block(const qjob *j, const int32_t *ap, const int8_t *bq,          \
-                                                     const int32_t *init, int32_t *c, int64_t ldc) {              \
-        NAME##_rows(j, ap, bq, NR, init, c, ldc);                                                                 \
-    }
+    DEF_TILE_ENTRIES(NAME, NR)
 #define MADD_I16(c, x, b) _mm256_add_epi32(c, _mm256_madd_epi16(x, b))
 DEF_TILE_AVX2(tile_avx2, KP, j->KP, MADD_I16, AVX2_MR)
 #endif
