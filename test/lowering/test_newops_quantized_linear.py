@@ -204,6 +204,27 @@ def test_conv_integer_kernel(monkeypatch, lower_isa, run_isa, xdt, wdt, attrs, w
         np.testing.assert_array_equal(run_loop_module(mod, [x])[0], want)
 
 
+@pytest.mark.parametrize("run_isa", ["", "avx2", "generic"])
+def test_qlinear_conv_kernel_adds_the_bias_per_output_channel(monkeypatch, run_isa):
+    """QLinearConv's int32 bias is added as tcc_conv_i8 transposes its
+    product out: 19 output channels (two blocks of 8 and a tail) and 7 x 9
+    positions (blocks of 8 and a tail), on the vector and the scalar
+    transposes; onnx.reference is the reference."""
+    from onnx.reference import ReferenceEvaluator
+    monkeypatch.setenv("TCC_CPU_ISA", "")
+    m_out = 19
+    inits = {"sx": scale(), "zx": q((), np.uint8), "w": q((m_out, 6, 3, 3), np.int8), "sw": scale(m_out),
+             "zw": np.zeros(m_out, np.int8), "sy": scale() * 50, "zy": q((), np.uint8),
+             "b": RNG.integers(-20000, 20000, m_out).astype(np.int32)}
+    node = h.make_node("QLinearConv", ["x", "sx", "zx", "w", "sw", "zw", "sy", "zy", "b"], ["y"], pads=[1, 1, 1, 1])
+    x = q((1, 6, 7, 9), np.uint8)
+    m = model([node], {"x": x}, {"y": np.uint8}, opset=10, initializers=inits)
+    mod = lowered(m)
+    assert _library_calls(mod) == ["tcc_conv_i8"]
+    monkeypatch.setenv("TCC_CPU_ISA", run_isa)
+    np.testing.assert_array_equal(run_native(mod, [x])[0], ReferenceEvaluator(m).run(None, {"x": x})[0])
+
+
 def _weights(shape, dt=np.int8, spread=28.0):
     """Weights as a symmetric quantizer leaves them: most values small, a
     few near the ends of int8 (a normal of `spread` steps, clipped)."""
