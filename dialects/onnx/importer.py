@@ -23,6 +23,9 @@ from ..ir.core import Block, Location, Operation, Region
 from ..ir.errors import TccError
 from ..ir.module import Module
 from ..ir.types import DialectType, NONE, TensorType, f32, i64
+from .contrib import DOMAIN as CONTRIB_DOMAIN
+from .contrib import OPS as CONTRIB_OPS
+from .contrib import decompose_contrib
 from .dialect import DOMAIN_PREFIX, OPSET_ATTR, graph_attribute_names, op_name, schema_for
 from .types import element_from_dtype, ir_type
 
@@ -196,8 +199,9 @@ def _check_domains(model, where):
             if (dom, n.op_type) in local:
                 continue
             if dom not in known:
+                taken = f" (tcc takes its {', '.join(CONTRIB_OPS)})" if dom == CONTRIB_DOMAIN else ""
                 raise ImportError_(f"{where}: node '{n.name or n.output[0]}': unknown domain '{dom}' "
-                                   f"for op '{n.op_type}'")
+                                   f"for op '{n.op_type}'{taken}")
             if schema_for("" if dom == "ai.onnx" else dom, n.op_type) is None:
                 raise ImportError_(f"{where}: node '{n.name or (n.output[0] if n.output else '?')}': "
                                    f"unknown op '{n.op_type}'" + (f" in domain '{dom}'" if dom else ""))
@@ -216,6 +220,7 @@ def import_model(model, where=None, check=True, lowered=None) -> Module:
         where = where or (STDIN if str(model) == "-" else str(model))
         model = load_model(str(model))
     where = where or "model"
+    model = decompose_contrib(model, where) or model
     if check:
         model = check_and_infer(model, where)
         if lowered is not None:
