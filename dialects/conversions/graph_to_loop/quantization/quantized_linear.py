@@ -11,7 +11,7 @@ from contextlib import ExitStack
 
 import numpy as np
 
-from ....ir.types import NONE, f32, f64, i32
+from ....ir.types import NONE, f32, f64, i32, i64
 from ..common import LOW_FLOATS, is_float, library_root
 from ..kernels import CONV_I8_FIELDS, annotate, pack_int16_pairs, pack_u8s8, pack_u8s8_pair_safe
 from ..cast import emit_cast
@@ -257,7 +257,16 @@ def _requantize(cx, op, acc, out, sa, sb, sy, yzp, per):
         v = L.op("math.roundeven", [v], f64)
         v = L.op("arith.minimumf", [L.op("arith.maximumf", [v, L.c(float(q[0]), f64)], f64), L.c(float(q[1]), f64)],
                  f64)
-        L.store(emit_cast(L, L.op("arith.fptosi", [v], i32), i32, r.type.element), out, ivs)
+        # v is a whole number within the output type (or NaN, from a scale
+        # of 0 or inf): 1.5 * 2^52 + v holds v in the low bits of its
+        # mantissa, two's complement, so an add and a bitcast convert it (a
+        # default NaN's low bits are 0, as fptosi's NaN). fptosi's general
+        # wrap-around conversion ran one element at a time: a 1x1
+        # QLinearConv of 16 -> 96 channels on 112 x 112 took 2.49 ms at 1
+        # thread, 57 % of it in this loop (onnxruntime 0.29; AMD EPYC
+        # family 26 model 2).
+        bits = L.op("arith.bitcast", [L.op("arith.addf", [v, L.c(6755399441055744.0, f64)], f64)], i64)
+        L.store(emit_cast(L, bits, i64, r.type.element), out, ivs)
     L.op("loop.dealloc", [acc])
 
 
