@@ -2,9 +2,9 @@
 quantizer writes them in the QOperator format, become the standard ops they
 stand for at import: each input through DequantizeLinear, the float op,
 QuantizeLinear to the output's scale and zero point. QLinearConv and
-QLinearMatMul are ONNX's own and stay; transforms/qdq.py then treats the
-DequantizeLinear -> op -> QuantizeLinear chains as it treats the QDQ
-format's.
+QLinearMatMul are ONNX's own and stay; where one of these QuantizeLinears
+meets a DequantizeLinear, transforms/qdq.py turns the pair into float ops
+as it does the QDQ format's.
 
 That is the ops' definition in onnxruntime's schemas ("dequantize, compute
 in float, quantize"). onnxruntime's own kernels compute some of them
