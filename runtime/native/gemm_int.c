@@ -58,6 +58,7 @@
  * into the output. `p`: CONV_I8_FIELDS of kernels.py. */
 #pragma GCC optimize("O3")
 #define _GNU_SOURCE
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -664,6 +665,43 @@ static int tile_rows(const qjob *j, int64_t mt) {
  * 677 with A 16 bytes off; mlp_qdq 0.237-0.243 -> 0.209-0.215 ms. */
 static void *alloc64(size_t n) { return aligned_alloc(64, (n + 63) / 64 * 64); }
 
+/* The calling thread's scratch buffer `slot`, of at least n bytes, kept from
+ * call to call (grown, never shrunk; freed when the thread exits; NULL
+ * without memory). tcc_conv_i8's image, im2col rows and product, and the
+ * widened A, are megabytes on ResNet's first layers: allocated per call,
+ * glibc gave them fresh pages (mmap) and the kernel zeroed each on its
+ * first touch. */
+enum { SCRATCH_XT, SCRATCH_COL, SCRATCH_T, SCRATCH_AW, SCRATCH_SLOTS };
+typedef struct {
+    void *p[SCRATCH_SLOTS];
+    size_t cap[SCRATCH_SLOTS];
+} scratch_set;
+static pthread_key_t g_scratch_key;
+static pthread_once_t g_scratch_once = PTHREAD_ONCE_INIT;
+static void scratch_free(void *v) {
+    scratch_set *s = v;
+    for (int i = 0; i < SCRATCH_SLOTS; i++) free(s->p[i]);
+    free(s);
+}
+static void scratch_init(void) { (void)pthread_key_create(&g_scratch_key, scratch_free); }
+static void *scratch(int slot, size_t n) {
+    pthread_once(&g_scratch_once, scratch_init);
+    scratch_set *s = pthread_getspecific(g_scratch_key);
+    if (!s) {
+        s = calloc(1, sizeof *s);
+        if (!s || pthread_setspecific(g_scratch_key, s)) {
+            free(s);
+            return NULL;
+        }
+    }
+    if (n > s->cap[slot]) {
+        free(s->p[slot]);
+        s->p[slot] = alloc64(n);
+        s->cap[slot] = s->p[slot] ? (n + 63) / 64 * 64 : 0;
+    }
+    return s->p[slot];
+}
+
 /* row tiles [b, e) of A into Aw */
 static void widen_body(int64_t b, int64_t e, void *ctx) {
     const qrun *q = ctx;
@@ -680,7 +718,7 @@ static void widen_body(int64_t b, int64_t e, void *ctx) {
 static void widen_all(qrun *q, qjob *j) {
     if (j->chunk >= j->npan) return;
     const int64_t words = q->bytes ? j->KQ : j->KP;
-    j->Aw = alloc64((size_t)(j->mtiles * j->mr * words) * sizeof(int32_t));
+    j->Aw = scratch(SCRATCH_AW, (size_t)(j->mtiles * j->mr * words) * sizeof(int32_t));
     if (!j->Aw) abort();
     tcc_parallel_for(j->mtiles, widen_body, q);
 }
@@ -807,7 +845,6 @@ void tcc_matmul_i8(const int64_t *p, int32_t *C, const void *A, const void *B, c
         set_chunk(&j, j.KQ * PW * 4);
         widen_all(&q, &j);
         tcc_parallel_for(j.mtiles * j.npan, tile_body, &q);
-        free(j.Aw);
         free(j.nzc);
         return;
     }
@@ -824,7 +861,6 @@ void tcc_matmul_i8(const int64_t *p, int32_t *C, const void *A, const void *B, c
     set_chunk(&j, j.KP * PW * 4);
     widen_all(&q, &j);
     tcc_parallel_for(j.mtiles * j.npan, tile_body, &q);
-    free(j.Aw);
     if (!packed) free(j.Bp);
 }
 
@@ -1001,9 +1037,10 @@ void tcc_conv_i8(const int64_t *p, int32_t *Y, const void *X, const void *Wp, co
     const int64_t K = C * p[CI_KH] * p[CI_KW];
     if (N <= 0 || M <= 0 || P <= 0) return;
     const int64_t HW = p[CI_H] * p[CI_W];
-    conv_job j = {p, NULL, malloc((size_t)(HW * C > 0 ? HW * C : 1)), malloc((size_t)(P * K > 0 ? P * K : 1)),
+    conv_job j = {p, NULL, scratch(SCRATCH_XT, (size_t)(HW * C > 0 ? HW * C : 1)),
+                  scratch(SCRATCH_COL, (size_t)(P * K > 0 ? P * K : 1)),
                   p[CI_XZP] ? *(const uint8_t *)xzp : 0, NULL, NULL, p[CI_BIAS] ? bias : NULL};
-    int32_t *t = alloc64((size_t)(P * M) * sizeof(int32_t)); /* AMX stores whole blocks into it */
+    int32_t *t = scratch(SCRATCH_T, (size_t)(P * M) * sizeof(int32_t)); /* AMX stores whole blocks into it */
     if (!j.xt || !j.col || !t) abort();
     j.t = t;
     const int64_t q[8] = {P, M, K, p[CI_XSIGNED], p[CI_WSIGNED], p[CI_XZP], 0, p[CI_PACKED]};
@@ -1015,7 +1052,4 @@ void tcc_conv_i8(const int64_t *p, int32_t *Y, const void *X, const void *Wp, co
         tcc_matmul_i8(q, t, j.col, Wp, xzp, NULL);
         tcc_parallel_for((P + TB - 1) / TB, transpose_out, &j);
     }
-    free(t);
-    free(j.col);
-    free(j.xt);
 }
