@@ -20,9 +20,13 @@ ROW = re.compile(r"^(\S+(?:: .+?)?)\s+(\S+)\s+(\d+\.\d{3})\s+(\d+\.\d)%$")
 
 
 def _mixed_model(rng, batch=16):
-    """MatMul+Relu (cpu), CumSum (the cpu does not take it: host), MatMul+Tanh (cpu)."""
-    w1 = numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float32), "w1")
-    w2 = numpy_helper.from_array(rng.standard_normal((64, 32)).astype(np.float32), "w2")
+    """MatMul+Relu (cpu), CumSum (the cpu does not take it: host), MatMul+Tanh (cpu).
+    The weights are scaled so that the second MatMul's outputs stay near 1:
+    with N(0, 1) weights they reached hundreds, and an output whose products
+    cancel near 0 was off by 1.3e-4 after Tanh (f32 rounding of terms ~200),
+    past the 1e-4 the check allows (seed 2806330359)."""
+    w1 = numpy_helper.from_array((rng.standard_normal((64, 64)) / 8).astype(np.float32), "w1")
+    w2 = numpy_helper.from_array((rng.standard_normal((64, 32)) / 64).astype(np.float32), "w2")
     axis = numpy_helper.from_array(np.array(1, np.int64), "axis")
     nodes = [helper.make_node("MatMul", ["x", "w1"], ["a"]), helper.make_node("Relu", ["a"], ["b"]),
              helper.make_node("CumSum", ["b", "axis"], ["c"]),
