@@ -877,6 +877,7 @@ typedef struct {
     const int32_t *t; /* the product [OH*OW][M] */
     int32_t *y;       /* one image's output [M][OH*OW] */
     const int32_t *bias;
+    int avx2; /* transpose_out's 8 x 8 blocks (chosen once a call) */
 } conv_job;
 
 /* The image with channels last, Xt[H*W][C], for blocks of 64 pixels (a
@@ -1016,14 +1017,10 @@ __attribute__((target("avx2"))) static void transpose_avx2(const conv_job *j, in
 static void transpose_out(int64_t b, int64_t e, void *ctx) {
     const conv_job *j = ctx;
     const int64_t P = j->p[CI_OH] * j->p[CI_OW];
-#if defined(__x86_64__)
-    __builtin_cpu_init();
-    const int avx2 = isa_limit() >= ISA_AVX2 && __builtin_cpu_supports("avx2");
-#endif
     for (int64_t blk = b; blk < e; blk++) {
         const int64_t r0 = blk * TB, r1 = r0 + TB < P ? r0 + TB : P;
 #if defined(__x86_64__)
-        if (avx2) {
+        if (j->avx2) {
             transpose_avx2(j, r0, r1);
             continue;
         }
@@ -1043,6 +1040,10 @@ void tcc_conv_i8(const int64_t *p, int32_t *Y, const void *X, const void *Wp, co
     int32_t *t = scratch(SCRATCH_T, (size_t)(P * M) * sizeof(int32_t)); /* AMX stores whole blocks into it */
     if (!j.xt || !j.col || !t) abort();
     j.t = t;
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    j.avx2 = isa_limit() >= ISA_AVX2 && __builtin_cpu_supports("avx2");
+#endif
     const int64_t q[8] = {P, M, K, p[CI_XSIGNED], p[CI_WSIGNED], p[CI_XZP], 0, p[CI_PACKED]};
     for (int64_t n = 0; n < N; n++) {
         j.x = (const uint8_t *)X + n * C * p[CI_H] * p[CI_W];
