@@ -70,7 +70,6 @@ OPS = {
     "QLinearAveragePool": _pool("AveragePool"),
     "QLinearConcat": _concat,
     "QLinearWhere": _where,
-    "QGemm": None,  # _qgemm
 }
 
 
@@ -114,6 +113,10 @@ def _qgemm(rw, node, where):
             raise ContribError(f"{where}: y_scale without y_zero_point (the output type)")
         out.append(helper.make_node("QuantizeLinear", [y, ys, yz], [node.output[0]]))
     return out
+
+
+# every contrib op taken: OPS, and QGemm (its own rewrite)
+TAKEN = (*OPS, "QGemm")
 
 
 class _Rewriter:
@@ -204,7 +207,7 @@ class _Rewriter:
                     changed |= self.graph(a.g)
                 for sub in a.graphs:
                     changed |= self.graph(sub)
-            if n.domain == DOMAIN and n.op_type in OPS:
+            if n.domain == DOMAIN and n.op_type in TAKEN:
                 new.extend(self.node(n))
                 changed = True
             else:
@@ -217,7 +220,7 @@ class _Rewriter:
 
 def _uses_contrib(g):
     for n in g.node:
-        if n.domain == DOMAIN and n.op_type in OPS:
+        if n.domain == DOMAIN and n.op_type in TAKEN:
             return True
         for a in n.attribute:
             if a.type == onnx.AttributeProto.GRAPH and _uses_contrib(a.g):
@@ -228,7 +231,7 @@ def _uses_contrib(g):
 
 
 def decompose_contrib(model: onnx.ModelProto, where="model"):
-    """A copy of `model` with the contrib ops of OPS replaced, or None when
+    """A copy of `model` with the contrib ops of TAKEN replaced, or None when
     it has none."""
     if not _uses_contrib(model.graph):
         return None

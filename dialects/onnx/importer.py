@@ -24,7 +24,7 @@ from ..ir.errors import TccError
 from ..ir.module import Module
 from ..ir.types import DialectType, NONE, TensorType, f32, i64
 from .contrib import DOMAIN as CONTRIB_DOMAIN
-from .contrib import OPS as CONTRIB_OPS
+from .contrib import TAKEN as CONTRIB_OPS
 from .contrib import decompose_contrib
 from .dialect import DOMAIN_PREFIX, OPSET_ATTR, graph_attribute_names, op_name, schema_for
 from .types import element_from_dtype, ir_type
