@@ -24,7 +24,8 @@ from .support import const_value, contiguous_strides
 
 ALIGN = 64
 ACT_CODES = {None: "TCC_ACT_NONE", "relu": "TCC_ACT_RELU", "clip": "TCC_ACT_CLIP", "sigmoid": "TCC_ACT_SIGMOID",
-             "tanh": "TCC_ACT_TANH", "leaky": "TCC_ACT_LEAKY", "silu": "TCC_ACT_SILU"}
+             "tanh": "TCC_ACT_TANH", "leaky": "TCC_ACT_LEAKY", "silu": "TCC_ACT_SILU",
+             "qdq8": "TCC_ACT_QDQ8"}
 
 
 def _size(t):

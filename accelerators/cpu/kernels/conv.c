@@ -496,9 +496,15 @@ static void conv_im2col(const tcc_conv_params *p, const float *x, const float *w
                 e2 = *ep;
                 if (e2.bias && e2.bias_mode != 4) e2.bias += g * mg;
                 if (e2.residual) e2.residual += (n * p->m + g * mg) * ohw;
+                if (e2.act == TCC_ACT_QDQ8) e2.act = TCC_ACT_NONE; /* the GEMM's epilogues have no pair: after */
                 pe = &e2;
             }
-            tcc_cpu_gemm(0, 0, mg, ohw, k, 1.f, w + g * mg * k, k, col, ohw, y + (n * p->m + g * mg) * ohw, ohw, pe);
+            float *yg = y + (n * p->m + g * mg) * ohw;
+            tcc_cpu_gemm(0, 0, mg, ohw, k, 1.f, w + g * mg * k, k, col, ohw, yg, ohw, pe);
+            if (ep && ep->act == TCC_ACT_QDQ8) {
+                const cv_ep e = resolve_ep(ep);
+                cv_ep_run(yg, yg, mg * ohw, 0.f, NULL, &e); /* bias and residual are in already */
+            }
         }
     }
 }

@@ -66,6 +66,14 @@ static void act_inplace(float *d, long n, const cv_ep *e) {
     case TCC_ACT_SILU:
         for (long i = 0; i < n; i++) d[i] = d[i] * tcc_sigmoidf(d[i]);
         break;
+    case TCC_ACT_QDQ8:
+        for (long i = 0; i < n; i++) {
+            float q = d[i] / a0 + TCC_QDQ_M;
+            q = q >= a1 ? q : a1; /* NaN -> a1, as the vector form */
+            q = q <= a1 + 255.f ? q : a1 + 255.f;
+            d[i] = (q - TCC_QDQ_M) * a0;
+        }
+        break;
     default:
         break;
     }

@@ -196,11 +196,15 @@ CV_INLINE vf cv_exp_nonpos_v(vf x) {
  * where a pass after the store ran scalar on a tile's short rows). */
 CV_INLINE int cv_vec_act(int act) {
     return act == TCC_ACT_NONE || act == TCC_ACT_RELU || act == TCC_ACT_CLIP || act == TCC_ACT_LEAKY ||
-           act == TCC_ACT_SILU;
+           act == TCC_ACT_SILU || act == TCC_ACT_QDQ8;
 }
 
 CV_INLINE vf cv_act_v(vf v, int act, float a0, float a1) {
     if (act == TCC_ACT_SILU) return v / (1.0f + cv_exp_v(-v));
+    if (act == TCC_ACT_QDQ8) { /* a division, as the pair's Div: bit-exact with it (no reciprocal) */
+        const vf q = v_min(v_max(v / a0 + TCC_QDQ_M, (vf){0} + a1), (vf){0} + (a1 + 255.f)); /* NaN -> a1 */
+        return (q - TCC_QDQ_M) * a0;
+    }
     /* v second: max and min return their second operand when either is NaN,
      * so NaN stays NaN, as in onnxruntime and the ONNX reference */
     if (act == TCC_ACT_RELU) return v_max((vf){0}, v);

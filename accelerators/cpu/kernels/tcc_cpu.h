@@ -37,7 +37,13 @@ const char *tcc_cpu_isa(void);
  * (row stride ldc). bias_mode: 0 none, 1 per column (N), 2 per row (M),
  * 3 full M x N (row stride N), 4 scalar. residual: NULL or M x N (stride ldc). */
 enum { TCC_ACT_NONE = 0, TCC_ACT_RELU = 1, TCC_ACT_CLIP = 2, TCC_ACT_SIGMOID = 3, TCC_ACT_TANH = 4,
-       TCC_ACT_LEAKY = 5, TCC_ACT_SILU = 6 /* x * sigmoid(x); convolutions only */ };
+       TCC_ACT_LEAKY = 5, TCC_ACT_SILU = 6 /* x * sigmoid(x); convolutions only */,
+       /* an 8-bit QuantizeLinear + DequantizeLinear pair of one scale a0 and
+        * one zero point, as dialects/transforms/qdq.py writes it:
+        * (min(max(x / a0 + M, a1), a1 + 255) - M) * a0, M = 1.5 * 2^23,
+        * a1 = M + qmin - zero point; NaN gives a1 (qmin). Convolutions only. */
+       TCC_ACT_QDQ8 = 7 };
+#define TCC_QDQ_M 12582912.0f
 typedef struct {
     const float *bias;
     int bias_mode;

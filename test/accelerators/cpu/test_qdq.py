@@ -352,3 +352,152 @@ def test_qdq_gemm_runs_on_the_int8_kernel(monkeypatch, trans_b, per_channel, bia
     assert ("onnx.MatMulInteger" in ops) is integer and ("onnx.Gemm" in ops) is not integer, sorted(ops)
     y = tcc.load(tcc.compile(mdl, maccel=["cpu"])).run({"x": x})[0]
     np.testing.assert_allclose(y, exact, rtol=1e-6 if integer else 1e-5, atol=1e-5 * np.abs(exact).max())
+
+
+def _pair_np(v, s, z, lo, hi):
+    """numpy's QuantizeLinear -> DequantizeLinear in f32, NaN to qmin."""
+    q = np.rint(v.astype(np.float32) / np.float32(s)).astype(np.float64) + z
+    q = np.where(np.isnan(q), lo, np.clip(q, lo, hi))
+    return ((q - z) * np.float32(s)).astype(np.float32)
+
+
+# (C, M, H, W, Conv attrs): a pointwise, a dense 3x3, depthwise ones of
+# stride 1 and 2, a pointwise read only by a depthwise one (conv_pw_dw) and a
+# depthwise one read only by a pointwise one (conv_dw_pw), a 3x3 on an image
+# narrower than a vector (rows stored, then the epilogue's pass: with the
+# residual, cv_store_rows), strided ones (a 3x3 of stride 9: the im2col GEMM,
+# whose epilogue has no pair: the pass after it)
+_EPILOGUE_CONVS = {
+    "pointwise": [(8, 24, 13, 11, {})],
+    "dense3x3": [(6, 10, 9, 12, {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]})],
+    "depthwise": [(16, 16, 14, 10, {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "group": 16})],
+    "depthwise_s2": [(16, 16, 15, 14, {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "group": 16,
+                                       "strides": [2, 2]})],
+    "pw_dw": [(8, 32, 14, 12, {}), (32, 32, 14, 12, {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "group": 32})],
+    "dw_pw": [(24, 24, 14, 12, {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "group": 24}), (24, 16, 14, 12, {})],
+    "dense3x3_narrow": [(6, 10, 9, 5, {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]})],
+    "strided_1x1": [(8, 16, 12, 12, {"strides": [9, 9]})],
+    "strided_3x3": [(8, 16, 20, 20, {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "strides": [9, 9]})],
+}
+
+
+# 63 * 2^-10: 1 / 63 is among the odd numbers below 256 whose f32 rounds
+# farthest off, so x * (1 / s) misses ~47 % of the ties x / s hits exactly
+_TIE_SCALE = np.float32(63 * 2.0 ** -10)
+
+
+@pytest.mark.parametrize("qtype", ["uint8", "int8"])
+@pytest.mark.parametrize("data", ["normal", "ties"])
+@pytest.mark.parametrize("residual", [False, True], ids=["", "residual"])
+@pytest.mark.parametrize("kind", sorted(_EPILOGUE_CONVS))
+def test_conv_takes_the_pair_as_its_epilogue(kind, residual, data, qtype):
+    """A float Conv followed by a QDQ pair (quantize_static's QDQ format
+    around a convolution the int8 kernels do not take) runs the pair in the
+    convolution kernel's epilogue (TCC_ACT_QDQ8), with no pass of its own,
+    and bit for bit as the pair's elementwise ops: each convolution's result
+    is the same model's convolution without the pair, run layer by layer,
+    with numpy's pair applied (NaN inputs included: qmin). With `ties`,
+    inputs, weights, bias and residual are multiples of s / 2 and small
+    integers, so every sum is exact and half the outputs fall on a rounding
+    tie (half to even; a product by 1 / s in place of the division misses
+    them)."""
+    from .helpers import c_source_of
+    lo, hi = np.iinfo(QTYPES[qtype][1]).min, np.iinfo(QTYPES[qtype][1]).max
+    layers = _EPILOGUE_CONVS[kind]
+    ties = data == "ties"
+    half = _TIE_SCALE / np.float32(2)
+    params = []
+    for i, (c, mo, h, w, attrs) in enumerate(layers):
+        wshape = (mo, c // attrs.get("group", 1), *attrs.get("kernel_shape", [1, 1]))
+        if ties:
+            wt = RNG.integers(-2, 3, wshape).astype(np.float32)
+            b = (2 * RNG.integers(-10, 11, mo) + 1).astype(np.float32) * half  # odd: a tie where the sum is even
+            s = _TIE_SCALE
+        else:
+            wt = (RNG.standard_normal(wshape) / np.sqrt(c)).astype(np.float32)
+            b = RNG.standard_normal(mo).astype(np.float32) * 0.1
+            s = np.float32(RNG.uniform(0.005, 0.02))
+        z = int(RNG.integers(lo, hi + 1)) if qtype == "int8" else int(RNG.integers(0, 64))
+        params.append((wt, b, s, z, attrs))
+    c0, _, h0, w0, _ = layers[0]
+    if ties:
+        x = RNG.integers(-3, 4, (1, c0, h0, w0)).astype(np.float32) * half
+    else:
+        x = RNG.standard_normal((1, c0, h0, w0)).astype(np.float32)
+    x.ravel()[RNG.choice(x.size, 3, replace=False)] = np.nan
+    x[0, 1, 0, 0] = np.nan  # where every convolution reads
+
+    def conv_model(layer, with_pair, res_shape):
+        wt, b, s, z, attrs = params[layer]
+        tp, npt = QTYPES[qtype]
+        inits = [numpy_helper.from_array(a, n) for a, n in
+                 [(wt, "w"), (b, "b"), (np.asarray(s), "s"), (np.asarray(z, npt), "z")]]
+        nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], **attrs)]
+        inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)]
+        last = "c"
+        if res_shape is not None:
+            nodes.append(helper.make_node("Add", ["c", "r"], ["a"]))
+            inputs.append(helper.make_tensor_value_info("r", TensorProto.FLOAT, res_shape))
+            last = "a"
+        if with_pair:
+            nodes += [helper.make_node("QuantizeLinear", [last, "s", "z"], ["q"]),
+                      helper.make_node("DequantizeLinear", ["q", "s", "z"], ["d"])]
+            last = "d"
+        nodes.append(helper.make_node("Identity", [last], ["y"]))
+        return nodes, inputs, inits
+
+    def build(layer_nodes, x_shape, res_shape):
+        nodes, inits, inputs = [], [], [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)]
+        cur = "x"
+        for i, (ns, ins, its) in enumerate(layer_nodes):
+            ren = {"x": cur, "r": "r", "y": f"y{i}"}
+            for n in ns:
+                nodes.append(helper.make_node(n.op_type, [ren.get(a, f"{a}{i}") for a in n.input],
+                                              [ren.get(a, f"{a}{i}") for a in n.output],
+                                              **{a.name: helper.get_attribute_value(a) for a in n.attribute}))
+            for t in its:
+                t.name = f"{t.name}{i}"
+                inits.append(t)
+            cur = f"y{i}"
+        if res_shape is not None:
+            inputs.append(helper.make_tensor_value_info("r", TensorProto.FLOAT, res_shape))
+        g = helper.make_graph(nodes, "conv_qdq", inputs, [helper.make_tensor_value_info(cur, TensorProto.FLOAT, None)],
+                              inits)
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
+        m.ir_version = 10
+        return onnx.shape_inference.infer_shapes(m, strict_mode=True)
+
+    # the residual joins the last convolution, of its output's shape
+    y_shapes, cur_shape = [], x.shape
+    for wt, b, s, z, attrs in params:
+        probe = tcc.load(tcc.compile(build([conv_model(len(y_shapes), False, None)], cur_shape, None),
+                                     maccel=["cpu"]))
+        cur_shape = probe.run({"x": np.zeros(cur_shape, np.float32)})[0].shape
+        y_shapes.append(cur_shape)
+    r = None
+    if residual:
+        r = (RNG.integers(-9, 10, y_shapes[-1]).astype(np.float32) * half if ties else
+             RNG.standard_normal(y_shapes[-1]).astype(np.float32))
+    rs = y_shapes[-1] if residual else None
+    last = len(params) - 1
+    m = build([conv_model(i, True, rs if i == last else None) for i in range(len(params))], x.shape, rs)
+    sess = tcc.load(tcc.compile(m, maccel=["cpu"]))
+    assert cpu_steps(sess) and not host_steps(sess), sess.manifest["plan"]
+    src = c_source_of(sess.path)
+    assert src.count("TCC_ACT_QDQ8") == len(params), "each convolution takes its pair as its epilogue"
+    feeds = {"x": x, **({"r": r} if residual else {})}
+    got = sess.run(feeds)[0]
+
+    cur = x
+    for i, (wt, b, s, z, attrs) in enumerate(params):
+        res = rs if i == last else None
+        plain = tcc.load(tcc.compile(build([conv_model(i, False, res)], cur.shape, res), maccel=["cpu"]))
+        y = plain.run({"x": cur, **({"r": r} if res is not None else {})})[0]
+        assert i > 0 or np.isnan(y).any(), "the NaN inputs reach the first pair"
+        if ties:
+            t = y[np.isfinite(y)] / s
+            assert np.mean(t - np.floor(t) == 0.5) > 0.3, "ties: half the outputs on one"
+        cur = _pair_np(y, s, z, lo, hi)
+    want = cur
+    mismatch = np.flatnonzero(_bits(got) != _bits(want))
+    assert mismatch.size == 0, (mismatch[:5], got.ravel()[mismatch[:5]], want.ravel()[mismatch[:5]])
