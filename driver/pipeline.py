@@ -82,16 +82,17 @@ class CompilePipeline:
         memory (a GPU keeps them float, on its own GEMMs) and the CPU runs
         them faster than f32 (integer_qdq_kinds: every matmul and
         convolution with VNNI; with AVX2 alone, matmuls and the
-        convolutions of small images)."""
+        convolutions of small images; convolutions of a short sum an
+        output, qdq.MIN_CONV_DEPTH, on neither)."""
         from tcc.dialects.conversions.graph_to_loop.quantization.quantized_linear import integer_qdq_kinds
         kinds = integer_qdq_kinds()
         if not kinds or not all(a.on_host_memory for a in self.accels):
             return ""
+        from tcc.dialects.transforms.qdq import AVX2_CONV_POSITIONS, MIN_CONV_DEPTH
         if "conv" in kinds:
-            return "qdq-to-integer"
-        from tcc.dialects.transforms.qdq import AVX2_CONV_POSITIONS
-        return (f"qdq-to-integer{{conv-max-positions={AVX2_CONV_POSITIONS}}}" if "small-conv" in kinds else
-                "qdq-to-integer{convs=false}")
+            return f"qdq-to-integer{{conv-min-depth={MIN_CONV_DEPTH}}}"
+        return (f"qdq-to-integer{{conv-max-positions={AVX2_CONV_POSITIONS} conv-min-depth={MIN_CONV_DEPTH}}}"
+                if "small-conv" in kinds else "qdq-to-integer{convs=false}")
 
     def target(self, name):
         """The `Target` accelerator `name`'s code generator reads: its

@@ -141,6 +141,18 @@ MIN_MACS = 1 << 19
 # at 1 / 2 threads, with 400 here 1.005 / 0.961 and 0.988 / 0.925 in two
 # runs, with 784 0.978 / 0.916 and 0.958 / 0.895, with 3136 1.044 / 0.996.
 AVX2_CONV_POSITIONS = 784
+# A QDQ Conv summing fewer than this many products an output (C / group x
+# KH x KW) stays float on every CPU: tcc_conv_i8's passes over the image and
+# the product (the image gathered channels last, the product transposed out,
+# requantized by the host loop after it) cost per output what a short sum
+# saves, and a float pointwise convolution fuses with the depthwise one after
+# it (the cpu accelerator's conv_pw_dw). MobileNetV2 through quant_pre_process
+# + quantize_static's QDQ format (its stem 27, the first blocks' pointwise
+# convolutions 16-32), 1 thread, tcc/onnxruntime: with VNNI 3.85 -> 2.1-2.2
+# (3.90 ms with the stem float alone: 5.9 -> 3.9), with AVX2 1.47 -> 1.37;
+# with 128 no better on MobileNetV2 and resnet18_qdq 1.5-2 % slower (its
+# 1x1 downsampling of 64 channels float) (AMD EPYC family 26 model 2).
+MIN_CONV_DEPTH = 64
 
 
 def _macs(result_type, per_output):
@@ -292,9 +304,10 @@ class QdqConvToInteger(_QdqToInteger):
     (ConvInteger has no kernel for them)."""
     op_name = "onnx.Conv"
 
-    def __init__(self, module, max_positions=0):
+    def __init__(self, module, max_positions=0, min_depth=0):
         super().__init__(module)
         self.max_positions = max_positions
+        self.min_depth = min_depth
 
     def match_and_rewrite(self, op, rw):
         y = op.results[0]
@@ -304,6 +317,8 @@ class QdqConvToInteger(_QdqToInteger):
         if act is None or not isinstance(op.operands[1].type, TensorType) or op.operands[1].type.rank != 4:
             return False
         m = op.operands[1].type.shape[0]
+        if int(np.prod(op.operands[1].type.shape[1:], dtype=np.int64)) < self.min_depth:
+            return False
         n = _positions(op) if self.max_positions else 0
         if n is None or n > self.max_positions:
             return False
@@ -330,10 +345,12 @@ class QdqToIntegerPass(Pass):
     summary = "QDQ-format MatMuls, Gemms and Convs with constant 8-bit weights -> MatMulInteger, ConvInteger"
     options = {"convs": (bool, True, "Convs too"),
                "conv-max-positions": (int, 0, "only Convs of at most this many output positions a channel "
-                                              "(0: any; driver: 784 on AVX2 CPUs, see AVX2_CONV_POSITIONS)", 0)}
+                                              "(0: any; driver: 784 on AVX2 CPUs, see AVX2_CONV_POSITIONS)", 0),
+               "conv-min-depth": (int, 0, "only Convs of at least this many products an output, C / group x KH x KW "
+                                          "(driver: MIN_CONV_DEPTH)", 0)}
 
     def run(self, module, ctx):
         patterns = [QdqMatMulToInteger(module), QdqGemmToInteger(module)]
         if self.convs:
-            patterns.append(QdqConvToInteger(module, self.conv_max_positions))
+            patterns.append(QdqConvToInteger(module, self.conv_max_positions, self.conv_min_depth))
         apply_patterns_greedily(ctx, module, patterns)

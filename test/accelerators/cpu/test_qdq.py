@@ -281,7 +281,7 @@ def test_qdq_conv_runs_on_the_int8_kernel(monkeypatch, qtype, per_channel, attrs
     from tcc.driver.options import CompileOptions
     from tcc.driver.pipeline import CompilePipeline
     tp, npt = QTYPES[qtype]
-    c, m = 6, 10
+    c, m = 8, 10  # 72 products an output: past qdq.MIN_CONV_DEPTH
     w = RNG.integers(-127, 128, (m, c // group, 3, 3)).astype(np.int8)
     sw = RNG.uniform(0.001, 0.01, (m,) if per_channel else ()).astype(np.float32)
     zw = np.zeros(sw.shape, np.int8)
@@ -315,6 +315,34 @@ def test_qdq_conv_runs_on_the_int8_kernel(monkeypatch, qtype, per_channel, attrs
     assert ("onnx.ConvInteger" in ops) is integer, sorted(ops)
     y = tcc.load(tcc.compile(mdl, maccel=maccel)).run({"x": x})[0]
     np.testing.assert_allclose(y, exact, rtol=1e-6, atol=1e-6 * np.abs(exact).max())
+
+
+@pytest.mark.parametrize("isa", ["", "avx2"])
+def test_shallow_qdq_convs_stay_float(monkeypatch, isa):
+    """A QDQ Conv of fewer than qdq.MIN_CONV_DEPTH products an output (a
+    stem's 3 channels x 3 x 3) stays float where a deeper one would go to
+    integers; from the floor on it goes."""
+    from tcc.dialects.transforms import qdq
+    from tcc.driver.options import CompileOptions
+    from tcc.driver.pipeline import CompilePipeline
+    integer = _integer_path(monkeypatch, isa, "small-conv") or _integer_path(monkeypatch, isa, "conv")
+    sx, zx = np.float32(0.03), np.asarray(128, np.uint8)
+    w = RNG.integers(-127, 128, (16, 3, 3, 3)).astype(np.int8)
+    inits = [numpy_helper.from_array(np.asarray(v), nm) for v, nm in
+             [(w, "w"), (np.float32(0.01), "sw"), (np.asarray(sx), "sx"), (zx, "zx")]]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["q"]),
+             helper.make_node("DequantizeLinear", ["q", "sx", "zx"], ["d"]),
+             helper.make_node("DequantizeLinear", ["w", "sw"], ["wd"]),
+             helper.make_node("Conv", ["d", "wd"], ["y"], pads=[1, 1, 1, 1])]
+    g = helper.make_graph(nodes, "stem", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 3, 12, 12))],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    mdl = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
+    mdl.ir_version = 10
+    assert 27 < qdq.MIN_CONV_DEPTH
+    for floor, want in ((qdq.MIN_CONV_DEPTH, False), (28, False), (27, integer)):
+        monkeypatch.setattr(qdq, "MIN_CONV_DEPTH", floor)
+        ops = {o.name for o in CompilePipeline(CompileOptions(maccel=["cpu"])).import_and_optimize(mdl).walk()}
+        assert ("onnx.ConvInteger" in ops) is want, (floor, sorted(ops))
 
 
 @pytest.mark.parametrize("isa", ["", "avx2"])
