@@ -19,7 +19,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_models import (_interleaved_ms, _interleaved_samples, add_cpu_emulation_args,  # noqa: E402  (one timing method and header for every table)
                           cpu_emulation_env, header, run_per_thread_count)
 
-MODELS = ["mlp", "resnet18", "mobilenetv2", "bert", "bert_int8", "mlp_qdq", "resnet18_qdq", "chain", "softmax_ln"]
+MODELS = ["mlp", "resnet18", "mobilenetv2", "bert", "bert_int8", "mlp_qdq", "resnet18_qdq", "mobilenetv2_qdq",
+          "chain", "softmax_ln"]
 
 
 def _quantized(model):
@@ -44,12 +45,15 @@ def _quantized(model):
         return onnx.load(dst)
 
 
-def _static_quantized(model):
+def _static_quantized(model, pre_process=False):
     """`model` as onnxruntime's quantize_static writes it in its default QDQ
     format (uint8 activations, int8 weights; QuantizeLinear ->
     DequantizeLinear around each matmul), calibrated on four seeded random
-    inputs. A quantized activation one step apart at a rounding tie moves
-    the output by a step: max rel err is of that order."""
+    inputs; with `pre_process`, after onnxruntime's quant_pre_process (its
+    documented first step: BatchNormalization folded into the convolutions,
+    so Clip and Relu go into the quantized ranges). A quantized activation
+    one step apart at a rounding tie moves the output by a step: max rel err
+    is of that order."""
     import logging
     import tempfile
 
@@ -70,6 +74,11 @@ def _static_quantized(model):
         onnx.save(model, src)
         logging.disable(logging.WARNING)
         try:
+            if pre_process:
+                from onnxruntime.quantization.shape_inference import quant_pre_process
+                pre = os.path.join(d, "p.onnx")
+                quant_pre_process(src, pre, skip_symbolic_shape=True)
+                src = pre
             quantize_static(src, dst, Reader(), quant_format=QuantFormat.QDQ, activation_type=QuantType.QUInt8,
                             weight_type=QuantType.QInt8)
         finally:
@@ -93,6 +102,8 @@ def build_model(name):
         return _static_quantized(build_model("mlp"))
     if name == "resnet18_qdq":
         return _static_quantized(build_model("resnet18"))
+    if name == "mobilenetv2_qdq":
+        return _static_quantized(build_model("mobilenetv2"), pre_process=True)
     if name == "chain":  # the host path's memory-bound rows: their lead must hold on the cpu accelerator
         return samples.elementwise_chain()
     if name == "softmax_ln":

@@ -152,6 +152,8 @@ AVX2_CONV_POSITIONS = 784
 # (3.90 ms with the stem float alone: 5.9 -> 3.9), with AVX2 1.47 -> 1.37;
 # with 128 no better on MobileNetV2 and resnet18_qdq 1.5-2 % slower (its
 # 1x1 downsampling of 64 channels float) (AMD EPYC family 26 model 2).
+# Since 1x1 convolutions run in NCHW with AVX-512 VNNI (gemm_int.c's
+# conv_pw_vnni) the floor is neutral there: 1.80-1.91 with 0, 28 or 64.
 MIN_CONV_DEPTH = 64
 
 

@@ -225,6 +225,95 @@ def test_qlinear_conv_kernel_adds_the_bias_per_output_channel(monkeypatch, run_i
     np.testing.assert_array_equal(run_native(mod, [x])[0], ReferenceEvaluator(m).run(None, {"x": x})[0])
 
 
+def _conv_i8_path(mod):
+    """The way gemm_int.c's tcc_conv_i8 runs the module's one call now
+    (tcc_conv_i8_path: "pointwise-vnni" or "im2col")."""
+    import ctypes
+
+    from tcc.dialects.conversions.graph_to_loop.kernels import CONV_I8_FIELDS
+    from tcc.runtime import native
+    (callee, values), = _library_calls(mod, params=True)
+    params = np.array([int(getattr(v, "value", v)) for v in values], np.int64)
+    assert callee == "tcc_conv_i8" and params.size == len(CONV_I8_FIELDS), (callee, params)
+    lib = ctypes.CDLL(native.load())
+    lib.tcc_conv_i8_path.restype = ctypes.c_char_p
+    return lib.tcc_conv_i8_path(params.ctypes.data_as(ctypes.c_void_p)).decode()
+
+
+@pytest.mark.parametrize("run_isa", ["", "avx512bw", "avx2", "generic"])
+@pytest.mark.parametrize("c,m,hw,n,xdt,wz", [
+    (7, 19, (5, 3), 2, np.uint8, "none"),       # 15 positions: one part vector; 19 channels: 8, 8, 3
+    (13, 70, (14, 14), 1, np.int8, "channel"),  # 196 positions: two chunks; 70 channels: two groups
+    (64, 40, (17, 1), 2, np.uint8, "scalar"),   # 17 positions: a vector and one lane
+    (4, 8, (1, 1), 1, np.int8, "none"),         # one position
+    (33, 96, (24, 24), 1, np.uint8, "channel")])
+def test_pointwise_conv_integer_in_nchw(monkeypatch, run_isa, c, m, hw, n, xdt, wz):
+    """A 1x1 ConvInteger of stride 1 without pads: with AVX-512 VNNI (and
+    no AMX) tcc_conv_i8 runs it in NCHW, positions in the vector lanes and
+    each output channel's weights broadcast (gemm_int.c's conv_pw_vnni),
+    else through the channels-last image (as a CPU without VNNI:
+    tcc_matmul_i8_hide, TCC_CPU_ISA). Channel counts that are no multiple
+    of 4 or 8, positions that fill no vector, several chunks and channel
+    groups, signed and unsigned x, weight zero points; onnx.reference is
+    the reference."""
+    from onnx.reference import ReferenceEvaluator
+    import ctypes
+
+    from tcc.dialects.conversions.loop_to_native.target import host_features
+    from tcc.runtime import native
+    f = host_features()
+    if run_isa in HIDE and run_isa not in f:
+        pytest.skip(f"this CPU has no {run_isa}")
+    monkeypatch.setenv("TCC_CPU_ISA", "")
+    x, w, xz = q((n, c) + hw, xdt), q((m, c, 1, 1), np.int8), q((), xdt)
+    inits = {"w": w, "xz": xz}
+    if wz != "none":
+        # zero points that keep w - wz within int8: the VNNI bytes' layout
+        inits["w"] = np.clip(w, -100, 100).astype(np.int8)
+        inits["wz"] = RNG.integers(-27, 28, (m,) if wz == "channel" else ()).astype(np.int8)
+    node = h.make_node("ConvInteger", ["x", "w", "xz"] + (["wz"] if wz != "none" else []), ["y"])
+    mdl = model([node], {"x": x}, {"y": np.int32}, opset=10, initializers=inits)
+    mod = lowered(mdl)
+    assert _library_calls(mod) == ["tcc_conv_i8"]
+    monkeypatch.setenv("TCC_CPU_ISA", "" if run_isa in HIDE else run_isa)
+    lib = ctypes.CDLL(native.load())
+    was = lib.tcc_matmul_i8_hide(HIDE.get(run_isa, 0))
+    try:
+        path = _conv_i8_path(mod)
+        got = run_native(mod, [x])[0]
+    finally:
+        lib.tcc_matmul_i8_hide(was)
+    nchw = run_isa == "" and {"avx512vnni", "avx512bw"} <= f and "amx-int8" not in f
+    assert path == ("pointwise-vnni" if nchw else "im2col") or (run_isa == "" and "amx-int8" in f), (run_isa, path)
+    np.testing.assert_array_equal(got, ReferenceEvaluator(mdl).run(None, {"x": x})[0])
+
+
+@pytest.mark.parametrize("xdt", [np.uint8, np.int8])
+def test_pointwise_qlinear_conv_in_nchw_adds_the_bias(monkeypatch, xdt):
+    """QLinearConv 1x1 with an int32 bias on the NCHW path (where this CPU
+    takes it): the bias and -x_zero_point * the weights' sums start each
+    sum; 37 output channels, 9 x 11 positions; onnx.reference is the
+    reference."""
+    from onnx.reference import ReferenceEvaluator
+    monkeypatch.setenv("TCC_CPU_ISA", "")
+    m_out = 37
+    inits = {"sx": scale(), "zx": q((), xdt), "w": q((m_out, 24, 1, 1), np.int8), "sw": scale(m_out),
+             "zw": np.zeros(m_out, np.int8), "zy": np.asarray(128, np.uint8),
+             "b": RNG.integers(-20000, 20000, m_out).astype(np.int32)}
+    x = q((1, 24, 9, 11), xdt)
+    # y's scale puts the requantized sums' spread at ~40 steps either side of 128
+    acc = np.einsum("chw,mc->mhw", x[0].astype(np.int64) - inits["zx"], inits["w"][:, :, 0, 0].astype(np.int64))
+    inits["sy"] = np.asarray(inits["sx"] * np.median(inits["sw"]) * (np.std(acc) + 1) / 40, np.float32)
+    node = h.make_node("QLinearConv", ["x", "sx", "zx", "w", "sw", "zw", "sy", "zy", "b"], ["y"])
+    mdl = model([node], {"x": x}, {"y": np.uint8}, opset=10, initializers=inits)
+    mod = lowered(mdl)
+    assert _library_calls(mod) == ["tcc_conv_i8"]
+    want = ReferenceEvaluator(mdl).run(None, {"x": x})[0]
+    # not saturated: the sums reach the output
+    assert len(np.unique(want)) > 20 and np.mean((want == 0) | (want == 255)) < 0.1, np.unique(want)
+    np.testing.assert_array_equal(run_native(mod, [x])[0], want)
+
+
 def _weights(shape, dt=np.int8, spread=28.0):
     """Weights as a symmetric quantizer leaves them: most values small, a
     few near the ends of int8 (a normal of `spread` steps, clipped)."""
