@@ -314,6 +314,107 @@ def test_pointwise_qlinear_conv_in_nchw_adds_the_bias(monkeypatch, xdt):
     np.testing.assert_array_equal(run_native(mod, [x])[0], want)
 
 
+@pytest.mark.parametrize("run_isa", ["", "avx2", "generic"])
+@pytest.mark.parametrize("kernel", [1, 3])
+@pytest.mark.parametrize("ydt,per_channel,bias", [(np.uint8, True, True), (np.int8, False, False),
+                                                  (np.uint8, False, True), (np.int8, True, True)])
+def test_qlinear_conv_requantizes(monkeypatch, run_isa, kernel, ydt, per_channel, bias):
+    """QLinearConv's sums on tcc_conv_i8 (1x1: the NCHW path where this CPU
+    takes it), requantized by the loop after the call: y's scale puts the
+    outputs past both ends of the type; w's scale per channel or one, a
+    bias or none; onnx.reference is the reference, and the nest (the
+    interpreter) agrees."""
+    from onnx.reference import ReferenceEvaluator
+    monkeypatch.setenv("TCC_CPU_ISA", "")
+    m_out, c = 21, 12
+    inits = {"sx": scale(), "zx": q((), np.uint8), "w": q((m_out, c, kernel, kernel), np.int8),
+             "sw": scale(m_out) if per_channel else scale(), "zw": np.zeros(m_out if per_channel else (), np.int8)}
+    x = q((2, c, 5, 7), np.uint8)
+    xs = x.astype(np.int64) - inits["zx"]
+    acc_std = np.sqrt(c * kernel * kernel) * xs.std() * inits["w"].astype(np.int64).std()
+    # a spread of ~150 steps: saturated at both ends, most values inside
+    inits["sy"] = np.asarray(inits["sx"] * np.median(inits["sw"]) * acc_std / 150, np.float32)
+    inits["zy"] = np.asarray(RNG.integers(-20, 21) + (128 if ydt == np.uint8 else 0), ydt)
+    names = ["x", "sx", "zx", "w", "sw", "zw", "sy", "zy"]
+    if bias:
+        inits["b"] = RNG.integers(-20000, 20000, m_out).astype(np.int32)
+        names.append("b")
+    node = h.make_node("QLinearConv", names, ["y"], pads=[kernel // 2] * 4)
+    mdl = model([node], {"x": x}, {"y": ydt}, opset=10, initializers=inits)
+    mod = lowered(mdl)
+    assert _library_calls(mod) == ["tcc_conv_i8"]
+    want = ReferenceEvaluator(mdl).run(None, {"x": x})[0]
+    info = np.iinfo(ydt)
+    assert (want == info.min).any() and (want == info.max).any() and len(np.unique(want)) > 50, np.unique(want)
+    monkeypatch.setenv("TCC_CPU_ISA", run_isa)
+    np.testing.assert_array_equal(run_native(mod, [x])[0], want)
+    if run_isa == "":
+        np.testing.assert_array_equal(run_loop_module(mod, [x])[0], want)
+
+
+@pytest.mark.parametrize("run_isa", ["", "avx2", "generic"])
+@pytest.mark.parametrize("kernel", [1, 3])
+def test_qlinear_conv_requantizes_ties_to_even(monkeypatch, run_isa, kernel):
+    """Power-of-two scales: x_scale * w_scale / y_scale = 2^-7 exactly, so
+    every sum = 64 (mod 128) is a rounding tie, which goes to even (numpy's
+    rint, onnx.reference's), not away from zero."""
+    from onnx.reference import ReferenceEvaluator
+    monkeypatch.setenv("TCC_CPU_ISA", "")
+    m_out, c = 16, 12
+    inits = {"sx": np.asarray(2.0 ** -5, np.float32), "zx": np.asarray(128, np.uint8),
+             "w": q((m_out, c, kernel, kernel), np.int8), "sw": np.full(m_out, 2.0 ** -6, np.float32),
+             "zw": np.zeros(m_out, np.int8), "sy": np.asarray(2.0 ** -4, np.float32), "zy": np.asarray(0, np.int8)}
+    spread = 28 if kernel == 1 else 12  # the sums mostly within +-127 * 2^7
+    x = RNG.integers(128 - spread, 129 + spread, (1, c, 16, 14)).astype(np.uint8)
+    node = h.make_node("QLinearConv", ["x", "sx", "zx", "w", "sw", "zw", "sy", "zy"], ["y"], pads=[kernel // 2] * 4)
+    mdl = model([node], {"x": x}, {"y": np.int8}, opset=10, initializers=inits)
+    mod = lowered(mdl)
+    assert _library_calls(mod) == ["tcc_conv_i8"]
+    want = ReferenceEvaluator(mdl).run(None, {"x": x})[0]
+    assert (np.abs(want) < 127).mean() > 0.9, np.unique(want)
+    # the sums themselves (ConvInteger's): about one in 128 a tie
+    sums = ReferenceEvaluator(model([h.make_node("ConvInteger", ["x", "w", "zx"], ["s"], pads=[kernel // 2] * 4)],
+                                    {"x": x}, {"s": np.int32}, opset=10,
+                                    initializers={k: inits[k] for k in ("w", "zx")})).run(None, {"x": x})[0]
+    assert (sums % 128 == 64).sum() >= 8, (sums % 128 == 64).sum()
+    monkeypatch.setenv("TCC_CPU_ISA", run_isa)
+    np.testing.assert_array_equal(run_native(mod, [x])[0], want)
+
+
+def test_qlinear_conv_multiplier_is_rounded_in_f32():
+    """The multiplier x_scale * w_scale / y_scale is made in f32, two
+    roundings, as the loop makes it (not in f64 and rounded once): scales
+    are drawn until the two differ and some sum of a 1x1 convolution of
+    one channel (x in 0..255 plus a bias) requantizes otherwise with each;
+    onnx.reference is the reference."""
+    from onnx.reference import ReferenceEvaluator
+    rng = np.random.default_rng(RNG.integers(1 << 31))
+    for _ in range(10000):
+        sx, sw, sy = (np.float32(rng.uniform(0.001, 0.1)) for _ in range(3))
+        m32 = np.float32(np.float32(sx * sw) / sy)
+        m64 = np.float32((np.float64(sx) * np.float64(sw)) / np.float64(sy))
+        if m32 == m64 or m32 > 2.0 ** -6:
+            continue
+        acc = np.arange(0, int(250 / m32), dtype=np.int64)  # outputs within 0..250
+        a, b = np.rint(acc * np.float64(m32)), np.rint(acc * np.float64(m64))
+        hit = np.flatnonzero(a != b)
+        if hit.size:
+            break
+    else:
+        pytest.fail("no scales found whose multipliers requantize some sum otherwise")
+    bias = np.asarray([max(int(acc[hit[0]]) - 128, 0)], np.int32)
+    inits = {"sx": np.asarray(sx), "zx": np.asarray(0, np.uint8), "w": np.ones((1, 1, 1, 1), np.int8),
+             "sw": np.asarray(sw), "zw": np.asarray(0, np.int8), "sy": np.asarray(sy),
+             "zy": np.asarray(0, np.uint8), "b": bias}
+    x = np.arange(256, dtype=np.uint8).reshape(1, 1, 16, 16)
+    node = h.make_node("QLinearConv", ["x", "sx", "zx", "w", "sw", "zw", "sy", "zy", "b"], ["y"])
+    mdl = model([node], {"x": x}, {"y": np.uint8}, opset=10, initializers=inits)
+    want = ReferenceEvaluator(mdl).run(None, {"x": x})[0]
+    wrong = np.clip(np.rint((x.astype(np.int64) + bias[0]) * np.float64(m64)), 0, 255).astype(np.uint8)
+    assert (want != wrong).any(), "the drawn scales tell the two multipliers apart"
+    np.testing.assert_array_equal(run_native(lowered(mdl), [x])[0], want)
+
+
 def _weights(shape, dt=np.int8, spread=28.0):
     """Weights as a symmetric quantizer leaves them: most values small, a
     few near the ends of int8 (a normal of `spread` steps, clipped)."""
