@@ -1210,12 +1210,18 @@ void tcc_conv_i8(const int64_t *p, int32_t *Y, const void *X, const void *Wp, co
     j.avx2 = isa_limit() >= ISA_AVX2 && __builtin_cpu_supports("avx2");
 #endif
     const int64_t q[8] = {P, M, K, p[CI_XSIGNED], p[CI_WSIGNED], p[CI_XZP], 0, p[CI_PACKED]};
+    /* a 1x1 of stride 1 without pads: the im2col rows are the channels-last
+     * image itself, not copied (TCC_CPU_ISA=avx2, 1 thread, AMD EPYC family
+     * 26 model 2: ConvInteger 16 -> 96 on 112 x 112 0.56 -> 0.52 ms, 144 ->
+     * 24 on 56 x 56 0.295 -> 0.28) */
+    const int same = p[CI_KH] == 1 && p[CI_KW] == 1 && p[CI_SH] == 1 && p[CI_SW] == 1 && p[CI_PH] == 0 &&
+                     p[CI_PW] == 0 && p[CI_OH] == p[CI_H] && p[CI_OW] == p[CI_W];
     for (int64_t n = 0; n < N; n++) {
         j.x = (const uint8_t *)X + n * C * p[CI_H] * p[CI_W];
         j.y = Y + n * M * P;
         tcc_parallel_for((HW + 63) / 64, to_channels_last, &j);
-        tcc_parallel_for(p[CI_OH], im2col_rows, &j);
-        tcc_matmul_i8(q, t, j.col, Wp, xzp, NULL);
+        if (!same) tcc_parallel_for(p[CI_OH], im2col_rows, &j);
+        tcc_matmul_i8(q, t, same ? j.xt : j.col, Wp, xzp, NULL);
         tcc_parallel_for((P + TB - 1) / TB, transpose_out, &j);
     }
 }
