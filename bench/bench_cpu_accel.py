@@ -196,12 +196,12 @@ def child(args):
     isa = build.load_kernels().tcc_cpu_isa().decode()
     print(header(args.thread))
     print(f"## {args.thread} thread(s), kernel library: {isa}")
-    print(f"{'model':<12} {'tcc ms':>9} {'ORT ms':>9} {'ratio':>7} {'host ms':>9} {'cpu/host':>8} {'max rel err':>12}")
+    print(f"{'model':<15} {'tcc ms':>9} {'ORT ms':>9} {'ratio':>7} {'host ms':>9} {'cpu/host':>8} {'max rel err':>12}")
     for name, t, o, r, e, h in bench_models(args.thread, args.models, args.min_time):
-        print(f"{name:<12} {t:9.2f} {o:9.2f} {r:6.2f}x {h:9.2f} {t / h:7.2f}x {e:12.2e}", flush=True)
-    print(f"{'GEMM n':<12} {'tcc GF/s':>9} {'numpy':>9} {'ratio':>7}")
+        print(f"{name:<15} {t:9.2f} {o:9.2f} {r:6.2f}x {h:9.2f} {t / h:7.2f}x {e:12.2e}", flush=True)
+    print(f"{'GEMM n':<15} {'tcc GF/s':>9} {'numpy':>9} {'ratio':>7}")
     for n, ours, ref in bench_gemm(args.gemm, args.min_time):
-        print(f"{n:<12} {ours:9.1f} {ref:9.1f} {ours / ref * 100:6.0f}%", flush=True)
+        print(f"{n:<15} {ours:9.1f} {ref:9.1f} {ours / ref * 100:6.0f}%", flush=True)
 
 
 def main():

@@ -146,8 +146,8 @@ class Lowering:
         """Follows anchor's single-use chain (from `start`, default its
         result) of Add (bias or residual) and one activation (with `silu`,
         also x * Sigmoid(x): two uses of x; with `qdq`, an 8-bit
-        quantize-dequantize pair: the convolution kernels' act). Returns (chain ops, bias value, residual
-        value, act attrs)."""
+        quantize-dequantize pair: the convolution kernels' act). Returns
+        (chain ops, bias value, residual value, act attrs)."""
         out_t = anchor.results[0].type
         cur, chain, bias, residual, act = start or anchor.results[0], [], None, None, None
         while act is None:
@@ -212,8 +212,9 @@ class Lowering:
         [NaN to the minimum] - M) * s (kernels' TCC_ACT_QDQ8, a0 = s, a1 =
         M + qmin - z), else None. The quantized MobileNetV2 that
         quantize_static's QDQ format writes has one after every convolution,
-        each a pass over memory of its own: 4.48 -> 3.53 ms at 1 thread,
-        onnxruntime 1.65 (AMD EPYC family 26 model 2)."""
+        each a pass over memory of its own: 4.48 -> 3.30 ms at 1 thread
+        with its convolutions float, onnxruntime 1.52-1.65 (AMD EPYC family
+        26 model 2)."""
         ops, cur = [], v
         for name in ("onnx.Div", "onnx.Add", "onnx.Clip", "onnx.Sub", "onnx.Mul"):
             if len(cur.uses) != 1:
