@@ -1045,6 +1045,7 @@ static void transpose_out(int64_t b, int64_t e, void *ctx) {
 #define PWV_NR 3  /* vectors of 16 positions a block */
 #define PWV_CHUNK (4 * PWV_NR * 16) /* positions a task */
 #define PWV_MGROUP 64               /* output channels a task */
+#define PWY_MR 4  /* the ymm blocks' output channels: 4 x 3 accumulators of 16 ymm */
 typedef struct {
     const int64_t *p;
     const uint8_t *x;   /* one image [C][P] */
@@ -1054,6 +1055,7 @@ typedef struct {
     const int32_t *init; /* per output channel: bias - za * colsum, as the other paths add them (mod 2^32) */
     int64_t C, M, P, PP, KQ, KQ4, mgroups;
     uint8_t flip;
+    int ymm; /* AVX-VNNI's ymm blocks (no AVX-512) */
 } pwv_job;
 
 /* Xi rows [b, e) of 4 channels (channels past C: 0, against zero weights) */
@@ -1132,6 +1134,48 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) static void pwv_block_n(c
     else pwv_block(j, m0, q0, 1);
 }
 
+/* The same with AVX-VNNI's ymm vpdpbusd (CPUs without AVX-512: Intel's
+ * Alder Lake on, Xeon 6 E-cores): 4 output channels x 24 positions, 12
+ * accumulators of the 16 registers. Measured only as AMD EPYC family 26
+ * model 2 with AVX-512 hidden (tcc_matmul_i8_hide). */
+__attribute__((target("avx2"), always_inline)) static inline void pwy_block(const pwv_job *j, int64_t m0, int64_t q0,
+                                                                             const int NR) {
+    const int32_t *w = (const int32_t *)j->bq + (m0 / PW) * j->KQ * PW + m0 % PW;
+    const uint32_t *xi = j->xi + q0;
+    __m256i acc[PWY_MR][PWV_NR];
+#pragma GCC unroll 4
+    for (int r = 0; r < PWY_MR; r++)
+#pragma GCC unroll 3
+        for (int v = 0; v < NR; v++) acc[r][v] = _mm256_set1_epi32(j->init[m0 + r]);
+    for (int64_t kq = 0; kq < j->KQ4; kq++, w += PW, xi += j->PP) {
+        __m256i x[PWV_NR];
+#pragma GCC unroll 3
+        for (int v = 0; v < NR; v++) x[v] = _mm256_loadu_si256((const __m256i *)(xi + 8 * v));
+#pragma GCC unroll 4
+        for (int r = 0; r < PWY_MR; r++) {
+            const __m256i b = _mm256_set1_epi32(w[r]);
+#pragma GCC unroll 3
+            for (int v = 0; v < NR; v++) acc[r][v] = dpbusd256(acc[r][v], x[v], b);
+        }
+    }
+    const int64_t rows = j->M - m0;
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+#pragma GCC unroll 3
+    for (int v = 0; v < NR; v++) {
+        const int64_t q = q0 + 8 * v, left = j->P - q;
+        const __m256i k = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(left < 8 ? (left < 0 ? 0 : left) : 8)), lane);
+#pragma GCC unroll 4
+        for (int r = 0; r < PWY_MR; r++)
+            if (r < rows) _mm256_maskstore_epi32(j->y + (m0 + r) * j->P + q, k, acc[r][v]);
+    }
+}
+
+__attribute__((target("avx2"))) static void pwy_block_n(const pwv_job *j, int64_t m0, int64_t q0, int64_t nr) {
+    if (nr >= 3) pwy_block(j, m0, q0, 3);
+    else if (nr == 2) pwy_block(j, m0, q0, 2);
+    else pwy_block(j, m0, q0, 1);
+}
+
 /* task t: positions chunk t / mgroups, output channels group t % mgroups */
 static void pwv_tasks(int64_t b, int64_t e, void *ctx) {
     const pwv_job *j = ctx;
@@ -1139,28 +1183,40 @@ static void pwv_tasks(int64_t b, int64_t e, void *ctx) {
         const int64_t c0 = t / j->mgroups * PWV_CHUNK, g0 = t % j->mgroups * PWV_MGROUP;
         const int64_t c1 = c0 + PWV_CHUNK < j->P ? c0 + PWV_CHUNK : j->P;
         const int64_t g1 = g0 + PWV_MGROUP < j->M ? g0 + PWV_MGROUP : j->M;
+        if (j->ymm) {
+            for (int64_t m = g0; m < g1; m += PWY_MR)
+                for (int64_t q = c0; q < c1; q += PWV_NR * 8) pwy_block_n(j, m, q, (c1 - q + 7) / 8);
+            continue;
+        }
         for (int64_t m = g0; m < g1; m += PWV_MR) /* the chunk's Xi stays in L1 over the channels */
             for (int64_t q = c0; q < c1; q += PWV_NR * 16) pwv_block_n(j, m, q, (c1 - q + 15) / 16);
     }
 }
 
-/* Whether tcc_conv_i8 runs `p` here: 1x1, stride 1, no pads, the VNNI bytes
- * (layout 2), and the CPU's tile for them AVX-512 VNNI's (not AMX's) */
+/* How tcc_conv_i8 runs `p` here: 1x1, stride 1, no pads, the VNNI bytes
+ * (layout 2), and the CPU's tile for them AVX-512 VNNI's (1) or AVX-VNNI's
+ * (2; not AMX's, unmeasured); else 0 */
 static int pwv_usable(const int64_t *p) {
     int mr;
     block_fn block;
-    return p[CI_PACKED] == 2 && p[CI_KH] == 1 && p[CI_KW] == 1 && p[CI_SH] == 1 && p[CI_SW] == 1 &&
-           p[CI_PH] == 0 && p[CI_PW] == 0 && p[CI_OH] == p[CI_H] && p[CI_OW] == p[CI_W] &&
-           pick_q(&mr, 0, &block) == tile_q_avx512vnni;
+    if (!(p[CI_PACKED] == 2 && p[CI_KH] == 1 && p[CI_KW] == 1 && p[CI_SH] == 1 && p[CI_SW] == 1 &&
+          p[CI_PH] == 0 && p[CI_PW] == 0 && p[CI_OH] == p[CI_H] && p[CI_OW] == p[CI_W]))
+        return 0;
+    const tile_fn t = pick_q(&mr, 0, &block);
+    return t == tile_q_avx512vnni ? 1 : t == tile_q_avxvnni ? 2 : 0;
 }
 
 /* Which way tcc_conv_i8 runs `p` now (tests): "pointwise-vnni" or "im2col" */
-const char *tcc_conv_i8_path(const int64_t *p) { return pwv_usable(p) ? "pointwise-vnni" : "im2col"; }
+const char *tcc_conv_i8_path(const int64_t *p) {
+    const int u = pwv_usable(p);
+    return u == 1 ? "pointwise-vnni" : u == 2 ? "pointwise-avxvnni" : "im2col";
+}
 
 static void conv_pw_vnni(const int64_t *p, int32_t *Y, const void *X, const void *Wp, const void *xzp,
                          const int32_t *bias) {
     const int64_t N = p[CI_N], C = p[CI_C], M = p[CI_M], P = p[CI_OH] * p[CI_OW];
-    pwv_job j = {p, NULL, NULL, NULL, Wp, NULL, C, M, P, 0, 0, (C + 3) / 4, 0, p[CI_XSIGNED] ? 0x80 : 0};
+    pwv_job j = {p, NULL, NULL, NULL, Wp, NULL, C, M, P, 0, 0, (C + 3) / 4, 0, p[CI_XSIGNED] ? 0x80 : 0,
+                 pwv_usable(p) == 2};
     j.PP = (P + 15) / 16 * 16;
     j.KQ = ((C + 3) / 4 + 15) / 16 * 16; /* pack_u8s8's */
     const int64_t npan = (M + PW - 1) / PW;

@@ -240,7 +240,7 @@ def _conv_i8_path(mod):
     return lib.tcc_conv_i8_path(params.ctypes.data_as(ctypes.c_void_p)).decode()
 
 
-@pytest.mark.parametrize("run_isa", ["", "avx512bw", "avx2", "generic"])
+@pytest.mark.parametrize("run_isa", ["", "avxvnni", "avx512bw", "avx2", "generic"])
 @pytest.mark.parametrize("c,m,hw,n,xdt,wz", [
     (7, 19, (5, 3), 2, np.uint8, "none"),       # 15 positions: one part vector; 19 channels: 8, 8, 3
     (13, 70, (14, 14), 1, np.int8, "channel"),  # 196 positions: two chunks; 70 channels: two groups
@@ -251,8 +251,9 @@ def test_pointwise_conv_integer_in_nchw(monkeypatch, run_isa, c, m, hw, n, xdt, 
     """A 1x1 ConvInteger of stride 1 without pads: with AVX-512 VNNI (and
     no AMX) tcc_conv_i8 runs it in NCHW, positions in the vector lanes and
     each output channel's weights broadcast (gemm_int.c's conv_pw_vnni),
-    else through the channels-last image (as a CPU without VNNI:
-    tcc_matmul_i8_hide, TCC_CPU_ISA). Channel counts that are no multiple
+    so too in ymm with AVX-VNNI and no AVX-512 (as such a CPU:
+    tcc_matmul_i8_hide), else through the channels-last image (as a CPU
+    without VNNI: tcc_matmul_i8_hide, TCC_CPU_ISA). Channel counts that are no multiple
     of 4 or 8, positions that fill no vector, several chunks and channel
     groups, signed and unsigned x, weight zero points; onnx.reference is
     the reference."""
@@ -284,7 +285,8 @@ def test_pointwise_conv_integer_in_nchw(monkeypatch, run_isa, c, m, hw, n, xdt, 
     finally:
         lib.tcc_matmul_i8_hide(was)
     nchw = run_isa == "" and {"avx512vnni", "avx512bw"} <= f and "amx-int8" not in f
-    assert path == ("pointwise-vnni" if nchw else "im2col") or (run_isa == "" and "amx-int8" in f), (run_isa, path)
+    want = "pointwise-vnni" if nchw else "pointwise-avxvnni" if run_isa == "avxvnni" else "im2col"
+    assert path == want or (run_isa == "" and "amx-int8" in f), (run_isa, path)
     np.testing.assert_array_equal(got, ReferenceEvaluator(mdl).run(None, {"x": x})[0])
 
 
