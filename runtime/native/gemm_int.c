@@ -1088,93 +1088,64 @@ static void pwv_interleave(int64_t b, int64_t e, void *ctx) {
     }
 }
 
-/* output channels [m0, m0 + 8) (within one panel: m0 a multiple of 8) x
- * positions [q0, q0 + 16 NR) */
-__attribute__((target("avx512f,avx512bw,avx512vnni"), always_inline)) static inline void
-pwv_block(const pwv_job *j, int64_t m0, int64_t q0, const int NR) {
-    const int32_t *w = (const int32_t *)j->bq + (m0 / PW) * j->KQ * PW + m0 % PW;
-    const uint32_t *xi = j->xi + q0;
-    /* every loop unrolled, no index known only at run time, and vpdpbusd
-     * through dpbusd512's asm (as the tiles): GCC then keeps the 24
-     * accumulators in registers (with the intrinsic, or a store loop over a
-     * run-time row count, it copied them to the stack and back around the
-     * multiply-adds: 1.4-1.5x the old path's time on 14 x 14) */
-    __m512i acc[PWV_MR][PWV_NR];
-#pragma GCC unroll 8
-    for (int r = 0; r < PWV_MR; r++)
-#pragma GCC unroll 3
-        for (int v = 0; v < NR; v++) acc[r][v] = _mm512_set1_epi32(j->init[m0 + r]);
-    for (int64_t kq = 0; kq < j->KQ4; kq++, w += PW, xi += j->PP) {
-        __m512i x[PWV_NR];
-#pragma GCC unroll 3
-        for (int v = 0; v < NR; v++) x[v] = _mm512_loadu_si512(xi + 16 * v);
-#pragma GCC unroll 8
-        for (int r = 0; r < PWV_MR; r++) {
-            const __m512i b = _mm512_set1_epi32(w[r]);
-#pragma GCC unroll 3
-            for (int v = 0; v < NR; v++) acc[r][v] = dpbusd512(acc[r][v], x[v], b);
-        }
+/* A block: output channels [m0, m0 + MR) (within one panel: m0 a multiple
+ * of MR) x positions [q0, q0 + VL NR), NR <= PWV_NR vectors (the last block
+ * of a row may have fewer: no lanes wasted past one vector). Every loop
+ * unrolled, no index known only at run time, and vpdpbusd through the
+ * tiles' asm: GCC then keeps the accumulators in registers (with the
+ * intrinsic, or a store loop over a run-time row count, it copied them to
+ * the stack and back around the multiply-adds: 1.4-1.5x the old path's time
+ * on 14 x 14). NAME##_n(j, m0, q0, nr) picks NR. */
+#define DEF_PW_BLOCK(NAME, TARGET, VT, VL, MR, SET1, LOAD, MADD, MASKT, MASK, STORE)                             \
+    __attribute__((target(TARGET), always_inline)) static inline void NAME(const pwv_job *j, int64_t m0,         \
+                                                                           int64_t q0, const int NR) {           \
+        const int32_t *w = (const int32_t *)j->bq + (m0 / PW) * j->KQ * PW + m0 % PW;                            \
+        const uint32_t *xi = j->xi + q0;                                                                         \
+        VT acc[MR][PWV_NR];                                                                                      \
+        _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                                                     \
+            _Pragma("GCC unroll 3") for (int v = 0; v < NR; v++) acc[r][v] = SET1(j->init[m0 + r]);              \
+        for (int64_t kq = 0; kq < j->KQ4; kq++, w += PW, xi += j->PP) {                                          \
+            VT x[PWV_NR];                                                                                        \
+            _Pragma("GCC unroll 3") for (int v = 0; v < NR; v++) x[v] = LOAD((const void *)(xi + VL * v));       \
+            _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) {                                               \
+                const VT b = SET1(w[r]);                                                                         \
+                _Pragma("GCC unroll 3") for (int v = 0; v < NR; v++) acc[r][v] = MADD(acc[r][v], x[v], b);       \
+            }                                                                                                    \
+        }                                                                                                        \
+        const int64_t rows = j->M - m0;                                                                          \
+        _Pragma("GCC unroll 3") for (int v = 0; v < NR; v++) {                                                   \
+            const int64_t q = q0 + VL * v;                                                                       \
+            const MASKT k = MASK(j->P - q); /* the lanes before P */                                             \
+            _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) if (r < rows)                                   \
+                STORE(j->y + (m0 + r) * j->P + q, k, acc[r][v]);                                                 \
+        }                                                                                                        \
+    }                                                                                                            \
+    __attribute__((target(TARGET))) static void NAME##_n(const pwv_job *j, int64_t m0, int64_t q0, int64_t nr) { \
+        if (nr >= 3) NAME(j, m0, q0, 3);                                                                         \
+        else if (nr == 2) NAME(j, m0, q0, 2);                                                                    \
+        else NAME(j, m0, q0, 1);                                                                                 \
     }
-    const int64_t rows = j->M - m0;
-#pragma GCC unroll 3
-    for (int v = 0; v < NR; v++) {
-        const int64_t q = q0 + 16 * v, left = j->P - q;
-        const __mmask16 k = left >= 16 ? (__mmask16)0xFFFF : left <= 0 ? 0 : (__mmask16)((1u << left) - 1);
-#pragma GCC unroll 8
-        for (int r = 0; r < PWV_MR; r++)
-            if (r < rows) _mm512_mask_storeu_epi32(j->y + (m0 + r) * j->P + q, k, acc[r][v]);
-    }
-}
 
-/* a block of nr vectors (the last of a row may have fewer: no lanes wasted past 16) */
-__attribute__((target("avx512f,avx512bw,avx512vnni"))) static void pwv_block_n(const pwv_job *j, int64_t m0,
-                                                                                 int64_t q0, int64_t nr) {
-    if (nr >= 3) pwv_block(j, m0, q0, 3);
-    else if (nr == 2) pwv_block(j, m0, q0, 2);
-    else pwv_block(j, m0, q0, 1);
+/* masks of a vector's first `left` lanes (all past 16 or 8, none below 1) */
+static inline __mmask16 left16(int64_t left) {
+    return left >= 16 ? (__mmask16)0xFFFF : left <= 0 ? 0 : (__mmask16)((1u << left) - 1);
 }
+__attribute__((target("avx2"), always_inline)) static inline __m256i left8(int64_t left) {
+    const int n = left >= 8 ? 8 : left <= 0 ? 0 : (int)left;
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+#define STORE512(p, k, v) _mm512_mask_storeu_epi32(p, k, v)
+#define STORE256(p, k, v) _mm256_maskstore_epi32(p, k, v)
 
-/* The same with AVX-VNNI's ymm vpdpbusd (CPUs without AVX-512: Intel's
- * Alder Lake on, Xeon 6 E-cores): 4 output channels x 24 positions, 12
- * accumulators of the 16 registers. Measured only as AMD EPYC family 26
- * model 2 with AVX-512 hidden (tcc_matmul_i8_hide). */
-__attribute__((target("avx2"), always_inline)) static inline void pwy_block(const pwv_job *j, int64_t m0, int64_t q0,
-                                                                             const int NR) {
-    const int32_t *w = (const int32_t *)j->bq + (m0 / PW) * j->KQ * PW + m0 % PW;
-    const uint32_t *xi = j->xi + q0;
-    __m256i acc[PWY_MR][PWV_NR];
-#pragma GCC unroll 4
-    for (int r = 0; r < PWY_MR; r++)
-#pragma GCC unroll 3
-        for (int v = 0; v < NR; v++) acc[r][v] = _mm256_set1_epi32(j->init[m0 + r]);
-    for (int64_t kq = 0; kq < j->KQ4; kq++, w += PW, xi += j->PP) {
-        __m256i x[PWV_NR];
-#pragma GCC unroll 3
-        for (int v = 0; v < NR; v++) x[v] = _mm256_loadu_si256((const __m256i *)(xi + 8 * v));
-#pragma GCC unroll 4
-        for (int r = 0; r < PWY_MR; r++) {
-            const __m256i b = _mm256_set1_epi32(w[r]);
-#pragma GCC unroll 3
-            for (int v = 0; v < NR; v++) acc[r][v] = dpbusd256(acc[r][v], x[v], b);
-        }
-    }
-    const int64_t rows = j->M - m0;
-    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-#pragma GCC unroll 3
-    for (int v = 0; v < NR; v++) {
-        const int64_t q = q0 + 8 * v, left = j->P - q;
-        const __m256i k = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(left < 8 ? (left < 0 ? 0 : left) : 8)), lane);
-#pragma GCC unroll 4
-        for (int r = 0; r < PWY_MR; r++)
-            if (r < rows) _mm256_maskstore_epi32(j->y + (m0 + r) * j->P + q, k, acc[r][v]);
-    }
-}
-
-__attribute__((target("avx2"))) static void pwy_block_n(const pwv_job *j, int64_t m0, int64_t q0, int64_t nr) {
-    if (nr >= 3) pwy_block(j, m0, q0, 3);
-    else if (nr == 2) pwy_block(j, m0, q0, 2);
-    else pwy_block(j, m0, q0, 1);
-}
+/* AVX-512 VNNI: 8 output channels x 48 positions, 24 accumulators of 32 zmm */
+DEF_PW_BLOCK(pwv_block, "avx512f,avx512bw,avx512vnni", __m512i, 16, PWV_MR, _mm512_set1_epi32, _mm512_loadu_si512,
+             dpbusd512, __mmask16, left16, STORE512)
+/* AVX-VNNI's ymm vpdpbusd (CPUs without AVX-512: Intel's Alder Lake on,
+ * Xeon 6 E-cores): 4 output channels x 24 positions, 12 accumulators of 16
+ * ymm. Measured only as AMD EPYC family 26 model 2 with AVX-512 hidden
+ * (tcc_matmul_i8_hide). */
+#define LOAD256(p) _mm256_loadu_si256((const __m256i *)(p))
+DEF_PW_BLOCK(pwy_block, "avx2", __m256i, 8, PWY_MR, _mm256_set1_epi32, LOAD256, dpbusd256, __m256i, left8, STORE256)
 
 /* task t: positions chunk t / mgroups, output channels group t % mgroups */
 static void pwv_tasks(int64_t b, int64_t e, void *ctx) {
