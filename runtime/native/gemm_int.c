@@ -880,6 +880,19 @@ typedef struct {
     int avx2; /* transpose_out's 8 x 8 blocks (chosen once a call) */
 } conv_job;
 
+#if defined(__x86_64__)
+/* 16 pixels of 4 channels (v[c], one byte a pixel) -> w[0..3]: 4 words a
+ * vector, channel c in byte c of pixel i's word (SSE2, every x86-64) */
+static inline void interleave4(const __m128i v[4], __m128i w[4]) {
+    const __m128i ab0 = _mm_unpacklo_epi8(v[0], v[1]), ab1 = _mm_unpackhi_epi8(v[0], v[1]);
+    const __m128i cd0 = _mm_unpacklo_epi8(v[2], v[3]), cd1 = _mm_unpackhi_epi8(v[2], v[3]);
+    w[0] = _mm_unpacklo_epi16(ab0, cd0);
+    w[1] = _mm_unpackhi_epi16(ab0, cd0);
+    w[2] = _mm_unpacklo_epi16(ab1, cd1);
+    w[3] = _mm_unpackhi_epi16(ab1, cd1);
+}
+#endif
+
 /* The image with channels last, Xt[H*W][C], for blocks of 64 pixels (a
  * block's C x 64 bytes stay in L1): each window row is then KW * C
  * contiguous bytes. */
@@ -898,15 +911,14 @@ static void to_channels_last(int64_t b, int64_t e, void *ctx) {
             const uint8_t *s0 = j->x + c * HW, *s1 = s0 + HW, *s2 = s1 + HW, *s3 = s2 + HW;
             int64_t q = p0;
             for (; q + 16 <= p1; q += 16) {
-                const __m128i a = _mm_loadu_si128((const __m128i *)(s0 + q)), b1 = _mm_loadu_si128((const __m128i *)(s1 + q));
-                const __m128i c2 = _mm_loadu_si128((const __m128i *)(s2 + q)), d = _mm_loadu_si128((const __m128i *)(s3 + q));
-                const __m128i ab0 = _mm_unpacklo_epi8(a, b1), ab1 = _mm_unpackhi_epi8(a, b1);
-                const __m128i cd0 = _mm_unpacklo_epi8(c2, d), cd1 = _mm_unpackhi_epi8(c2, d);
+                const __m128i v[4] = {_mm_loadu_si128((const __m128i *)(s0 + q)),
+                                      _mm_loadu_si128((const __m128i *)(s1 + q)),
+                                      _mm_loadu_si128((const __m128i *)(s2 + q)),
+                                      _mm_loadu_si128((const __m128i *)(s3 + q))};
+                __m128i wv[4];
                 uint32_t w[16];
-                _mm_storeu_si128((__m128i *)w, _mm_unpacklo_epi16(ab0, cd0));
-                _mm_storeu_si128((__m128i *)(w + 4), _mm_unpackhi_epi16(ab0, cd0));
-                _mm_storeu_si128((__m128i *)(w + 8), _mm_unpacklo_epi16(ab1, cd1));
-                _mm_storeu_si128((__m128i *)(w + 12), _mm_unpackhi_epi16(ab1, cd1));
+                interleave4(v, wv);
+                for (int i = 0; i < 4; i++) _mm_storeu_si128((__m128i *)(w + 4 * i), wv[i]);
                 for (int i = 0; i < 16; i++) memcpy(j->xt + (q + i) * C + c, &w[i], 4);
             }
             for (; q < p1; q++) {
@@ -1029,6 +1041,12 @@ static void transpose_out(int64_t b, int64_t e, void *ctx) {
     }
 }
 
+/* a 1x1 of stride 1 without pads: output position r reads input pixel r */
+static int pointwise_s1(const int64_t *p) {
+    return p[CI_KH] == 1 && p[CI_KW] == 1 && p[CI_SH] == 1 && p[CI_SW] == 1 && p[CI_PH] == 0 && p[CI_PW] == 0 &&
+           p[CI_OH] == p[CI_H] && p[CI_OW] == p[CI_W];
+}
+
 /* ---- 1x1 convolutions in NCHW (AVX-512 VNNI) ------------------------------------
  * A 1x1 convolution of stride 1 without pads is Y[M][P] = W[M][C] X[C][P]:
  * in NCHW the positions are a row, so they go into the vector lanes and
@@ -1068,16 +1086,12 @@ static void pwv_interleave(int64_t b, int64_t e, void *ctx) {
         for (int i = 0; i < 4; i++) s[i] = 4 * kq + i < C ? j->x + (4 * kq + i) * P : NULL;
         uint32_t *d = j->xi + kq * j->PP;
         int64_t q = 0;
-        for (; q + 16 <= P; q += 16) { /* SSE2, as to_channels_last */
-            __m128i v[4];
+        for (; q + 16 <= P; q += 16) {
+            __m128i v[4], w[4];
             for (int i = 0; i < 4; i++)
                 v[i] = s[i] ? _mm_xor_si128(_mm_loadu_si128((const __m128i *)(s[i] + q)), flip) : zero;
-            const __m128i ab0 = _mm_unpacklo_epi8(v[0], v[1]), ab1 = _mm_unpackhi_epi8(v[0], v[1]);
-            const __m128i cd0 = _mm_unpacklo_epi8(v[2], v[3]), cd1 = _mm_unpackhi_epi8(v[2], v[3]);
-            _mm_storeu_si128((__m128i *)(d + q), _mm_unpacklo_epi16(ab0, cd0));
-            _mm_storeu_si128((__m128i *)(d + q + 4), _mm_unpackhi_epi16(ab0, cd0));
-            _mm_storeu_si128((__m128i *)(d + q + 8), _mm_unpacklo_epi16(ab1, cd1));
-            _mm_storeu_si128((__m128i *)(d + q + 12), _mm_unpackhi_epi16(ab1, cd1));
+            interleave4(v, w);
+            for (int i = 0; i < 4; i++) _mm_storeu_si128((__m128i *)(d + q + 4 * i), w[i]);
         }
         for (; q < P; q++) {
             uint32_t w = 0;
@@ -1164,30 +1178,29 @@ static void pwv_tasks(int64_t b, int64_t e, void *ctx) {
     }
 }
 
-/* How tcc_conv_i8 runs `p` here: 1x1, stride 1, no pads, the VNNI bytes
- * (layout 2), and the CPU's tile for them AVX-512 VNNI's (1) or AVX-VNNI's
- * (2; not AMX's, unmeasured); else 0 */
+/* How tcc_conv_i8 runs `p` here: a 1x1 of stride 1 without pads, the VNNI
+ * bytes (layout 2), and the CPU's tile for them AVX-512 VNNI's (1) or
+ * AVX-VNNI's (2; not AMX's, unmeasured); else 0 */
 static int pwv_usable(const int64_t *p) {
     int mr;
     block_fn block;
-    if (!(p[CI_PACKED] == 2 && p[CI_KH] == 1 && p[CI_KW] == 1 && p[CI_SH] == 1 && p[CI_SW] == 1 &&
-          p[CI_PH] == 0 && p[CI_PW] == 0 && p[CI_OH] == p[CI_H] && p[CI_OW] == p[CI_W]))
-        return 0;
+    if (p[CI_PACKED] != 2 || !pointwise_s1(p)) return 0;
     const tile_fn t = pick_q(&mr, 0, &block);
     return t == tile_q_avx512vnni ? 1 : t == tile_q_avxvnni ? 2 : 0;
 }
 
-/* Which way tcc_conv_i8 runs `p` now (tests): "pointwise-vnni" or "im2col" */
+/* Which way tcc_conv_i8 runs `p` now (tests): "pointwise-vnni",
+ * "pointwise-avxvnni" or "im2col" */
 const char *tcc_conv_i8_path(const int64_t *p) {
     const int u = pwv_usable(p);
     return u == 1 ? "pointwise-vnni" : u == 2 ? "pointwise-avxvnni" : "im2col";
 }
 
+/* ymm: AVX-VNNI's blocks (pwv_usable's 2) */
 static void conv_pw_vnni(const int64_t *p, int32_t *Y, const void *X, const void *Wp, const void *xzp,
-                         const int32_t *bias) {
+                         const int32_t *bias, int ymm) {
     const int64_t N = p[CI_N], C = p[CI_C], M = p[CI_M], P = p[CI_OH] * p[CI_OW];
-    pwv_job j = {p, NULL, NULL, NULL, Wp, NULL, C, M, P, 0, 0, (C + 3) / 4, 0, p[CI_XSIGNED] ? 0x80 : 0,
-                 pwv_usable(p) == 2};
+    pwv_job j = {p, NULL, NULL, NULL, Wp, NULL, C, M, P, 0, 0, (C + 3) / 4, 0, p[CI_XSIGNED] ? 0x80 : 0, ymm};
     j.PP = (P + 15) / 16 * 16;
     j.KQ = ((C + 3) / 4 + 15) / 16 * 16; /* pack_u8s8's */
     const int64_t npan = (M + PW - 1) / PW;
@@ -1220,15 +1233,21 @@ void tcc_conv_i8(const int64_t *p, int32_t *Y, const void *X, const void *Wp, co
     const int64_t K = C * p[CI_KH] * p[CI_KW];
     if (N <= 0 || M <= 0 || P <= 0) return;
 #if defined(__x86_64__)
-    if (pwv_usable(p)) {
-        conv_pw_vnni(p, Y, X, Wp, xzp, bias);
+    const int pw = pwv_usable(p);
+    if (pw) {
+        conv_pw_vnni(p, Y, X, Wp, xzp, bias, pw == 2);
         return;
     }
 #endif
     const int64_t HW = p[CI_H] * p[CI_W];
-    conv_job j = {p, NULL, scratch(SCRATCH_XT, (size_t)(HW * C > 0 ? HW * C : 1)),
-                  scratch(SCRATCH_COL, (size_t)(P * K > 0 ? P * K : 1)),
+    /* a 1x1 of stride 1 without pads: the im2col rows are the channels-last
+     * image itself, not copied (TCC_CPU_ISA=avx2, 1 thread, AMD EPYC family
+     * 26 model 2: ConvInteger 16 -> 96 on 112 x 112 0.56 -> 0.52 ms, 144 ->
+     * 24 on 56 x 56 0.295 -> 0.28) */
+    const int same = pointwise_s1(p);
+    conv_job j = {p, NULL, scratch(SCRATCH_XT, (size_t)(HW * C > 0 ? HW * C : 1)), NULL,
                   p[CI_XZP] ? *(const uint8_t *)xzp : 0, NULL, NULL, p[CI_BIAS] ? bias : NULL};
+    j.col = same ? j.xt : scratch(SCRATCH_COL, (size_t)(P * K > 0 ? P * K : 1));
     int32_t *t = scratch(SCRATCH_T, (size_t)(P * M) * sizeof(int32_t)); /* AMX stores whole blocks into it */
     if (!j.xt || !j.col || !t) abort();
     j.t = t;
@@ -1237,18 +1256,12 @@ void tcc_conv_i8(const int64_t *p, int32_t *Y, const void *X, const void *Wp, co
     j.avx2 = isa_limit() >= ISA_AVX2 && __builtin_cpu_supports("avx2");
 #endif
     const int64_t q[8] = {P, M, K, p[CI_XSIGNED], p[CI_WSIGNED], p[CI_XZP], 0, p[CI_PACKED]};
-    /* a 1x1 of stride 1 without pads: the im2col rows are the channels-last
-     * image itself, not copied (TCC_CPU_ISA=avx2, 1 thread, AMD EPYC family
-     * 26 model 2: ConvInteger 16 -> 96 on 112 x 112 0.56 -> 0.52 ms, 144 ->
-     * 24 on 56 x 56 0.295 -> 0.28) */
-    const int same = p[CI_KH] == 1 && p[CI_KW] == 1 && p[CI_SH] == 1 && p[CI_SW] == 1 && p[CI_PH] == 0 &&
-                     p[CI_PW] == 0 && p[CI_OH] == p[CI_H] && p[CI_OW] == p[CI_W];
     for (int64_t n = 0; n < N; n++) {
         j.x = (const uint8_t *)X + n * C * p[CI_H] * p[CI_W];
         j.y = Y + n * M * P;
         tcc_parallel_for((HW + 63) / 64, to_channels_last, &j);
         if (!same) tcc_parallel_for(p[CI_OH], im2col_rows, &j);
-        tcc_matmul_i8(q, t, same ? j.xt : j.col, Wp, xzp, NULL);
+        tcc_matmul_i8(q, t, j.col, Wp, xzp, NULL);
         tcc_parallel_for((P + TB - 1) / TB, transpose_out, &j);
     }
 }
