@@ -45,6 +45,7 @@ import numpy as np
 from tcc.dialects.ir import PURE, TERMINATOR, ISOLATED, Block, Dialect, OpDef, OperandDef, Operation, Region
 from tcc.dialects.ir import attributes as A
 from tcc.dialects.onnx.dialect import NAN_TO_MIN
+from tcc.dialects.transforms.qdq import ROUND_SHIFT  # the pair's rounding add (qdq.py's rewrite)
 from tcc.dialects.ir.types import NONE, TensorType, f32
 
 from . import packing
@@ -202,9 +203,6 @@ class Lowering:
             return c, x
         return None
 
-    # dialects/transforms/qdq.py's rewrite of QuantizeLinear + DequantizeLinear
-    QDQ_M = 12582912.0
-
     def _qdq8(self, v):
         """([Div, Add, Clip, Sub, Mul], act attrs) when v's single-use chain
         is qdq.py's form of an 8-bit quantize-dequantize pair with one scale
@@ -233,10 +231,10 @@ class Lowering:
                                 scalar(mul, 1))
         if None in (s, m, lo, hi, m2, s2) or len(div.operands) != 2 or len(mul.operands) != 2:
             return None
-        if not clip.get_attr(NAN_TO_MIN) or m != self.QDQ_M or m2 != self.QDQ_M or hi - lo != 255:
+        if not clip.get_attr(NAN_TO_MIN) or m != ROUND_SHIFT or m2 != ROUND_SHIFT or hi - lo != 255:
             return None
         if s.tobytes() != s2.tobytes() or not (np.isfinite(s) and s > 0) or lo != np.floor(lo) or \
-                not self.QDQ_M - 255 <= lo <= self.QDQ_M + 255:
+                not ROUND_SHIFT - 255 <= lo <= ROUND_SHIFT + 255:
             return None
         return ops, {"act": A.StringAttr("qdq8"), "act_a0": A.FloatAttr(float(s)), "act_a1": A.FloatAttr(float(lo))}
 

@@ -49,9 +49,10 @@ _RANGE = {"i8": (-128, 127), "si8": (-128, 127), "ui8": (0, 255),
           "i16": (-32768, 32767), "si16": (-32768, 32767), "ui16": (0, 65535)}
 
 
-# f32's integers are one apart from 2^23 to 2^24: x + _M is _M + Round(x)
-# for |x| < 2^22 (_M even: ties go to the even integer)
-_M = 12582912
+# M of the docstring. f32's integers are one apart from 2^23 to 2^24: x + M
+# is M + Round(x) for |x| < 2^22 (M even: ties go to the even integer); the
+# cpu accelerator's lowering recognizes the pair by it (TCC_ACT_QDQ8)
+ROUND_SHIFT = 12582912
 
 
 def _f32(v):
@@ -108,9 +109,10 @@ class QuantizeDequantizePair(RewritePattern):
             return rw.create_before(op, f"onnx.{name}", list(operands), [t], attrs or {}, loc=op.loc).results[0]
 
         v = step("Div", x, const(s1))
-        v = step("Add", v, const(_M))
-        v = step("Clip", v, const(_M + lo - z1), const(_M + hi - z1), attrs={NAN_TO_MIN: A.UnitAttr()})
-        v = step("Sub", v, const(_M - z1 + z2))
+        v = step("Add", v, const(ROUND_SHIFT))
+        v = step("Clip", v, const(ROUND_SHIFT + lo - z1), const(ROUND_SHIFT + hi - z1),
+                 attrs={NAN_TO_MIN: A.UnitAttr()})
+        v = step("Sub", v, const(ROUND_SHIFT - z1 + z2))
         v = step("Mul", v, const(s2))
         rw.replace_op(op, [v])
         return True

@@ -48,6 +48,13 @@ def _qdq_model(shape, qtype, s1, z1, s2=None, z2=None, relu=False, q_output=Fals
     return m
 
 
+def _pair_np(v, s, z, lo, hi):
+    """numpy's QuantizeLinear -> DequantizeLinear in f32, NaN to qmin."""
+    q = np.rint(v.astype(np.float32) / np.float32(s)).astype(np.float64) + z
+    q = np.where(np.isnan(q), lo, np.clip(q, lo, hi))
+    return ((q - z) * np.float32(s)).astype(np.float32)
+
+
 def _inputs(shape, s, z, qtype):
     """Normal values over about the integer range, a quarter of them exactly
     at ties (k + 0.5) * s (exact in f32 for the power-of-two scales), and a
@@ -110,12 +117,7 @@ def test_qdq_pair_special_values(maccel, qtype):
     x = np.concatenate([special, RNG.standard_normal(64 - len(special)) * 10]).astype(np.float32)
     x = RNG.permutation(x).reshape(4, 16)
 
-    def pair(v):
-        q = np.rint(v.astype(np.float32) / s).astype(np.float64) + z
-        q = np.where(np.isnan(q), lo, np.clip(q, lo, hi))
-        return ((q - z) * s).astype(np.float32)
-
-    want = pair(np.maximum(pair(x), np.float32(0)))  # Relu between the pairs
+    want = _pair_np(np.maximum(_pair_np(x, s, z, lo, hi), np.float32(0)), s, z, lo, hi)  # Relu between the pairs
     sess = tcc.load(tcc.compile(_qdq_model([4, 16], qtype, s, z, relu=True), maccel=maccel))
     got = sess.run({"x": x})[0]
     mismatch = np.flatnonzero(_bits(got) != _bits(want))
@@ -381,12 +383,6 @@ def test_qdq_gemm_runs_on_the_int8_kernel(monkeypatch, trans_b, per_channel, bia
     y = tcc.load(tcc.compile(mdl, maccel=["cpu"])).run({"x": x})[0]
     np.testing.assert_allclose(y, exact, rtol=1e-6 if integer else 1e-5, atol=1e-5 * np.abs(exact).max())
 
-
-def _pair_np(v, s, z, lo, hi):
-    """numpy's QuantizeLinear -> DequantizeLinear in f32, NaN to qmin."""
-    q = np.rint(v.astype(np.float32) / np.float32(s)).astype(np.float64) + z
-    q = np.where(np.isnan(q), lo, np.clip(q, lo, hi))
-    return ((q - z) * np.float32(s)).astype(np.float32)
 
 
 # (C, M, H, W, Conv attrs): a pointwise, a dense 3x3, depthwise ones of
