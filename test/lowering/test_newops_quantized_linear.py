@@ -4,6 +4,7 @@ every CPU: onnxruntime's u8 x s8 MatMulInteger saturates int16 pair sums on
 AVX2 CPUs without VNNI), the requantizing ones against onnx.reference
 (numpy; onnxruntime requantizes in float32 and may round a near-tie the
 other way)."""
+import contextlib
 import os
 import sys
 
@@ -258,13 +259,9 @@ def test_pointwise_conv_integer_in_nchw(monkeypatch, run_isa, c, m, hw, n, xdt, 
     groups, signed and unsigned x, weight zero points; onnx.reference is
     the reference."""
     from onnx.reference import ReferenceEvaluator
-    import ctypes
 
     from tcc.dialects.conversions.loop_to_native.target import host_features
-    from tcc.runtime import native
     f = host_features()
-    if run_isa in HIDE and run_isa not in f:
-        pytest.skip(f"this CPU has no {run_isa}")
     monkeypatch.setenv("TCC_CPU_ISA", "")
     x, w, xz = q((n, c) + hw, xdt), q((m, c, 1, 1), np.int8), q((), xdt)
     inits = {"w": w, "xz": xz}
@@ -276,14 +273,9 @@ def test_pointwise_conv_integer_in_nchw(monkeypatch, run_isa, c, m, hw, n, xdt, 
     mdl = model([node], {"x": x}, {"y": np.int32}, opset=10, initializers=inits)
     mod = lowered(mdl)
     assert _library_calls(mod) == ["tcc_conv_i8"]
-    monkeypatch.setenv("TCC_CPU_ISA", "" if run_isa in HIDE else run_isa)
-    lib = ctypes.CDLL(native.load())
-    was = lib.tcc_matmul_i8_hide(HIDE.get(run_isa, 0))
-    try:
+    with _run_as(monkeypatch, run_isa):
         path = _conv_i8_path(mod)
         got = run_native(mod, [x])[0]
-    finally:
-        lib.tcc_matmul_i8_hide(was)
     nchw = run_isa == "" and {"avx512vnni", "avx512bw"} <= f and "amx-int8" not in f
     want = "pointwise-vnni" if nchw else "pointwise-avxvnni" if run_isa == "avxvnni" else "im2col"
     assert path == want or (run_isa == "" and "amx-int8" in f), (run_isa, path)
@@ -443,30 +435,42 @@ def test_pair_safe_bytes_with_corrections_are_exact(run_isa, adt, monkeypatch):
     np.testing.assert_array_equal(c, (a.astype(np.int64) - az.astype(np.int64)) @ b)
 
 
-def _matmul_i8(monkeypatch, run_isa, a, az, packed, N, layout):
-    """C = (a - az) B from gemm_int.c's tcc_matmul_i8 called directly, B
-    packed as `layout` (params' Q_BPACKED, no B zero point), under
-    TCC_CPU_ISA=run_isa; run_isa "avxvnni" or "avx512bw": as a CPU with
-    AVX-VNNI and no AVX-512, or with AVX-512 and no VNNI (Intel Skylake-SP)
-    runs it (tcc_matmul_i8_hide)."""
+@contextlib.contextmanager
+def _run_as(monkeypatch, run_isa):
+    """The runtime library (ctypes) with gemm_int.c's int8 paths as under
+    TCC_CPU_ISA=run_isa, or for run_isa "avxvnni" / "avx512bw" as on a CPU
+    with AVX-VNNI and no AVX-512, or with AVX-512 and no VNNI (Intel
+    Skylake-SP): tcc_matmul_i8_hide's mask for the block. Skips where this
+    CPU lacks the feature to hide down to."""
     import ctypes
 
     from tcc.dialects.conversions.loop_to_native.target import host_features
     from tcc.runtime import native
     if run_isa in HIDE and run_isa not in host_features():
         pytest.skip(f"this CPU has no {run_isa}")
-    lib = ctypes.CDLL(native.load())
-    (M, K), c = a.shape, np.empty((a.shape[0], N), np.int32)
-    params = np.array([M, N, K, int(a.dtype == np.int8), 1, 1, 0, layout], np.int64)
     monkeypatch.setenv("TCC_CPU_ISA", "" if run_isa in HIDE else run_isa)
-    ptr = lambda x: x.ctypes.data_as(ctypes.c_void_p)  # noqa: E731
+    lib = ctypes.CDLL(native.load())
     was = lib.tcc_matmul_i8_hide(HIDE.get(run_isa, 0))
     try:
+        yield lib
+    finally:
+        lib.tcc_matmul_i8_hide(was)
+
+
+def _matmul_i8(monkeypatch, run_isa, a, az, packed, N, layout):
+    """C = (a - az) B from gemm_int.c's tcc_matmul_i8 called directly, B
+    packed as `layout` (params' Q_BPACKED, no B zero point), run as
+    _run_as(run_isa)."""
+    import ctypes
+
+    from tcc.dialects.conversions.loop_to_native.target import host_features
+    (M, K), c = a.shape, np.empty((a.shape[0], N), np.int32)
+    params = np.array([M, N, K, int(a.dtype == np.int8), 1, 1, 0, layout], np.int64)
+    ptr = lambda x: x.ctypes.data_as(ctypes.c_void_p)  # noqa: E731
+    with _run_as(monkeypatch, run_isa) as lib:
         lib.tcc_matmul_i8_tile.restype = ctypes.c_char_p
         tile = lib.tcc_matmul_i8_tile(layout).decode()
         lib.tcc_matmul_i8(ptr(params), ptr(c), ptr(a), ptr(packed), ptr(az), None)
-    finally:
-        lib.tcc_matmul_i8_hide(was)
     assert tile in _tiles_expected(run_isa, layout, host_features()), (run_isa, layout, tile)
     return c
 
