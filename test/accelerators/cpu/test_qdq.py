@@ -520,7 +520,9 @@ def test_conv_takes_the_pair_as_its_epilogue(kind, residual, data, qtype):
         assert i > 0 or np.isnan(y).any(), "the NaN inputs reach the first pair"
         if ties:
             t = y[np.isfinite(y)] / s
-            assert np.mean(t - np.floor(t) == 0.5) > 0.3, "ties: half the outputs on one"
+            # 30-65 % are ties on 32 outputs or more; at most one of 32 comes
+            # by chance with p < 1e-6, none at all if the data misses them
+            assert t.size >= 32 and np.mean(t - np.floor(t) == 0.5) > 0.05, "ties: the outputs fall on them"
         cur = _pair_np(y, s, z, lo, hi)
     want = cur
     mismatch = np.flatnonzero(_bits(got) != _bits(want))
