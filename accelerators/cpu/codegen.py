@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from tcc.dialects.ir.types import NONE
+from tcc.dialects.transforms.qdq import ROUND_SHIFT
 
 from . import elementwise
 from .elementwise import flit
@@ -364,6 +365,32 @@ class FunctionCodegen:
             self.emit(f"  tcc_cpu_conv2d_packed(&p, {self.ptr(x)}, (float *)W[{idx}], {self.ptr(y)}, scratch, &ep); }}")
             return
         self.emit(f"  tcc_cpu_conv2d(&p, {self.ptr(x)}, {self.ptr(w)}, {self.ptr(y)}, scratch, &ep); }}")
+
+    def op_conv_q8(self, op):
+        """The host runtime's int8 convolution on float tensors (gemm_int.c's
+        tcc_conv_q8, resolved from libtccrt, which build.load loads
+        RTLD_GLOBAL before any partition)."""
+        from tcc.dialects.conversions.graph_to_loop.quantization.quantized_linear import pack_conv_weights
+        x, w, wzp, scale = op.operands[:4]
+        y = op.results[0]
+        bias = self.ptr(op.operands[4]) if op.get_attr("has_bias") else "NULL"
+        wv = const_value(w)
+        packed, layout = pack_conv_weights(wv, const_value(wzp).astype(wv.dtype))
+        idx = self.weights.add_array(("q8", id(w), id(wzp)), lambda: packed)
+        n, c, h, wd = x.type.shape
+        m, _, kh, kw = w.type.shape
+        oh, ow = y.type.shape[2:]
+        (sh, sw), (dh, dw), pads = op.get_attr("strides"), op.get_attr("dilations"), op.get_attr("pads")
+        xs = op.get_attr("xsigned")
+        p = [n, c, h, wd, m, kh, kw, oh, ow, sh, sw, pads[0], pads[1], dh, dw, xs, int(wv.dtype == np.int8), 1, 0,
+             layout]
+        lo, hi = (-128, 127) if xs else (0, 255)
+        qdq = op.get_attr("act") == "qdq8"
+        qp = [op.get_attr("sx"), op.get_attr("zx"), ROUND_SHIFT + lo, ROUND_SHIFT + hi, int(qdq),
+              op.get_attr("act_a0", 0.0) if qdq else 0.0, op.get_attr("act_a1", 0.0) if qdq else 0.0]
+        self.emit(f"{{ static const int64_t p[] = {{{', '.join(map(str, p))}}};")
+        self.emit(f"  static const float qp[] = {{{', '.join(flit(v) for v in qp)}}};")
+        self.emit(f"  tcc_conv_q8(p, qp, {self.ptr(y)}, {self.ptr(x)}, W[{idx}], {self.ptr(scale)}, {bias}); }}")
 
     def op_gemm(self, op):
         a, b = op.operands[0], op.operands[1]

@@ -8,6 +8,9 @@ generated loop nest), with their epilogues fused:
     cpu.conv_dw_pw(x, w_dw, [b_dw], w_pw, [bias], [residual])
                                          {dw_has_bias, dw_act, dw_act_a0, dw_act_a1, the depthwise conv's
                                           strides, pads, dilations, group; the pointwise conv's}
+    cpu.conv_q8(x, W, w_zero_point, scale, [bias])
+                                         {strides, pads, dilations, sx, zx, xsigned, has_bias, act, ...}
+                                         (QDQ's int8 1x1 conv, float in and out: the host runtime's tcc_conv_q8)
     cpu.gemm(a, b, [c], [residual])      {trans_a, trans_b, alpha, beta, bias_mode, act, ...}
     cpu.matmul(a, b, [bias], [residual]) {alpha, bias_mode, act, ...}   (batched, broadcasting)
                                          {[a_view, b_view, c_view]: a transposed operand or result
@@ -37,7 +40,9 @@ expanded tensor of an inverted residual block never reaches memory), and
 a depthwise conv left alone and read only by a pointwise one, one
 cpu.conv_dw_pw (in bands of rows: each thread reads back what it computed);
 a Transpose between a MatMul and its operand or result (attention's heads)
-becomes strides of the batched GEMM."""
+becomes strides of the batched GEMM; the QuantizeLinear -> ConvInteger ->
+Cast -> Mul that qdq-to-integer writes for a QDQ 1x1 conv (placed whole,
+support.CONV_Q8), with its bias and pair, one cpu.conv_q8."""
 from __future__ import annotations
 
 import numpy as np
@@ -49,7 +54,8 @@ from tcc.dialects.transforms.qdq import ROUND_SHIFT  # the pair's rounding add (
 from tcc.dialects.ir.types import NONE, TensorType, f32
 
 from . import packing
-from .support import ELEMENTWISE, const_value, contiguous_strides, opset, reduce_mean_start, slice_view
+from .support import (CONV_Q8, ELEMENTWISE, const_value, contiguous_strides, conv_q8_parts, opset,
+                      reduce_mean_start, slice_view)
 
 ACTS = {"onnx.Relu": "relu", "onnx.Sigmoid": "sigmoid", "onnx.Tanh": "tanh", "onnx.LeakyRelu": "leaky",
         "onnx.Clip": "clip"}
@@ -59,9 +65,9 @@ def dialect():
     def op(name, regions=0, traits=frozenset({PURE})):
         return OpDef(name, [OperandDef("inputs", "variadic")], [OperandDef("result")], traits=traits,
                      num_regions=regions)
-    ops = [op(f"cpu.{n}") for n in ("conv", "conv_pw_dw", "conv_dw_pw", "gemm", "matmul", "maxpool", "avgpool",
-                                     "global_avgpool", "softmax", "layernorm", "transpose", "reshape", "rnn",
-                                     "strided", "concat")]
+    ops = [op(f"cpu.{n}") for n in ("conv", "conv_pw_dw", "conv_dw_pw", "conv_q8", "gemm", "matmul", "maxpool",
+                                     "avgpool", "global_avgpool", "softmax", "layernorm", "transpose", "reshape",
+                                     "rnn", "strided", "concat")]
     ops.append(op("cpu.elementwise", 1, frozenset({PURE, ISOLATED})))
     ops.append(OpDef("cpu.yield", [OperandDef("values", "variadic")], traits=frozenset({TERMINATOR, PURE})))
     return Dialect("cpu", ops, "the cpu accelerator's kernel calls")
@@ -293,6 +299,50 @@ class Lowering:
     @staticmethod
     def _present(op, i):
         return len(op.operands) > i and op.operands[i].type is not NONE
+
+    # -- int8 convolutions ---------------------------------------------------------
+    def fuse_conv_q8(self):
+        """Each CONV_Q8 chain (placed whole: support.conv_q8_parts), with the
+        per-channel bias Add and the quantize-dequantize pair after it where
+        they follow, -> one cpu.conv_q8(x, W, W's zero point, scale [, bias])
+        {strides, pads, dilations, sx, zx, xsigned, has_bias, act}: the
+        host runtime's tcc_conv_q8."""
+        for q in list(self.block.ops):
+            if q.parent is None or q.name != "onnx.QuantizeLinear":
+                continue
+            chain = [q]
+            while len(chain) < len(CONV_Q8) and len(chain[-1].results[0].uses) == 1 and \
+                    chain[-1].results[0].uses[0][0].name == CONV_Q8[len(chain)]:
+                chain.append(chain[-1].results[0].uses[0][0])
+            parts = conv_q8_parts(chain) if len(chain) == len(CONV_Q8) else None
+            if parts is None:
+                raise ValueError(f"cpu: {q.name} at {q.loc} is not the start of an int8 convolution's chain "
+                                 f"({' -> '.join(CONV_Q8)})")
+            ci, mul = chain[1], chain[3]
+            out_t = mul.results[0].type
+            cur, rest, bias = mul.results[0], [], None
+            if len(cur.uses) == 1:
+                user, idx = cur.uses[0]
+                if user.name == "onnx.Add" and len(user.operands) == 2 and user.results[0].type == out_t and \
+                        self._is_channel_bias(user.operands[1 - idx], out_t, 1):
+                    bias = const_value(user.operands[1 - idx]).reshape(-1)
+                    rest.append(user)
+                    cur = user.results[0]
+            pair = self._qdq8(cur)
+            if pair is not None:
+                rest += pair[0]
+            m = parts["w"].shape[0]
+            operands = [parts["x"], ci.operands[1], self.new_const(q, parts["wzp"].astype(np.float32)),
+                        self.new_const(q, parts["scale"])]
+            if bias is not None:
+                operands.append(self.new_const(q, np.broadcast_to(bias, (m,))))
+            attrs = {"strides": A.DenseArrayAttr(list(self.attr(ci, "strides", None) or [1, 1])),
+                     "pads": A.DenseArrayAttr(list(self.attr(ci, "pads", None) or [0, 0, 0, 0])),
+                     "dilations": A.DenseArrayAttr(list(self.attr(ci, "dilations", None) or [1, 1])),
+                     "sx": A.FloatAttr(float(parts["sx"])), "zx": A.IntegerAttr(parts["zx"]),
+                     "xsigned": A.IntegerAttr(parts["xsigned"]), "has_bias": A.IntegerAttr(int(bias is not None)),
+                     **(pair[1] if pair is not None else {})}
+            self._replace(q, chain[1:] + rest, "cpu.conv_q8", operands, attrs)
 
     # -- channel shuffles -------------------------------------------------------------
     SHUFFLE_MAX_GROUP = 4  # a grouped 1x1 conv made dense to take the shuffle: g times its work (measured at g = 3)
@@ -743,6 +793,7 @@ class Lowering:
     def run(self):
         self.fold_batchnorm()
         self.fold_channel_shuffles()
+        self.fuse_conv_q8()
         for op in list(self.block.ops):
             if op.parent is None:
                 continue

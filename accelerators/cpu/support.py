@@ -288,9 +288,74 @@ def _all_supported(ops):
     return True
 
 
+# the 8-bit types of a quantized activation: signed?
+QUANT8 = {"ui8": 0, "i8": 1, "si8": 1}
+CONV_Q8 = ("onnx.QuantizeLinear", "onnx.ConvInteger", "onnx.Cast", "onnx.Mul")
+
+
+def _one(v, dtypes):
+    """v's one value when it is a one-element constant of one of `dtypes`, else None."""
+    c = const_value(v) if v is not None and v.type is not NONE else None
+    return c.reshape(-1)[0] if c is not None and c.size == 1 and str(c.dtype) in dtypes else None
+
+
+def conv_q8_parts(chain):
+    """What cpu.conv_q8 takes from a match of CONV_Q8, the form qdq.py's
+    QdqConvToInteger writes (QuantizeLinear(x) -> ConvInteger -> Cast ->
+    Mul by s_x * s_w): {x, sx, zx, xsigned, w, wzp, scale [M]}, or None.
+    x a static f32 NCHW tensor, one constant scale and zero point; W a
+    constant 8-bit [M, C, 1, 1]; on a CPU with VNNI, where gemm_int.c's
+    tcc_conv_q8 quantizes the float image as it interleaves it and
+    requantizes the sums in its stores, in the cpu partition around it."""
+    from tcc.dialects.conversions.graph_to_loop.quantization.quantized_linear import vnni_target
+    q, ci, cast, mul = chain
+    x = q.operands[0]
+    if not _f32_static(x.type) or x.type.rank != 4 or len(q.operands) < 3:
+        return None
+    elem = str(q.results[0].type.element)
+    sx, zx = _one(q.operands[1], ("float32",)), _one(q.operands[2], ("uint8", "int8"))
+    if elem not in QUANT8 or sx is None or zx is None or not (np.isfinite(sx) and sx > 0) or \
+            q.get_attr("block_size") or q.get_attr("precision"):
+        return None
+    if ci.operands[0] is not q.results[0] or len(ci.operands) < 3 or _one(ci.operands[2], ("uint8", "int8")) != zx:
+        return None
+    w = const_value(ci.operands[1])
+    wzp = const_value(ci.operands[3]) if len(ci.operands) > 3 and ci.operands[3].type is not NONE else \
+        np.zeros((), w.dtype if w is not None else np.int8)
+    if w is None or w.ndim != 4 or str(w.dtype) not in ("int8", "uint8") or wzp is None or \
+            wzp.dtype != w.dtype or wzp.size not in (1, w.shape[0]):
+        return None
+    if (ci.get_attr("group", 1) or 1) != 1 or _text(ci.get_attr("auto_pad") or "NOTSET") != "NOTSET":
+        return None
+    # 1x1 of stride 1 without pads, weights less their zero point within
+    # int8 (pack_u8s8's bytes): gemm_int.c's NCHW path. Elsewhere
+    # tcc_conv_q8 passes over memory as the host step does, in scalar loops:
+    # resnet18_qdq's 3x3 convolutions so took 10.0 ms at 1 thread against
+    # 6.0 as host steps (AMD EPYC family 26 model 2)
+    pointwise = w.shape[2:] == (1, 1) and all(int(v) == 1 for v in ci.get_attr("strides") or [1, 1]) and \
+        not any(int(v) for v in ci.get_attr("pads") or [0])
+    bz = w.astype(np.int32) - wzp.astype(np.int32).reshape((-1, 1, 1, 1) if wzp.size > 1 else ())
+    if not pointwise or bz.min(initial=0) < -128 or bz.max(initial=0) > 127:
+        return None
+    if cast.get_attr("to") != 1 or not _f32_static(cast.results[0].type):
+        return None
+    m = w.shape[0]
+    y = cast.results[0]
+    if mul.operands[0] is not y or mul.results[0].type != y.type:
+        return None
+    sc = const_value(mul.operands[1])
+    if sc is None or sc.dtype != np.float32 or (sc.size != 1 and tuple(sc.shape) not in ((m, 1, 1), (1, m, 1, 1))):
+        return None
+    if not vnni_target():
+        return None
+    return {"x": x, "sx": np.float32(sx), "zx": int(zx), "xsigned": QUANT8[elem], "w": w, "wzp": wzp,
+            "scale": np.broadcast_to(sc.reshape(-1), (m,)).astype(np.float32)}
+
+
 def patterns():
     conv, add, relu, bn, clip = "onnx.Conv", "onnx.Add", "onnx.Relu", "onnx.BatchNormalization", "onnx.Clip"
     return [
+        CompositePattern("conv_q8", CONV_Q8, lambda ops: conv_q8_parts(ops) is not None),
         CompositePattern("conv_bn_add_relu", (conv, bn, add, relu), _all_supported),
         CompositePattern("conv_bn_relu", (conv, bn, relu), _all_supported),
         CompositePattern("conv_bn_clip", (conv, bn, clip), _all_supported),

@@ -671,7 +671,7 @@ static void *alloc64(size_t n) { return aligned_alloc(64, (n + 63) / 64 * 64); }
  * widened A, are megabytes on ResNet's first layers: allocated per call,
  * glibc gave them fresh pages (mmap) and the kernel zeroed each on its
  * first touch. */
-enum { SCRATCH_XT, SCRATCH_COL, SCRATCH_T, SCRATCH_AW, SCRATCH_SLOTS };
+enum { SCRATCH_XT, SCRATCH_COL, SCRATCH_T, SCRATCH_AW, SCRATCH_QX, SCRATCH_QY, SCRATCH_SLOTS };
 typedef struct {
     void *p[SCRATCH_SLOTS];
     size_t cap[SCRATCH_SLOTS];
@@ -867,6 +867,50 @@ void tcc_matmul_i8(const int64_t *p, int32_t *C, const void *A, const void *B, c
 /* ---- tcc_conv_i8 ------------------------------------------------------------ */
 enum { CI_N, CI_C, CI_H, CI_W, CI_M, CI_KH, CI_KW, CI_OH, CI_OW, CI_SH, CI_SW, CI_PH, CI_PW, CI_DH, CI_DW,
        CI_XSIGNED, CI_WSIGNED, CI_XZP, CI_BIAS, CI_PACKED };
+
+/* tcc_conv_q8's qp: x's scale and zero point, M + its type's min and max;
+ * QP_ACT 1 with the pair after it: its scale, and M + qmin - its zero point */
+enum { QP_SX, QP_ZX, QP_LO, QP_HI, QP_ACT, QP_ACT_S, QP_ACT_LO, QP_FIELDS };
+#define QDQ_M 12582912.f /* qdq.ROUND_SHIFT: x + M rounds x half to even for |x| < 2^22 */
+
+/* a float the compiler keeps rounded (no FMA fused across it) */
+static inline float f32_rounded(float f) {
+#if defined(__x86_64__) || defined(__i386__)
+    __asm__("" : "+x"(f));
+#elif defined(__aarch64__)
+    __asm__("" : "+w"(f));
+#else
+    volatile float v = f;
+    f = v;
+#endif
+    return f;
+}
+
+/* QuantizeLinear's byte of x, as its lowering computes it (quantize.py):
+ * x / s + M + z clamped to [M + qmin, M + qmax] (NaN to the low end), the
+ * sum's low mantissa bits */
+static inline uint8_t q8_byte(float x, float s, float z, float lo, float hi) {
+    float t = x / s + QDQ_M + z;
+    t = t > lo ? t : lo;
+    t = t < hi ? t : hi;
+    uint32_t b;
+    memcpy(&b, &t, 4);
+    return (uint8_t)b;
+}
+
+/* the output of one int32 sum of output channel m (the stores' scalar form) */
+static inline float q8_out(const float *qp, const float *scale, const float *bias, int64_t m, int32_t acc) {
+    float f = (float)acc * scale[m];
+    if (bias) f = f32_rounded(f) + bias[m];
+    if (qp[QP_ACT] != 0.f) {
+        const float s = qp[QP_ACT_S], lo = qp[QP_ACT_LO];
+        float t = f / s + QDQ_M;
+        t = t > lo ? t : lo;
+        t = t < lo + 255.f ? t : lo + 255.f;
+        f = (t - QDQ_M) * s;
+    }
+    return f;
+}
 
 typedef struct {
     const int64_t *p;
@@ -1074,6 +1118,10 @@ typedef struct {
     int64_t C, M, P, PP, KQ, KQ4, mgroups;
     uint8_t flip;
     int ymm; /* AVX-VNNI's ymm blocks (no AVX-512) */
+    const float *fx;    /* tcc_conv_q8: one float image [C][P], quantized as it is interleaved */
+    float *fy;          /* and its float output [M][P], requantized in the blocks' stores */
+    const float *q;     /* tcc_conv_q8's qp */
+    const float *fscale, *fbias;
 } pwv_job;
 
 /* Xi rows [b, e) of 4 channels (channels past C: 0, against zero weights) */
@@ -1110,7 +1158,7 @@ static void pwv_interleave(int64_t b, int64_t e, void *ctx) {
  * intrinsic, or a store loop over a run-time row count, it copied them to
  * the stack and back around the multiply-adds: 1.4-1.5x the old path's time
  * on 14 x 14). NAME##_n(j, m0, q0, nr) picks NR. */
-#define DEF_PW_BLOCK(NAME, TARGET, VT, VL, MR, SET1, LOAD, MADD, MASKT, MASK, STORE)                             \
+#define DEF_PW_BLOCK(NAME, TARGET, VT, VL, MR, SET1, LOAD, MADD, MASKT, MASK, STORE, FSTORE)                     \
     __attribute__((target(TARGET), always_inline)) static inline void NAME(const pwv_job *j, int64_t m0,         \
                                                                            int64_t q0, const int NR) {           \
         const int32_t *w = (const int32_t *)j->bq + (m0 / PW) * j->KQ * PW + m0 % PW;                            \
@@ -1130,8 +1178,10 @@ static void pwv_interleave(int64_t b, int64_t e, void *ctx) {
         _Pragma("GCC unroll 3") for (int v = 0; v < NR; v++) {                                                   \
             const int64_t q = q0 + VL * v;                                                                       \
             const MASKT k = MASK(j->P - q); /* the lanes before P */                                             \
-            _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) if (r < rows)                                   \
-                STORE(j->y + (m0 + r) * j->P + q, k, acc[r][v]);                                                 \
+            _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) if (r < rows) {                                 \
+                if (j->fy) FSTORE(j, m0 + r, q, k, acc[r][v]);                                                   \
+                else STORE(j->y + (m0 + r) * j->P + q, k, acc[r][v]);                                            \
+            }                                                                                                    \
         }                                                                                                        \
     }                                                                                                            \
     __attribute__((target(TARGET))) static void NAME##_n(const pwv_job *j, int64_t m0, int64_t q0, int64_t nr) { \
@@ -1151,15 +1201,81 @@ __attribute__((target("avx2"), always_inline)) static inline __m256i left8(int64
 #define STORE512(p, k, v) _mm512_mask_storeu_epi32(p, k, v)
 #define STORE256(p, k, v) _mm256_maskstore_epi32(p, k, v)
 
+/* tcc_conv_q8's stores: output channel m's sums as ConvInteger -> Cast ->
+ * Mul -> [Add] -> [the pair] compute them, op by op in f32 (QP_ACT: the
+ * quantize-dequantize pair of qdq.py's rewrite, as the cpu kernels'
+ * TCC_ACT_QDQ8: its division, NaN to the low end). The empty asm keeps
+ * the product a rounded f32 value whatever the compiler contracts (GCC 12
+ * fuses none of these here; an FMA of the product and the bias would round
+ * once fewer than the graph's ops). */
+#define DEF_PWQ_STORE(NAME, TARGET, VF, PFX, MASKT, MSTORE)                                                         \
+    __attribute__((target(TARGET), always_inline)) static inline void NAME(const pwv_job *j, int64_t m, int64_t q, \
+                                                                           MASKT k, VF##i acc) {                  \
+        VF f = PFX##_mul_ps(PFX##_cvtepi32_ps(acc), PFX##_set1_ps(j->fscale[m]));                                      \
+        if (j->fbias) {                                                                                          \
+            __asm__("" : "+v"(f));                                                                               \
+            f = PFX##_add_ps(f, PFX##_set1_ps(j->fbias[m]));                                                         \
+        }                                                                                                        \
+        if (j->q[QP_ACT] != 0.f) {                                                                               \
+            const VF s = PFX##_set1_ps(j->q[QP_ACT_S]), big = PFX##_set1_ps(QDQ_M), lo = PFX##_set1_ps(j->q[QP_ACT_LO]); \
+            VF t = PFX##_add_ps(PFX##_div_ps(f, s), big);                                                            \
+            t = PFX##_min_ps(PFX##_max_ps(t, lo), PFX##_add_ps(lo, PFX##_set1_ps(255.f))); /* max: NaN -> lo */          \
+            f = PFX##_mul_ps(PFX##_sub_ps(t, big), s);                                                               \
+        }                                                                                                        \
+        MSTORE(j->fy + m * j->P + q, k, f);                                                                      \
+    }
+#define MSTORE512(p, k, v) _mm512_mask_storeu_ps(p, k, v)
+#define MSTORE256(p, k, v) _mm256_maskstore_ps(p, k, v)
+DEF_PWQ_STORE(pwq_store512, "avx512f", __m512, _mm512, __mmask16, MSTORE512)
+DEF_PWQ_STORE(pwq_store256, "avx2", __m256, _mm256, __m256i, MSTORE256)
+
+/* tcc_conv_q8's Xi rows [b, e): the float image quantized as the
+ * QuantizeLinear lowering does (x / s + M + z, clamped to [M + qmin, M +
+ * qmax], NaN to the low end: the byte is the sum's low mantissa bits), 8
+ * positions at a time, then moved up by 128 where x is signed */
+__attribute__((target("avx2"))) static void pwq_interleave(int64_t b, int64_t e, void *ctx) {
+    const pwv_job *j = ctx;
+    const int64_t P = j->P, C = j->C;
+    const float sx = j->q[QP_SX], zx = j->q[QP_ZX], lo = j->q[QP_LO], hi = j->q[QP_HI];
+    const __m256 vs = _mm256_set1_ps(sx), vm = _mm256_set1_ps(QDQ_M), vz = _mm256_set1_ps(zx);
+    const __m256 vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
+    const __m256i byte = _mm256_set1_epi32(0xFF), flip = _mm256_set1_epi32(j->flip);
+    for (int64_t kq = b; kq < e; kq++) {
+        const float *src[4];
+        for (int i = 0; i < 4; i++) src[i] = 4 * kq + i < C ? j->fx + (4 * kq + i) * P : NULL;
+        uint32_t *d = j->xi + kq * j->PP;
+        int64_t q = 0;
+        for (; q + 8 <= P; q += 8) {
+            __m256i w = _mm256_setzero_si256();
+            for (int i = 0; i < 4; i++) {
+                if (!src[i]) continue;
+                __m256 t = _mm256_add_ps(_mm256_add_ps(_mm256_div_ps(_mm256_loadu_ps(src[i] + q), vs), vm), vz);
+                t = _mm256_min_ps(_mm256_max_ps(t, vlo), vhi);
+                const __m256i v = _mm256_xor_si256(_mm256_and_si256(_mm256_castps_si256(t), byte), flip);
+                w = _mm256_or_si256(w, _mm256_slli_epi32(v, 8 * i));
+            }
+            _mm256_storeu_si256((__m256i *)(d + q), w);
+        }
+        for (; q < P; q++) {
+            uint32_t w = 0;
+            for (int i = 0; i < 4; i++)
+                if (src[i]) w |= (uint32_t)(q8_byte(src[i][q], sx, zx, lo, hi) ^ j->flip) << (8 * i);
+            d[q] = w;
+        }
+        for (; q < j->PP; q++) d[q] = 0;
+    }
+}
+
 /* AVX-512 VNNI: 8 output channels x 48 positions, 24 accumulators of 32 zmm */
 DEF_PW_BLOCK(pwv_block, "avx512f,avx512bw,avx512vnni", __m512i, 16, PWV_MR, _mm512_set1_epi32, _mm512_loadu_si512,
-             dpbusd512, __mmask16, left16, STORE512)
+             dpbusd512, __mmask16, left16, STORE512, pwq_store512)
 /* AVX-VNNI's ymm vpdpbusd (CPUs without AVX-512: Intel's Alder Lake on,
  * Xeon 6 E-cores): 4 output channels x 24 positions, 12 accumulators of 16
  * ymm. Measured only as AMD EPYC family 26 model 2 with AVX-512 hidden
  * (tcc_matmul_i8_hide). */
 #define LOAD256(p) _mm256_loadu_si256((const __m256i *)(p))
-DEF_PW_BLOCK(pwy_block, "avx2", __m256i, 8, PWY_MR, _mm256_set1_epi32, LOAD256, dpbusd256, __m256i, left8, STORE256)
+DEF_PW_BLOCK(pwy_block, "avx2", __m256i, 8, PWY_MR, _mm256_set1_epi32, LOAD256, dpbusd256, __m256i, left8, STORE256,
+             pwq_store256)
 
 /* task t: positions chunk t / mgroups, output channels group t % mgroups */
 static void pwv_tasks(int64_t b, int64_t e, void *ctx) {
@@ -1196,17 +1312,23 @@ const char *tcc_conv_i8_path(const int64_t *p) {
     return u == 1 ? "pointwise-vnni" : u == 2 ? "pointwise-avxvnni" : "im2col";
 }
 
-/* ymm: AVX-VNNI's blocks (pwv_usable's 2) */
-static void conv_pw_vnni(const int64_t *p, int32_t *Y, const void *X, const void *Wp, const void *xzp,
-                         const int32_t *bias, int ymm) {
+/* ymm: AVX-VNNI's blocks (pwv_usable's 2); fq: tcc_conv_q8's float image
+ * X, output Y and their qp, scale and bias (NULL: ConvInteger's) */
+typedef struct {
+    const float *qp, *scale, *bias;
+} q8_args;
+static void conv_pw_vnni(const int64_t *p, void *Y, const void *X, const void *Wp, const void *xzp,
+                         const int32_t *bias, int ymm, const q8_args *fq) {
     const int64_t N = p[CI_N], C = p[CI_C], M = p[CI_M], P = p[CI_OH] * p[CI_OW];
     pwv_job j = {p, NULL, NULL, NULL, Wp, NULL, C, M, P, 0, 0, (C + 3) / 4, 0, p[CI_XSIGNED] ? 0x80 : 0, ymm};
+    if (fq) j.q = fq->qp, j.fscale = fq->scale, j.fbias = fq->bias;
     j.PP = (P + 15) / 16 * 16;
     j.KQ = ((C + 3) / 4 + 15) / 16 * 16; /* pack_u8s8's */
     const int64_t npan = (M + PW - 1) / PW;
     const int32_t *colsum = (const int32_t *)((const int8_t *)Wp + npan * j.KQ * PW * 4);
     /* the zero point of x, moved up with signed bytes */
-    const uint32_t za = (uint32_t)(p[CI_XZP] ? ld8(xzp, 0, (int)p[CI_XSIGNED]) : 0) + (p[CI_XSIGNED] ? 128u : 0u);
+    const uint32_t za = (uint32_t)(fq ? (int32_t)fq->qp[QP_ZX] : p[CI_XZP] ? ld8(xzp, 0, (int)p[CI_XSIGNED]) : 0) +
+                        (p[CI_XSIGNED] ? 128u : 0u);
     int32_t *init = scratch(SCRATCH_T, (size_t)M * sizeof(int32_t));
     j.xi = scratch(SCRATCH_XT, (size_t)(j.KQ4 * j.PP) * sizeof(uint32_t));
     if (!init || !j.xi) abort();
@@ -1215,9 +1337,15 @@ static void conv_pw_vnni(const int64_t *p, int32_t *Y, const void *X, const void
     j.init = init;
     j.mgroups = (M + PWV_MGROUP - 1) / PWV_MGROUP;
     for (int64_t n = 0; n < N; n++) {
-        j.x = (const uint8_t *)X + n * C * P;
-        j.y = Y + n * M * P;
-        tcc_parallel_for(j.KQ4, pwv_interleave, &j);
+        if (fq) {
+            j.fx = (const float *)X + n * C * P;
+            j.fy = (float *)Y + n * M * P;
+            tcc_parallel_for(j.KQ4, pwq_interleave, &j);
+        } else {
+            j.x = (const uint8_t *)X + n * C * P;
+            j.y = (int32_t *)Y + n * M * P;
+            tcc_parallel_for(j.KQ4, pwv_interleave, &j);
+        }
         tcc_parallel_for((P + PWV_CHUNK - 1) / PWV_CHUNK * j.mgroups, pwv_tasks, &j);
     }
 }
@@ -1235,7 +1363,7 @@ void tcc_conv_i8(const int64_t *p, int32_t *Y, const void *X, const void *Wp, co
 #if defined(__x86_64__)
     const int pw = pwv_usable(p);
     if (pw) {
-        conv_pw_vnni(p, Y, X, Wp, xzp, bias, pw == 2);
+        conv_pw_vnni(p, Y, X, Wp, xzp, bias, pw == 2, NULL);
         return;
     }
 #endif
@@ -1264,4 +1392,70 @@ void tcc_conv_i8(const int64_t *p, int32_t *Y, const void *X, const void *Wp, co
         tcc_matmul_i8(q, t, j.col, Wp, xzp, NULL);
         tcc_parallel_for((P + TB - 1) / TB, transpose_out, &j);
     }
+}
+
+/* ---- tcc_conv_q8 ------------------------------------------------------------ *
+ *   void tcc_conv_q8(const int64_t *p, const float *qp, float *Y, const float *X,
+ *                    const void *Wp, const float *scale, const float *bias);
+ *
+ * The cpu accelerator's int8 convolution on float tensors (its cpu.conv_q8):
+ * Y = [pair](Cast(ConvInteger(QuantizeLinear(X, sx, zx), W, zx, zw)) *
+ * scale[m] [+ bias[m]]), the ops that qdq.py's QdqConvToInteger writes,
+ * each in f32 as the host's loops compute them. `p`: tcc_conv_i8's (one
+ * x zero point, no int32 bias), `qp`: QP_FIELDS. With the VNNI 1x1 path
+ * the image is quantized as it is interleaved and the sums requantized in
+ * the blocks' stores: no byte image, no int32 product, no host step
+ * between the float convolutions around it. Elsewhere (other kernels,
+ * CPUs without VNNI) a pass quantizes X, tcc_conv_i8 sums, and a pass
+ * requantizes. */
+typedef struct {
+    const float *x, *qp, *scale, *bias;
+    uint8_t *xq;
+    const int32_t *acc;
+    float *y;
+    int64_t n, P;
+} q8_job;
+
+#define Q8_CHUNK 4096
+static void q8_quantize(int64_t b, int64_t e, void *ctx) {
+    const q8_job *j = ctx;
+    const float *qp = j->qp;
+    for (int64_t c = b; c < e; c++) {
+        const int64_t i1 = (c + 1) * Q8_CHUNK < j->n ? (c + 1) * Q8_CHUNK : j->n;
+        for (int64_t i = c * Q8_CHUNK; i < i1; i++)
+            j->xq[i] = q8_byte(j->x[i], qp[QP_SX], qp[QP_ZX], qp[QP_LO], qp[QP_HI]);
+    }
+}
+
+/* rows r = n M + m of the output */
+static void q8_requantize(int64_t b, int64_t e, void *ctx) {
+    const q8_job *j = ctx;
+    const int64_t M = j->n;
+    for (int64_t r = b; r < e; r++)
+        for (int64_t i = 0; i < j->P; i++)
+            j->y[r * j->P + i] = q8_out(j->qp, j->scale, j->bias, r % M, j->acc[r * j->P + i]);
+}
+
+void tcc_conv_q8(const int64_t *p, const float *qp, float *Y, const float *X, const void *Wp, const float *scale,
+                 const float *bias) {
+    const int64_t N = p[CI_N], C = p[CI_C], M = p[CI_M], P = p[CI_OH] * p[CI_OW];
+    if (N <= 0 || M <= 0 || P <= 0) return;
+#if defined(__x86_64__)
+    const int pw = pwv_usable(p);
+    if (pw) {
+        const q8_args a = {qp, scale, bias};
+        conv_pw_vnni(p, Y, X, Wp, NULL, NULL, pw == 2, &a);
+        return;
+    }
+#endif
+    const int64_t nx = N * C * p[CI_H] * p[CI_W];
+    q8_job j = {X, qp, scale, bias, scratch(SCRATCH_QX, (size_t)(nx > 0 ? nx : 1)), NULL, Y, nx, P};
+    int32_t *acc = scratch(SCRATCH_QY, (size_t)(N * M * P) * sizeof(int32_t));
+    if (!j.xq || !acc) abort();
+    tcc_parallel_for((nx + Q8_CHUNK - 1) / Q8_CHUNK, q8_quantize, &j);
+    const uint8_t z = (uint8_t)(int32_t)qp[QP_ZX];
+    tcc_conv_i8(p, acc, j.xq, Wp, &z, NULL);
+    j.acc = acc;
+    j.n = M;
+    tcc_parallel_for(N * M, q8_requantize, &j);
 }

@@ -194,6 +194,14 @@ void tcc_cpu_strided(int rank, const long *out_shape, const long *in_stride, con
 /* rows x cols floats: row r from src + r * src_ld to dst + r * dst_ld. */
 void tcc_cpu_copy_rows(long rows, long cols, const float *src, long src_ld, float *dst, long dst_ld);
 
+/* ---- from the host runtime (runtime/native/gemm_int.c, libtccrt: loaded
+ * RTLD_GLOBAL with this library, build.load) ----------------------------------- */
+/* cpu.conv_q8: an int8 convolution of a float image to a float output, the
+ * ops qdq.py's QdqConvToInteger writes (QuantizeLinear, ConvInteger, Cast,
+ * Mul, bias Add, the quantize-dequantize pair) in one call */
+void tcc_conv_q8(const int64_t *p, const float *qp, float *Y, const float *X, const void *Wp, const float *scale,
+                 const float *bias);
+
 /* ---- scalar math usable by generated elementwise code ------------------------ */
 float tcc_cpu_expf(float x);
 

@@ -12,7 +12,7 @@ from onnx.reference import ReferenceEvaluator
 
 import tcc
 
-from .helpers import cpu_steps, host_steps
+from .helpers import c_source_of, cpu_steps, host_steps
 
 RNG = np.random.default_rng()
 QTYPES = {"uint8": (TensorProto.UINT8, np.uint8), "int8": (TensorProto.INT8, np.int8)}
@@ -527,3 +527,105 @@ def test_conv_takes_the_pair_as_its_epilogue(kind, residual, data, qtype):
     want = cur
     mismatch = np.flatnonzero(_bits(got) != _bits(want))
     assert mismatch.size == 0, (mismatch[:5], got.ravel()[mismatch[:5]], want.ravel()[mismatch[:5]])
+
+
+def _quantize_np(x, s, z, lo, hi):
+    """QuantizeLinear in numpy's f32 ops (x / s, rounded half to even), NaN to
+    qmin, as an int64 array."""
+    v = x.astype(np.float32) / np.float32(s)
+    q = np.rint(v.astype(np.float64)) + z
+    return np.where(np.isnan(q), lo, np.clip(q, lo, hi)).astype(np.int64)
+
+
+@pytest.mark.parametrize("run_isa", ["", "avxvnni", "avx2"])
+@pytest.mark.parametrize("qtype,per_channel,bias,pair,c,m,hw,scales", [
+    ("uint8", True, True, True, 72, 37, (9, 11), "random"),
+    ("int8", False, False, True, 66, 24, (7, 7), "pow2"),
+    ("uint8", True, True, False, 64, 9, (16, 3), "random"),
+    ("int8", True, True, True, 130, 70, (12, 20), "random")])
+def test_pointwise_qdq_conv_runs_in_the_cpu_partition(monkeypatch, run_isa, qtype, per_channel, bias, pair, c, m,
+                                                      hw, scales):
+    """A QDQ 1x1 Conv whose ConvInteger form (qdq-to-integer) the cpu
+    accelerator takes whole as cpu.conv_q8 (the host runtime's tcc_conv_q8):
+    QuantizeLinear -> ConvInteger -> Cast -> Mul, the bias Add and the
+    quantize-dequantize pair after it, in the cpu partition with the
+    convolution before it, no host step. Compiled as on a CPU with VNNI
+    (what decides cpu.conv_q8 there) and run as this CPU, as one with
+    AVX-VNNI alone, and with AVX2 alone (the NCHW VNNI path where the CPU
+    has it, else the quantize / tcc_conv_i8 / requantize passes). Bit for
+    bit against numpy's f32 ops in the rewrite's order, NaN and infinities
+    among the inputs; with power-of-two scales a sum in 128 is a rounding
+    tie of the pair. Channel and position counts off the blocks' multiples,
+    several chunks and channel groups."""
+    import ctypes
+
+    from tcc.dialects.conversions.graph_to_loop.quantization import quantized_linear
+    from tcc.dialects.transforms import qdq
+
+    from ...lowering.test_newops_quantized_linear import _run_as
+    monkeypatch.setattr(quantized_linear, "vnni_target", lambda: True)
+    monkeypatch.setattr(qdq, "MIN_MACS", 0)
+    tp, npt = QTYPES[qtype]
+    lo, hi = int(np.iinfo(npt).min), int(np.iinfo(npt).max)
+    w = RNG.integers(-127, 128, (m, c, 1, 1)).astype(np.int8)
+    if scales == "pow2":  # sx * sw / sy = 2^-7: ties where the sum is 64 mod 128
+        sx, sw, sy = np.float32(2.0 ** -5), np.full(m if per_channel else (), 2.0 ** -6, np.float32), \
+            np.float32(2.0 ** -4)
+    else:
+        sx, sw = np.float32(RNG.uniform(0.01, 0.05)), RNG.uniform(0.001, 0.01, m if per_channel else ()).astype(
+            np.float32)
+        sy = None
+    zx = int(RNG.integers(lo // 2, hi // 2 + 1))
+    b = RNG.standard_normal(m).astype(np.float32)
+    h, wd = hw
+    x = (RNG.standard_normal((2, c, h, wd)) * 40 * sx).astype(np.float32)
+    ties = RNG.random(x.shape) < 0.25  # x / sx a tie of QuantizeLinear's rounding (exact with sx a power of two)
+    x[ties] = ((np.floor(x[ties] / sx) + 0.5) * sx).astype(np.float32)
+    x.ravel()[RNG.choice(x.size, 6, replace=False)] = [np.nan, np.inf, -np.inf, np.nan, 1e30, -1e30]
+
+    # the reference, op by op in f32: QuantizeLinear, the exact int32 sum,
+    # Cast, Mul by s_x * s_w (one f32 product, as qdq.py makes it), the bias
+    qx = _quantize_np(x, sx, zx, lo, hi)
+    acc = np.einsum("nchw,mc->nmhw", qx - zx, w[:, :, 0, 0].astype(np.int64)).astype(np.int32)
+    scale = np.broadcast_to(np.float32(sx) * sw, (m,)).astype(np.float32)
+    f = acc.astype(np.float32) * scale[None, :, None, None]
+    if bias:
+        f = f + b[None, :, None, None]
+    if sy is None:  # y's scale: the outputs over ~100 steps, past both ends at the tails
+        sy = np.float32(np.std(f) / 40)
+    zy = int(RNG.integers(lo // 4, hi // 4 + 1))
+    want = _pair_np(f, sy, zy, lo, hi) if pair else f
+    if scales == "pow2":
+        assert (acc % 128 == 64).sum() >= 8, "ties of the pair"
+
+    inits = [numpy_helper.from_array(np.asarray(v), nm) for v, nm in
+             [(w, "w"), (sw, "sw"), (np.zeros(sw.shape, np.int8), "zw"), (np.asarray(sx), "sx"),
+              (np.asarray(zx, npt), "zx"), (b, "b"), (np.asarray(sy, np.float32), "sy"), (np.asarray(zy, npt), "zy")]]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["q"]),
+             helper.make_node("DequantizeLinear", ["q", "sx", "zx"], ["d"]),
+             helper.make_node("DequantizeLinear", ["w", "sw", "zw"], ["wd"], axis=0),
+             helper.make_node("Conv", ["d", "wd"] + (["b"] if bias else []), ["c"])]
+    if pair:
+        nodes += [helper.make_node("QuantizeLinear", ["c", "sy", "zy"], ["cq"]),
+                  helper.make_node("DequantizeLinear", ["cq", "sy", "zy"], ["y"])]
+    else:
+        nodes.append(helper.make_node("Identity", ["c"], ["y"]))
+    g = helper.make_graph(nodes, "qdq_pw", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    mdl = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
+    mdl.ir_version = 10
+    sess = tcc.load(tcc.compile(mdl, maccel=["cpu"], cache=False))
+    assert cpu_steps(sess) and not host_steps(sess), sess.manifest["plan"]
+    assert c_source_of(sess.path).count("tcc_conv_q8(") == 1
+    with _run_as(monkeypatch, run_isa) as lib:
+        lib.tcc_conv_i8_path.restype = ctypes.c_char_p
+        p = np.array([2, c, h, wd, m, 1, 1, h, wd, 1, 1, 0, 0, 1, 1, int(lo < 0), 1, 1, 0, 2], np.int64)
+        path = lib.tcc_conv_i8_path(p.ctypes.data_as(ctypes.c_void_p)).decode()
+        got = sess.run({"x": x})[0]
+    from tcc.dialects.conversions.loop_to_native.target import host_features
+    f = host_features()
+    want_path = ("pointwise-vnni" if run_isa == "" and {"avx512vnni", "avx512bw"} <= f else
+                 "pointwise-avxvnni" if run_isa == "avxvnni" or (run_isa == "" and "avxvnni" in f) else "im2col")
+    assert path == want_path or (run_isa == "" and "amx-int8" in f), (run_isa, path)  # AMX: its tiles
+    mismatch = np.flatnonzero(_bits(got) != _bits(want))
+    assert mismatch.size == 0, (mismatch.size, got.ravel()[mismatch[:5]], want.ravel()[mismatch[:5]])

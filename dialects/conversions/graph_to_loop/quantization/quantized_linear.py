@@ -171,6 +171,14 @@ def _matmul_i32(cx, op, A, B, azp, bzp, acc):
     return (lambda ivs: ivs[-1]), N  # what a per-column B scale follows
 
 
+def pack_conv_weights(w, zw):
+    """Constant ConvInteger weights W [M, C, KH, KW] less their zero point
+    (one, or one per output channel) -> (packed, layout) for gemm_int.c's
+    tcc_conv_i8 and tcc_conv_q8: k in (kh, kw, c) order, as tcc_conv_i8
+    gathers the image channels last."""
+    return _pack_weights(w.transpose(0, 2, 3, 1).reshape(w.shape[0], -1).T, np.asarray(zw).reshape(-1))
+
+
 def _pack_weights(bval, zval):
     """A constant int8/uint8 B [K, N] less its zero point (one, or one per
     column), packed for gemm_int.c: (packed array, layout 1 int16 pairs, 2
@@ -212,9 +220,7 @@ def _conv_i32(cx, op, X, W, xzp, wzp, acc, bias=None):
                     lambda m, c, kp: _centered(L, lambda: L.load(wb, [m, c] + kp), W.type.element, zw, m),
                     lambda nn, ic, ii: _centered(L, lambda: L.load(xb, [nn, ic] + ii), X.type.element, zx, 0))
     if kernel:
-        w = np.asarray(wval)
-        # k in (kh, kw, c) order, as gemm_int.c gathers the image channels last
-        packed, layout = _pack_weights(w.transpose(0, 2, 3, 1).reshape(g.M, -1).T, np.asarray(zval).reshape(-1))
+        packed, layout = pack_conv_weights(np.asarray(wval), zval)
         (h, w_), (oh, ow), (kh, kw) = g.in_sp, g.out_sp, g.kernel
         vals = dict(N=g.N, C=g.C, H=h, W=w_, M=g.M, KH=kh, KW=kw, OH=oh, OW=ow, SH=g.strides[0], SW=g.strides[1],
                     PH=g.begin[0], PW=g.begin[1], DH=g.dil[0], DW=g.dil[1], xsigned=INT8[str(X.type.element)],
