@@ -1115,7 +1115,7 @@ typedef struct {
     int32_t *y;         /* one image's output [M][P] */
     const int8_t *bq;   /* the packed weights */
     const int32_t *init; /* per output channel: bias - za * colsum, as the other paths add them (mod 2^32) */
-    int64_t C, M, P, PP, KQ, KQ4, mgroups;
+    int64_t C, M, P, PP, KQ, KQ4, mgroups, chunk;
     uint8_t flip;
     int ymm; /* AVX-VNNI's ymm blocks (no AVX-512) */
     const float *fx;    /* tcc_conv_q8: one float image [C][P], quantized as it is interleaved */
@@ -1281,8 +1281,8 @@ DEF_PW_BLOCK(pwy_block, "avx2", __m256i, 8, PWY_MR, _mm256_set1_epi32, LOAD256, 
 static void pwv_tasks(int64_t b, int64_t e, void *ctx) {
     const pwv_job *j = ctx;
     for (int64_t t = b; t < e; t++) {
-        const int64_t c0 = t / j->mgroups * PWV_CHUNK, g0 = t % j->mgroups * PWV_MGROUP;
-        const int64_t c1 = c0 + PWV_CHUNK < j->P ? c0 + PWV_CHUNK : j->P;
+        const int64_t c0 = t / j->mgroups * j->chunk, g0 = t % j->mgroups * PWV_MGROUP;
+        const int64_t c1 = c0 + j->chunk < j->P ? c0 + j->chunk : j->P;
         const int64_t g1 = g0 + PWV_MGROUP < j->M ? g0 + PWV_MGROUP : j->M;
         if (j->ymm) {
             for (int64_t m = g0; m < g1; m += PWY_MR)
@@ -1320,7 +1320,8 @@ typedef struct {
 static void conv_pw_vnni(const int64_t *p, void *Y, const void *X, const void *Wp, const void *xzp,
                          const int32_t *bias, int ymm, const q8_args *fq) {
     const int64_t N = p[CI_N], C = p[CI_C], M = p[CI_M], P = p[CI_OH] * p[CI_OW];
-    pwv_job j = {p, NULL, NULL, NULL, Wp, NULL, C, M, P, 0, 0, (C + 3) / 4, 0, p[CI_XSIGNED] ? 0x80 : 0, ymm};
+    pwv_job j = {.p = p, .bq = Wp, .C = C, .M = M, .P = P, .KQ4 = (C + 3) / 4, .flip = p[CI_XSIGNED] ? 0x80 : 0,
+                 .ymm = ymm};
     if (fq) j.q = fq->qp, j.fscale = fq->scale, j.fbias = fq->bias;
     j.PP = (P + 15) / 16 * 16;
     j.KQ = ((C + 3) / 4 + 15) / 16 * 16; /* pack_u8s8's */
@@ -1336,6 +1337,17 @@ static void conv_pw_vnni(const int64_t *p, void *Y, const void *X, const void *W
         init[m] = (int32_t)((p[CI_BIAS] ? (uint32_t)bias[m] : 0u) - za * (uint32_t)colsum[m]);
     j.init = init;
     j.mgroups = (M + PWV_MGROUP - 1) / PWV_MGROUP;
+    /* positions a task: at most PWV_CHUNK, the chunks of a row as even as
+     * whole vectors allow, and at least 4 tasks a thread where one block
+     * (PWV_NR vectors) a chunk allows it. With fixed chunks of 192, 14 x 14
+     * made one chunk of 192 positions and one of 4, and 7 x 7 one chunk:
+     * one thread did a 64-channel layer alone. */
+    const int64_t vl = ymm ? 8 : 16, want = 4 * tcc_num_threads();
+    int64_t nch = (P + PWV_CHUNK - 1) / PWV_CHUNK;
+    const int64_t most = (P + PWV_NR * vl - 1) / (PWV_NR * vl);
+    if (nch * j.mgroups < want) nch = (want + j.mgroups - 1) / j.mgroups;
+    if (nch > most) nch = most;
+    j.chunk = ((P + nch - 1) / nch + vl - 1) / vl * vl;
     for (int64_t n = 0; n < N; n++) {
         if (fq) {
             j.fx = (const float *)X + n * C * P;
@@ -1346,7 +1358,7 @@ static void conv_pw_vnni(const int64_t *p, void *Y, const void *X, const void *W
             j.y = (int32_t *)Y + n * M * P;
             tcc_parallel_for(j.KQ4, pwv_interleave, &j);
         }
-        tcc_parallel_for((P + PWV_CHUNK - 1) / PWV_CHUNK * j.mgroups, pwv_tasks, &j);
+        tcc_parallel_for((P + j.chunk - 1) / j.chunk * j.mgroups, pwv_tasks, &j);
     }
 }
 #else
