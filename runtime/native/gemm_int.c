@@ -1233,9 +1233,10 @@ DEF_PWQ_STORE(pwq_store256, "avx2", __m256, _mm256, __m256i, MSTORE256)
  * QuantizeLinear lowering does (x / s + M + z, clamped to [M + qmin, M +
  * qmax], NaN to the low end: the byte is the sum's low mantissa bits), VL
  * positions at a time, then moved up by 128 where x is signed. zmm where
- * the zmm blocks run: the ymm form was 0.083 ms of a 144 -> 24 1x1 on 56 x
- * 56 that took 0.071 with a product in place of the division (1 thread,
- * AMD EPYC family 26 model 2), so this pass is most of such a layer. */
+ * the zmm blocks run: this pass is most of a 1x1 of many input and few
+ * output channels (144 -> 24 on 56 x 56, 1 thread, AMD EPYC family 26
+ * model 2: 0.081 ms with ymm, 0.071 with a product in place of the
+ * division, 0.059 with zmm). */
 #define DEF_PWQ_INTERLEAVE(NAME, TARGET, VF, PFX, VL, VB)                                                         \
     __attribute__((target(TARGET))) static void NAME(int64_t b, int64_t e, void *ctx) {                          \
         const pwv_job *j = ctx;                                                                                  \
