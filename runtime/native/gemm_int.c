@@ -1208,19 +1208,20 @@ __attribute__((target("avx2"), always_inline)) static inline __m256i left8(int64
  * the product a rounded f32 value whatever the compiler contracts (GCC 12
  * fuses none of these here; an FMA of the product and the bias would round
  * once fewer than the graph's ops). */
-#define DEF_PWQ_STORE(NAME, TARGET, VF, PFX, MASKT, MSTORE)                                                         \
+#define DEF_PWQ_STORE(NAME, TARGET, VF, PFX, MASKT, MSTORE)                                                       \
     __attribute__((target(TARGET), always_inline)) static inline void NAME(const pwv_job *j, int64_t m, int64_t q, \
                                                                            MASKT k, VF##i acc) {                  \
-        VF f = PFX##_mul_ps(PFX##_cvtepi32_ps(acc), PFX##_set1_ps(j->fscale[m]));                                      \
+        VF f = PFX##_mul_ps(PFX##_cvtepi32_ps(acc), PFX##_set1_ps(j->fscale[m]));                                \
         if (j->fbias) {                                                                                          \
             __asm__("" : "+v"(f));                                                                               \
-            f = PFX##_add_ps(f, PFX##_set1_ps(j->fbias[m]));                                                         \
+            f = PFX##_add_ps(f, PFX##_set1_ps(j->fbias[m]));                                                     \
         }                                                                                                        \
         if (j->q[QP_ACT] != 0.f) {                                                                               \
-            const VF s = PFX##_set1_ps(j->q[QP_ACT_S]), big = PFX##_set1_ps(QDQ_M), lo = PFX##_set1_ps(j->q[QP_ACT_LO]); \
-            VF t = PFX##_add_ps(PFX##_div_ps(f, s), big);                                                            \
-            t = PFX##_min_ps(PFX##_max_ps(t, lo), PFX##_add_ps(lo, PFX##_set1_ps(255.f))); /* max: NaN -> lo */          \
-            f = PFX##_mul_ps(PFX##_sub_ps(t, big), s);                                                               \
+            const VF s = PFX##_set1_ps(j->q[QP_ACT_S]), big = PFX##_set1_ps(QDQ_M);                              \
+            const VF lo = PFX##_set1_ps(j->q[QP_ACT_LO]), hi = PFX##_add_ps(lo, PFX##_set1_ps(255.f));           \
+            VF t = PFX##_add_ps(PFX##_div_ps(f, s), big);                                                        \
+            t = PFX##_min_ps(PFX##_max_ps(t, lo), hi); /* max: NaN -> lo */                                      \
+            f = PFX##_mul_ps(PFX##_sub_ps(t, big), s);                                                           \
         }                                                                                                        \
         MSTORE(j->fy + m * j->P + q, k, f);                                                                      \
     }
@@ -1272,7 +1273,6 @@ DEF_PWQ_STORE(pwq_store256, "avx2", __m256, _mm256, __m256i, MSTORE256)
     }
 DEF_PWQ_INTERLEAVE(pwq_interleave256, "avx2", __m256, _mm256, 8, 256)
 DEF_PWQ_INTERLEAVE(pwq_interleave512, "avx512f", __m512, _mm512, 16, 512)
-
 
 /* AVX-512 VNNI: 8 output channels x 48 positions, 24 accumulators of 32 zmm */
 DEF_PW_BLOCK(pwv_block, "avx512f,avx512bw,avx512vnni", __m512i, 16, PWV_MR, _mm512_set1_epi32, _mm512_loadu_si512,
@@ -1421,7 +1421,8 @@ void tcc_conv_i8(const int64_t *p, int32_t *Y, const void *X, const void *Wp, co
  * The cpu accelerator's int8 convolution on float tensors (its cpu.conv_q8):
  * Y = [pair](Cast(ConvInteger(QuantizeLinear(X, sx, zx), W, zx, zw)) *
  * scale[m] [+ bias[m]]), the ops that qdq.py's QdqConvToInteger writes,
- * each in f32 as the host's loops compute them. `p`: tcc_conv_i8's (one
+ * each rounded to f32 as the graph's ops are (the host path's loops may
+ * fuse the product and the bias into an FMA). `p`: tcc_conv_i8's (one
  * x zero point, no int32 bias), `qp`: QP_FIELDS. With the VNNI 1x1 path
  * the image is quantized as it is interleaved and the sums requantized in
  * the blocks' stores: no byte image, no int32 product, no host step
@@ -1433,7 +1434,7 @@ typedef struct {
     uint8_t *xq;
     const int32_t *acc;
     float *y;
-    int64_t n, P;
+    int64_t nx, M, P; /* X's elements, the output's channels and positions */
 } q8_job;
 
 #define Q8_CHUNK 4096
@@ -1441,7 +1442,7 @@ static void q8_quantize(int64_t b, int64_t e, void *ctx) {
     const q8_job *j = ctx;
     const float *qp = j->qp;
     for (int64_t c = b; c < e; c++) {
-        const int64_t i1 = (c + 1) * Q8_CHUNK < j->n ? (c + 1) * Q8_CHUNK : j->n;
+        const int64_t i1 = (c + 1) * Q8_CHUNK < j->nx ? (c + 1) * Q8_CHUNK : j->nx;
         for (int64_t i = c * Q8_CHUNK; i < i1; i++)
             j->xq[i] = q8_byte(j->x[i], qp[QP_SX], qp[QP_ZX], qp[QP_LO], qp[QP_HI]);
     }
@@ -1450,10 +1451,9 @@ static void q8_quantize(int64_t b, int64_t e, void *ctx) {
 /* rows r = n M + m of the output */
 static void q8_requantize(int64_t b, int64_t e, void *ctx) {
     const q8_job *j = ctx;
-    const int64_t M = j->n;
     for (int64_t r = b; r < e; r++)
         for (int64_t i = 0; i < j->P; i++)
-            j->y[r * j->P + i] = q8_out(j->qp, j->scale, j->bias, r % M, j->acc[r * j->P + i]);
+            j->y[r * j->P + i] = q8_out(j->qp, j->scale, j->bias, r % j->M, j->acc[r * j->P + i]);
 }
 
 void tcc_conv_q8(const int64_t *p, const float *qp, float *Y, const float *X, const void *Wp, const float *scale,
@@ -1469,13 +1469,12 @@ void tcc_conv_q8(const int64_t *p, const float *qp, float *Y, const float *X, co
     }
 #endif
     const int64_t nx = N * C * p[CI_H] * p[CI_W];
-    q8_job j = {X, qp, scale, bias, scratch(SCRATCH_QX, (size_t)(nx > 0 ? nx : 1)), NULL, Y, nx, P};
+    q8_job j = {X, qp, scale, bias, scratch(SCRATCH_QX, (size_t)(nx > 0 ? nx : 1)), NULL, Y, nx, M, P};
     int32_t *acc = scratch(SCRATCH_QY, (size_t)(N * M * P) * sizeof(int32_t));
     if (!j.xq || !acc) abort();
     tcc_parallel_for((nx + Q8_CHUNK - 1) / Q8_CHUNK, q8_quantize, &j);
     const uint8_t z = (uint8_t)(int32_t)qp[QP_ZX];
     tcc_conv_i8(p, acc, j.xq, Wp, &z, NULL);
     j.acc = acc;
-    j.n = M;
     tcc_parallel_for(N * M, q8_requantize, &j);
 }
