@@ -366,31 +366,68 @@ class FunctionCodegen:
             return
         self.emit(f"  tcc_cpu_conv2d(&p, {self.ptr(x)}, {self.ptr(w)}, {self.ptr(y)}, scratch, &ep); }}")
 
-    def op_conv_q8(self, op):
-        """The host runtime's int8 convolution on float tensors (gemm_int.c's
-        tcc_conv_q8, resolved from libtccrt, which build.load loads
-        RTLD_GLOBAL before any partition)."""
+    def q8_call(self, op, x, w, wzp, has_bias, out_shape, pre=""):
+        """(the `p` and `qp` declarations, the weights' index) of tcc_conv_q8's
+        call for a conv_q8's operands and attributes (prefixed `pre`)."""
         from tcc.dialects.conversions.graph_to_loop.quantization.quantized_linear import pack_conv_weights
-        x, w, wzp, scale = op.operands[:4]
-        y = op.results[0]
-        bias = self.ptr(op.operands[4]) if op.get_attr("has_bias") else "NULL"
         wv = const_value(w)
         packed, layout = pack_conv_weights(wv, const_value(wzp).astype(wv.dtype))
         idx = self.weights.add_array(("q8", id(w), id(wzp)), lambda: packed)
         n, c, h, wd = x.type.shape
         m, _, kh, kw = w.type.shape
-        oh, ow = y.type.shape[2:]
-        (sh, sw), (dh, dw), pads = op.get_attr("strides"), op.get_attr("dilations"), op.get_attr("pads")
-        xs = op.get_attr("xsigned")
+        oh, ow = out_shape[2:]
+        g = lambda k, d=None: op.get_attr(pre + k, d)  # noqa: E731
+        (sh, sw), (dh, dw), pads = g("strides"), g("dilations"), g("pads")
+        xs = g("xsigned")
         p = [n, c, h, wd, m, kh, kw, oh, ow, sh, sw, pads[0], pads[1], dh, dw, xs, int(wv.dtype == np.int8), 1, 0,
              layout]
         lo, hi = (-128, 127) if xs else (0, 255)
-        qdq = op.get_attr("act") == "qdq8"
-        qp = [op.get_attr("sx"), op.get_attr("zx"), ROUND_SHIFT + lo, ROUND_SHIFT + hi, int(qdq),
-              op.get_attr("act_a0", 0.0) if qdq else 0.0, op.get_attr("act_a1", 0.0) if qdq else 0.0]
-        self.emit(f"{{ static const int64_t p[] = {{{', '.join(map(str, p))}}};")
-        self.emit(f"  static const float qp[] = {{{', '.join(flit(v) for v in qp)}}};")
+        qdq = g("act") == "qdq8"
+        qp = [g("sx"), g("zx"), ROUND_SHIFT + lo, ROUND_SHIFT + hi, int(qdq),
+              g("act_a0", 0.0) if qdq else 0.0, g("act_a1", 0.0) if qdq else 0.0]
+        return (f"{{ static const int64_t p[] = {{{', '.join(map(str, p))}}};",
+                f"  static const float qp[] = {{{', '.join(flit(v) for v in qp)}}};"), idx
+
+    def op_conv_q8(self, op):
+        """The host runtime's int8 convolution on float tensors (gemm_int.c's
+        tcc_conv_q8, resolved from libtccrt, which build.load loads
+        RTLD_GLOBAL before any partition)."""
+        x, w, wzp, scale = op.operands[:4]
+        y = op.results[0]
+        bias = self.ptr(op.operands[4]) if op.get_attr("has_bias") else "NULL"
+        decl, idx = self.q8_call(op, x, w, wzp, op.get_attr("has_bias"), y.type.shape)
+        for line in decl:
+            self.emit(line)
         self.emit(f"  tcc_conv_q8(p, qp, {self.ptr(y)}, {self.ptr(x)}, W[{idx}], {self.ptr(scale)}, {bias}); }}")
+
+    def op_conv_q8_dw(self, op):
+        """The int8 1x1's output (N, hidden, H, W) is the depthwise input and
+        no value of the IR. The AVX-512 build fuses the two where the CPU has
+        VNNI (conv_pwdw8.c); other builds run them apart through scratch."""
+        x, w, wzp, scale, *rest = op.operands
+        y = op.results[0]
+        b_q8 = self.ptr(rest.pop(0)) if op.get_attr("q8_has_bias") else "NULL"
+        w_dw = rest.pop(0)
+        bias = self.ptr(rest.pop(0)) if op.get_attr("has_bias") else None
+        res = self.ptr(rest.pop(0)) if op.get_attr("has_residual") else None
+        n, _, h, wd = x.type.shape
+        mid = (n, w.type.shape[0], h, wd)
+        decl, idx = self.q8_call(op, x, w, wzp, op.get_attr("q8_has_bias"), mid, "q8_")
+        pd = self.conv_params(mid, w_dw.type.shape, y.type.shape, op.get_attr("strides"), op.get_attr("dilations"),
+                              op.get_attr("pads"), op.get_attr("group"))
+        for line in decl:
+            self.emit(line)
+        self.emit(f"  static const tcc_conv_params pd = {pd};")
+        self.emit("  " + self.epilogue(op, bias, 2, 1.0, res))
+        if self.isa == "avx512":
+            self.emit(f"  tcc_cpu_conv2d_q8_dw(p, qp, {self.ptr(x)}, W[{idx}], {self.ptr(scale)}, {b_q8}, &pd, "
+                      f"{self.ptr(w_dw)}, {self.ptr(y)}, &ep, tcc_conv_q8); }}")
+            return
+        size = int(np.prod(mid))
+        self.scratch = max(self.scratch, size + conv_scratch(mid, w_dw.type.shape, y.type.shape, op.get_attr("strides"),
+                                                             op.get_attr("pads"), op.get_attr("group")))
+        self.emit(f"  tcc_conv_q8(p, qp, scratch, {self.ptr(x)}, W[{idx}], {self.ptr(scale)}, {b_q8});")
+        self.emit(f"  tcc_cpu_conv2d(&pd, scratch, {self.ptr(w_dw)}, {self.ptr(y)}, scratch + {size}, &ep); }}")
 
     def op_gemm(self, op):
         a, b = op.operands[0], op.operands[1]

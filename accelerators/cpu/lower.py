@@ -11,6 +11,9 @@ generated loop nest), with their epilogues fused:
     cpu.conv_q8(x, W, w_zero_point, scale, [bias])
                                          {strides, pads, dilations, sx, zx, xsigned, has_bias, act, ...}
                                          (QDQ's int8 1x1 conv, float in and out: the host runtime's tcc_conv_q8)
+    cpu.conv_q8_dw(x, W, w_zero_point, scale, [b_q8], w_dw, [bias], [residual])
+                                         {q8_has_bias, q8_sx, ..., and the depthwise conv's}
+                                         (a cpu.conv_q8 read only by a depthwise conv: its output never stored)
     cpu.gemm(a, b, [c], [residual])      {trans_a, trans_b, alpha, beta, bias_mode, act, ...}
     cpu.matmul(a, b, [bias], [residual]) {alpha, bias_mode, act, ...}   (batched, broadcasting)
                                          {[a_view, b_view, c_view]: a transposed operand or result
@@ -37,6 +40,7 @@ ops become one cpu.elementwise (one pass over memory); a LayerNormalization
 of a single-use Softmax over the same rows takes it in (softmax = 1); a
 pointwise conv read only by a depthwise one becomes one cpu.conv_pw_dw (the
 expanded tensor of an inverted residual block never reaches memory), and
+a cpu.conv_q8 read only by a depthwise conv one cpu.conv_q8_dw, and
 a depthwise conv left alone and read only by a pointwise one, one
 cpu.conv_dw_pw (in bands of rows: each thread reads back what it computed);
 a Transpose between a MatMul and its operand or result (attention's heads)
@@ -65,7 +69,7 @@ def dialect():
     def op(name, regions=0, traits=frozenset({PURE})):
         return OpDef(name, [OperandDef("inputs", "variadic")], [OperandDef("result")], traits=traits,
                      num_regions=regions)
-    ops = [op(f"cpu.{n}") for n in ("conv", "conv_pw_dw", "conv_dw_pw", "conv_q8", "gemm", "matmul", "maxpool",
+    ops = [op(f"cpu.{n}") for n in ("conv", "conv_pw_dw", "conv_dw_pw", "conv_q8", "conv_q8_dw", "gemm", "matmul", "maxpool",
                                      "avgpool", "global_avgpool", "softmax", "layernorm", "transpose", "reshape",
                                      "rnn", "strided", "concat")]
     ops.append(op("cpu.elementwise", 1, frozenset({PURE, ISOLATED})))
@@ -479,6 +483,26 @@ class Lowering:
             self._replace_simple(pw, "cpu.conv_dw_pw", list(dw.operands) + list(pw.operands[1:]), attrs)
             dw.erase()
 
+    def fuse_q8_dw(self):
+        """A cpu.conv_q8 (int8 1x1, stride 1) read only by a depthwise cpu.conv
+        -> one cpu.conv_q8_dw: the expanded tensor of a quantized inverted
+        residual block never reaches memory, as with cpu.conv_pw_dw."""
+        for dw in list(self.block.ops):
+            if dw.name != "cpu.conv" or dw.parent is None:
+                continue
+            x = dw.operands[0]
+            q = getattr(x, "op", None)
+            if q is None or q.name != "cpu.conv_q8" or len(x.uses) != 1 or not self._fusable_dw(dw):
+                continue
+            xin = q.operands[0].type.shape
+            if list(q.get_attr("strides")) != [1, 1] or any(q.get_attr("pads")) or \
+                    xin[2] * xin[3] > self.PW_DW_MAX_PLANE:
+                continue
+            attrs = dict(dw.attributes)
+            attrs.update({"q8_" + k: v for k, v in q.attributes.items()})
+            self._replace_simple(dw, "cpu.conv_q8_dw", list(q.operands) + list(dw.operands[1:]), attrs)
+            q.erase()
+
     @staticmethod
     def _const(v):
         p = getattr(v, "op", None)
@@ -806,6 +830,7 @@ class Lowering:
                 self.lower_matmul(op)
         self.fuse_pw_dw()  # first: it keeps the larger tensor (a stride-2 depthwise input) out of memory
         self.fuse_dw_pw()
+        self.fuse_q8_dw()
         left = []
         for op in list(self.block.ops):
             n = op.name

@@ -308,10 +308,11 @@ class QdqConvToInteger(_QdqToInteger):
     (ConvInteger has no kernel for them)."""
     op_name = "onnx.Conv"
 
-    def __init__(self, module, max_positions=0, min_depth=0):
+    def __init__(self, module, max_positions=0, min_depth=0, pw_min_depth=-1):
         super().__init__(module)
         self.max_positions = max_positions
         self.min_depth = min_depth
+        self.pw_min_depth = min_depth if pw_min_depth < 0 else pw_min_depth
 
     def match_and_rewrite(self, op, rw):
         y = op.results[0]
@@ -321,7 +322,8 @@ class QdqConvToInteger(_QdqToInteger):
         if act is None or not isinstance(op.operands[1].type, TensorType) or op.operands[1].type.rank != 4:
             return False
         m = op.operands[1].type.shape[0]
-        if int(np.prod(op.operands[1].type.shape[1:], dtype=np.int64)) < self.min_depth:
+        floor = self.pw_min_depth if _pointwise(op) else self.min_depth
+        if int(np.prod(op.operands[1].type.shape[1:], dtype=np.int64)) < floor:
             return False
         n = _positions(op) if self.max_positions else 0
         if n is None or n > self.max_positions:
@@ -335,6 +337,13 @@ class QdqConvToInteger(_QdqToInteger):
                                                                   "pads", "strides")}
         scale = (np.float32(s_x) * s_w).reshape((m, 1, 1) if s_w.size != 1 else ())
         return self.replace(rw, op, "onnx.ConvInteger", q, w, z_x, z_w, attrs, scale, bias)
+
+
+def _pointwise(op):
+    """Whether a Conv is 1x1 of stride 1 without pads."""
+    w = op.operands[1].type
+    return (tuple(w.shape[2:]) == (1, 1) and all(s == 1 for s in (op.get_attr("strides") or [1, 1]))
+            and not any(op.get_attr("pads") or []))
 
 
 def _positions(op):
@@ -351,10 +360,12 @@ class QdqToIntegerPass(Pass):
                "conv-max-positions": (int, 0, "only Convs of at most this many output positions a channel "
                                               "(0: any; driver: 784 on AVX2 CPUs, see AVX2_CONV_POSITIONS)", 0),
                "conv-min-depth": (int, 0, "only Convs of at least this many products an output, C / group x KH x KW "
-                                          "(driver: MIN_CONV_DEPTH)", 0)}
+                                          "(driver: MIN_CONV_DEPTH)", 0),
+               "pw-min-depth": (int, -1, "the same for 1x1 Convs of stride 1 without pads (-1: conv-min-depth's; "
+                                         "driver: 0 where the cpu accelerator fuses them with a depthwise one)", -1)}
 
     def run(self, module, ctx):
         patterns = [QdqMatMulToInteger(module), QdqGemmToInteger(module)]
         if self.convs:
-            patterns.append(QdqConvToInteger(module, self.conv_max_positions, self.conv_min_depth))
+            patterns.append(QdqConvToInteger(module, self.conv_max_positions, self.conv_min_depth, self.pw_min_depth))
         apply_patterns_greedily(ctx, module, patterns)

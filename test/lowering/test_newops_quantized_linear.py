@@ -524,15 +524,16 @@ def test_vnni_bytes_are_exact_on_every_path(run_isa, adt, M, K, N, monkeypatch):
 @pytest.mark.parametrize("features,isa,want", [
     ({"avx2", "avxvnni"}, "", (True, {"matmul", "conv"}, 2)),  # Intel Alder Lake on, Xeon 6 E-cores
     ({"avx2", "avxvnni"}, "avx2", (False, {"matmul", "small-conv"}, 3)),  # TCC_CPU_ISA=avx2: an AMD Zen 3
-    ({"avx2", "avx512bw", "avx512vnni", "avxvnni"}, "", (True, {"matmul", "conv"}, 2)),
-    ({"avx2", "avx512bw", "avx512vnni"}, "avx512", (True, {"matmul", "conv"}, 2)),
+    ({"avx2", "avx512bw", "avx512vnni", "avxvnni"}, "", (True, {"matmul", "conv", "pw-dw"}, 2)),
+    ({"avx2", "avx512bw", "avx512vnni"}, "avx512", (True, {"matmul", "conv", "pw-dw"}, 2)),
     ({"avx2"}, "", (False, {"matmul", "small-conv"}, 3)),
     ({"avx2", "avxvnni"}, "generic", (False, set(), 1))])
 def test_vnni_bytes_where_the_target_has_vpdpbusd(monkeypatch, features, isa, want):
     """Weights are packed as VNNI bytes (layout 2), and QDQ convolutions of
     every size go to integers, where the target has vpdpbusd in either form
     (AVX-512 VNNI, or AVX-VNNI on ymm) and TCC_CPU_ISA does not ask for
-    less; else the pair-safe bytes for AVX2 (3) or int16 pairs (1). The
+    less; else the pair-safe bytes for AVX2 (3) or int16 pairs (1). With
+    AVX-512 VNNI the 1x1s of any depth too ("pw-dw": cpu.conv_q8_dw). The
     target's CPUID features are stood in for."""
     from tcc.dialects.conversions.graph_to_loop.quantization import quantized_linear as ql
     from tcc.dialects.conversions.loop_to_native import target

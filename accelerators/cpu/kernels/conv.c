@@ -17,6 +17,8 @@
  * phase table fall back to im2col + GEMM. Constant weights on AVX-512 are
  * packed at compile time for conv_ocv.c instead (output channels in the
  * lanes), except pointwise and depthwise convolutions. */
+#include <stdatomic.h>
+
 #include "conv_vec.h"
 
 #if defined(__AVX512F__)
@@ -587,6 +589,30 @@ void tcc_cpu_conv2d_pw_dw(const tcc_conv_params *pp, const float *x, const float
     const cv_ep ep = resolve_ep(epp), ed = resolve_ep(epd);
     prepare_dw(&d, &l, off, pd, wd, &ed);
     cv_pointwise_depthwise(pp, x, wp, &ep, &d, y);
+}
+
+static _Atomic int g_q8dw_apart;
+int tcc_cpu_conv2d_q8_dw_apart(int on) {
+    return atomic_exchange(&g_q8dw_apart, on);
+}
+
+void tcc_cpu_conv2d_q8_dw(const int64_t *p, const float *qp, const float *x, const void *wq, const float *scale,
+                          const float *bias, const tcc_conv_params *pd, const float *wd, float *y,
+                          const tcc_epilogue *epd, tcc_conv_q8_fn q8) {
+    const cv_ep ed = resolve_ep(epd);
+    if (!g_q8dw_apart && cv_q8dw(p, qp, x, wq, scale, bias, pd, wd, &ed, y)) return;
+    /* apart: a CPU without VNNI running an artifact built on one, another build */
+    const size_t mid = (size_t)(pd->n * pd->c * pd->h * pd->w), sc = tcc_cpu_conv2d_scratch(pd);
+    float *t = malloc(mid * sizeof(float)), *s = sc ? malloc(sc * sizeof(float)) : NULL;
+    if (!t || (sc && !s)) abort();
+    q8(p, qp, t, x, wq, scale, bias);
+    tcc_cpu_conv2d(pd, t, wd, y, s, epd);
+    free(s);
+    free(t);
+}
+
+const char *tcc_cpu_conv2d_q8_dw_path(const int64_t *p, const tcc_conv_params *pd) {
+    return !g_q8dw_apart && cv_q8dw_takes(p, pd) ? "fused-vnni" : "apart";
 }
 
 void tcc_cpu_conv2d_dw_pw(const tcc_conv_params *pd, const float *x, const float *wd, const tcc_epilogue *epd,

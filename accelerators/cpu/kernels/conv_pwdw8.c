@@ -75,9 +75,25 @@ typedef struct {
     const int *ptab, *dtab;   /* per input / output position: its offset in a block (a pointwise store, a
                                * depthwise tile's tap 0), the last repeated to whole tiles; built once per
                                * call (a division per tile cost as much as a 14x14 tile's multiply-adds) */
+    const struct q8_part *q8; /* tcc_cpu_conv2d_q8_dw: the pointwise part in int8 (NULL: f32) */
 } p8_job;
 
 typedef __m256 v8f;
+
+/* tcc_cpu_conv2d_q8_dw's pointwise part: tcc_conv_q8's int8 1x1 (gemm_int.c)
+ * with its arguments. qp's fields as gemm_int.c's QP_ enum. */
+enum { Q8_SX, Q8_ZX, Q8_LO, Q8_HI, Q8_ACT, Q8_ACT_S, Q8_ACT_LO };
+struct q8_part {
+    const float *qp;
+    const int32_t *wq;  /* tcc_conv_q8's packed weights: per panel of 32 output channels [KQ][32] words of 4 */
+    const int32_t *init; /* per output channel, whole panels: -za * its column sum (mod 2^32) */
+    const float *scale, *bias; /* per output channel, whole panels (zero past M) */
+    int has_bias;
+    uint32_t *xi;       /* the images quantized: [N][KQ4][PP] words of 4 channels' bytes */
+    const float *fx;    /* the float images being quantized [N][C][P] */
+    long KQ, KQ4, PP;
+    uint32_t flip;      /* 0x80 where x is signed: moved up by 128 for vpdpbusd's unsigned operand */
+};
 
 /* A depthwise tile's multiply-adds into acc[DWN] (vectors of type VT):
  * DWN output positions from dt (offsets in the padded buffer buf), taps wt.
@@ -309,6 +325,120 @@ P16_DW(p16_dw_3x3_silu, 9, TCC_ACT_SILU)
 P16_DW(p16_dw_3x3_act, 9, j->ed->act)
 P16_DW(p16_dw_any, j->pd->kh * j->pd->kw, j->ed->act)
 
+/* ---- the pointwise part in int8: AVX-512 VNNI (tcc_cpu_conv2d_q8_dw) ---- */
+#define Q8_TARGET "avx512f,avx512bw,avx512vnni"
+#define Q8_M 12582912.f /* qdq.ROUND_SHIFT: x + M rounds x half to even for |x| < 2^22 */
+
+/* Rows [b, e) of the quantized images: QuantizeLinear's bytes as tcc_conv_q8
+ * computes them (x / s + M + z clamped to [M + qmin, M + qmax], NaN to the
+ * low end, the sum's low mantissa bits), 4 channels a word, 16 positions
+ * at a time */
+__attribute__((target(Q8_TARGET))) static void q8_quantize_rows(void *arg, long b, long e) {
+    const p8_job *j = arg;
+    const struct q8_part *z = j->q8;
+    const long P = j->P, C = j->C;
+    const float *qp = z->qp;
+    const __m512 vs = _mm512_set1_ps(qp[Q8_SX]), vm = _mm512_set1_ps(Q8_M), vz = _mm512_set1_ps(qp[Q8_ZX]);
+    const __m512 vlo = _mm512_set1_ps(qp[Q8_LO]), vhi = _mm512_set1_ps(qp[Q8_HI]);
+    const __m512i byte = _mm512_set1_epi32(0xFF), flip = _mm512_set1_epi32((int)z->flip);
+    for (long r = b; r < e; r++) { /* r: image r / KQ4, its channels 4 (r % KQ4).. */
+        const long kq = r % z->KQ4, img = r / z->KQ4;
+        const float *src[4];
+        for (int i = 0; i < 4; i++) src[i] = 4 * kq + i < C ? z->fx + (img * C + 4 * kq + i) * P : NULL;
+        uint32_t *d = z->xi + r * z->PP;
+        for (long q = 0; q < P; q += 16) {
+            const __mmask16 k = P - q >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (P - q)) - 1);
+            __m512i w = _mm512_setzero_si512();
+            for (int i = 0; i < 4; i++) {
+                if (!src[i]) continue;
+                __m512 t = _mm512_add_ps(_mm512_add_ps(_mm512_div_ps(_mm512_maskz_loadu_ps(k, src[i] + q), vs), vm), vz);
+                t = _mm512_min_ps(_mm512_max_ps(t, vlo), vhi); /* max: NaN -> lo */
+                const __m512i v = _mm512_xor_si512(_mm512_and_si512(_mm512_castps_si512(t), byte), flip);
+                w = _mm512_or_si512(w, _mm512_slli_epi32(v, 8 * i));
+            }
+            _mm512_storeu_si512((void *)(d + q), w); /* PP: whole vectors */
+        }
+    }
+}
+
+/* vpdpbusd through asm (a: unsigned bytes, b: signed), as gemm_int.c's: with
+ * GCC 12's intrinsic the accumulators went to the stack and back every step
+ * (its accumulator not tied to its result) */
+__attribute__((target(Q8_TARGET), always_inline)) static inline __m512i q8_dpbusd(__m512i c, __m512i a, __m512i b) {
+    __asm__("vpdpbusd %2, %1, %0" : "+v"(c) : "v"(a), "v"(b));
+    return c;
+}
+
+/* 16 output channels' sums as tcc_conv_q8's stores make them: Cast, Mul by
+ * the scale, [Add the bias], [the pair], op by op in f32 (the empty asm:
+ * no FMA of the product and the bias) */
+__attribute__((target(Q8_TARGET), always_inline)) static inline __m512 q8_requant(const struct q8_part *z, __m512i acc,
+                                                                                   __m512 sc, __m512 bi) {
+    __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(acc), sc);
+    if (z->has_bias) {
+        __asm__("" : "+v"(f));
+        f = _mm512_add_ps(f, bi);
+    }
+    if (z->qp[Q8_ACT] != 0.f) {
+        const __m512 s = _mm512_set1_ps(z->qp[Q8_ACT_S]), big = _mm512_set1_ps(Q8_M);
+        const __m512 lo = _mm512_set1_ps(z->qp[Q8_ACT_LO]), hi = _mm512_add_ps(lo, _mm512_set1_ps(255.f));
+        __m512 t = _mm512_add_ps(_mm512_div_ps(f, s), big);
+        t = _mm512_min_ps(_mm512_max_ps(t, lo), hi); /* max: NaN -> lo */
+        f = _mm512_mul_ps(_mm512_sub_ps(t, big), s);
+    }
+    return f;
+}
+
+/* Positions [q, q + N) of the item's 32 channels (panel `quad` of the packed
+ * weights: two vectors of 16 channels' 4-byte words per 4 input channels)
+ * into buf: as p16_pw_tile, a broadcast word of the image's 4 channels per
+ * position and vpdpbusd in place of the FMAs, a quarter of the steps. */
+__attribute__((target(Q8_TARGET), always_inline)) static inline void q16_pw_tile(const p8_job *j, long quad,
+                                                                                const uint32_t *xi, long q, const int N,
+                                                                                float *buf, const int both) {
+    const struct q8_part *z = j->q8;
+    const long blkf = j->Hp * j->Wp * CB, m0 = quad * 32;
+    const int32_t *w = z->wq + quad * z->KQ * 32;
+    const uint32_t *xq = xi + q; /* this image's */
+    const __m512i i0 = _mm512_loadu_si512(z->init + m0), i1 = _mm512_loadu_si512(z->init + m0 + 16);
+    __m512i a[PWN], b[PWN];
+#pragma GCC unroll 12
+    for (int i = 0; i < N; i++) a[i] = i0, b[i] = i1;
+    for (long kq = 0; kq < z->KQ4; kq++, w += 32, xq += z->PP) {
+        const __m512i u = _mm512_loadu_si512(w), v = both ? _mm512_loadu_si512(w + 16) : u;
+#pragma GCC unroll 12
+        for (int i = 0; i < N; i++) {
+            const __m512i xb = _mm512_set1_epi32((int)xq[i]);
+            a[i] = q8_dpbusd(a[i], xb, u);
+            if (both) b[i] = q8_dpbusd(b[i], xb, v);
+        }
+    }
+    const __m512 s0 = _mm512_loadu_ps(z->scale + m0), s1 = _mm512_loadu_ps(z->scale + m0 + 16);
+    const __m512 c0 = _mm512_loadu_ps(z->bias + m0), c1 = _mm512_loadu_ps(z->bias + m0 + 16);
+    const int *pt = j->ptab + q;
+#pragma GCC unroll 12
+    for (int i = 0; i < N; i++) {
+        _mm512_store_ps(buf + pt[i], q8_requant(z, a[i], s0, c0));
+        if (both) _mm512_store_ps(buf + blkf + pt[i], q8_requant(z, b[i], s1, c1));
+    }
+}
+typedef void (*q16_pw_fn)(const p8_job *, long, const uint32_t *, long, float *);
+#define Q16_PW(N)                                                                                              \
+    __attribute__((target(Q8_TARGET), noinline)) static void q16_pw_##N(const p8_job *j, long quad,             \
+                                                                         const uint32_t *xi, long q, float *buf) { \
+        q16_pw_tile(j, quad, xi, q, N, buf, 1);                                                                \
+    }                                                                                                          \
+    __attribute__((target(Q8_TARGET), noinline)) static void q16_pw1_##N(const p8_job *j, long quad,            \
+                                                                          const uint32_t *xi, long q, float *buf) { \
+        q16_pw_tile(j, quad, xi, q, N, buf, 0);                                                                \
+    }
+Q16_PW(1) Q16_PW(2) Q16_PW(3) Q16_PW(4) Q16_PW(5) Q16_PW(6) Q16_PW(7) Q16_PW(8) Q16_PW(9) Q16_PW(10) Q16_PW(11)
+Q16_PW(12)
+static const q16_pw_fn q16_pw[2][PWN + 1] = {
+    {NULL, q16_pw1_1, q16_pw1_2, q16_pw1_3, q16_pw1_4, q16_pw1_5, q16_pw1_6, q16_pw1_7, q16_pw1_8, q16_pw1_9,
+     q16_pw1_10, q16_pw1_11, q16_pw1_12},
+    {NULL, q16_pw_1, q16_pw_2, q16_pw_3, q16_pw_4, q16_pw_5, q16_pw_6, q16_pw_7, q16_pw_8, q16_pw_9, q16_pw_10,
+     q16_pw_11, q16_pw_12}};
 #endif
 
 /* Zeroes what is not the plane's interior in a block of the padded buffer. */
@@ -420,7 +550,7 @@ static void p8_task(void *arg, long b, long e) {
     const tcc_conv_params *pd = j->pd;
     const long T = pd->kh * pd->kw, C = j->C, P = j->P, M = j->M, blkf = j->Hp * j->Wp * CB;
     float *buf = cv_tls_buffer(2, (size_t)(2 * blkf));
-    float *wi = cv_tls_buffer(4, (size_t)(C * 2 * CB));
+    float *wi = j->q8 ? NULL : cv_tls_buffer(4, (size_t)(C * 2 * CB));
     p8_zero_borders(j, buf, blkf);
     for (long it = b; it < e; it++) {
         /* band-major: a thread's range is one band of every item (its
@@ -435,12 +565,20 @@ static void p8_task(void *arg, long b, long e) {
         long r0 = o0 * pd->sh - pd->pt, r1 = (o1 - 1) * pd->sh + (pd->kh - 1) * pd->dh - pd->pt + 1; /* input rows */
         r0 = r0 < 0 ? 0 : r0;
         r1 = r1 > j->H ? j->H : r1;
+        const long m0 = blk0 * PR;
+        const int both = blk0 + 2 < j->nblk;
+        if (j->q8) {
+            long q = r0 * j->W;
+            const long qe = r1 * j->W;
+            const uint32_t *xi = j->q8->xi + img * j->q8->KQ4 * j->q8->PP;
+            for (; q + PWN <= qe; q += PWN) q16_pw[both][PWN](j, quad, xi, q, buf);
+            if (q < qe) q16_pw[both][qe - q](j, quad, xi, q, buf);
+        } else {
         const float *x = j->x + img * C * P;
         for (int k = 0; k < 4; k++) { /* blocks past the last: the first again, computed, never stored */
             const float *w = j->wp + (blk0 + k < j->nblk ? blk0 + k : blk0) * C * PR;
             for (long c = 0; c < C; c++) memcpy(wi + c * 2 * CB + k * PR, w + c * PR, PR * sizeof(float));
         }
-        const long m0 = blk0 * PR;
         float bb[2 * CB] __attribute__((aligned(64)));
         for (int i = 0; i < 2 * CB; i++) bb[i] = m0 + i < M ? cv_bias(j->e, m0 + i) : 0.f;
         const vf bias0 = v_ld(bb), bias1 = v_ld(bb + CB);
@@ -451,11 +589,11 @@ static void p8_task(void *arg, long b, long e) {
         const float *pfe = pf ? j->wp + (4 * nquad + 4 < j->nblk ? 4 * nquad + 4 : j->nblk) * C * PR : NULL;
         long q = r0 * j->W;
         const long qe = r1 * j->W;
-        const int both = blk0 + 2 < j->nblk;
         const p16_pw_fn full = p16_pw[both][PWN];
         for (; q + PWN <= qe; q += PWN, pf = pf && pf + C * 16 < pfe ? pf + C * 16 : NULL)
             full(j, x, wi, q, buf, bias0, bias1, pf);
         if (q < qe) p16_pw[both][qe - q](j, x, wi, q, buf, bias0, bias1, pf);
+        }
         for (int h = 0; h < 2; h++) {
             const long mh = m0 + h * CB;
             if (mh >= M) break;
@@ -537,15 +675,12 @@ static int p8_init(p8_job *j, const tcc_conv_params *p, const tcc_conv_params *p
     return 1;
 }
 
-int cv_pwdw8(const tcc_conv_params *p, const float *x, const float *wp, const cv_ep *e, const tcc_conv_params *pd,
-             const float *wd, const cv_ep *ed, float *y) {
-    p8_job j;
-    if (!p8_init(&j, p, pd, e, ed, cv_pool_width())) return 0;
-    j.x = x;
-    j.wp = wp;
+/* The pair's call once j is set up (p8_init, and the pointwise part's). */
+static int cv_pwdw8_run(p8_job *jp, const tcc_conv_params *p, const float *wd, float *y) {
+    p8_job j = *jp;
     j.wd = wd;
     j.y = y;
-    const tcc_conv_params *q = pd;
+    const tcc_conv_params *q = j.pd;
     /* a depthwise tile reads DWN entries from its first position, which a
      * band of rows (AVX-512) starts anywhere: DWN more, the last repeated */
     const long np = (j.P + PWN - 1) / PWN * PWN, nd = (j.OHW + DWN - 1) / DWN * DWN + DWN;
@@ -565,10 +700,79 @@ int cv_pwdw8(const tcc_conv_params *p, const float *x, const float *wp, const cv
     return 1;
 }
 
+int cv_pwdw8(const tcc_conv_params *p, const float *x, const float *wp, const cv_ep *e, const tcc_conv_params *pd,
+             const float *wd, const cv_ep *ed, float *y) {
+    p8_job j;
+    if (!p8_init(&j, p, pd, e, ed, cv_pool_width())) return 0;
+    j.x = x;
+    j.wp = wp;
+    return cv_pwdw8_run(&j, p, wd, y);
+}
+
 int cv_pwdw8_takes(const tcc_conv_params *p, const tcc_conv_params *pd) {
     static const cv_ep none = {NULL, 1.f, 0, NULL, TCC_ACT_NONE, 0.f, 0.f};
     p8_job j;
     return p8_init(&j, p, pd, &none, &none, cv_pool_width());
+}
+
+/* tcc_conv_q8's p as the pointwise tcc_conv_params, where this kernel takes
+ * it: a 1x1 of stride 1 without pads, weights packed for VNNI (layout 2),
+ * and the AVX-512 build on a CPU with VNNI. gemm_int.c's CI_ order. */
+static int q8_params(const int64_t *p, tcc_conv_params *pp) {
+#if CB == 16
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx512vnni") || !__builtin_cpu_supports("avx512bw")) return 0;
+    if (p[5] != 1 || p[6] != 1 || p[9] != 1 || p[10] != 1 || p[11] != 0 || p[12] != 0 || p[19] != 2) return 0;
+    const tcc_conv_params q = {p[0], p[1], p[2], p[3], p[4], 1, 1, p[2], p[3], 1, 1, 1, 1, 0, 0, 0, 0, 1};
+    *pp = q;
+    return 1;
+#else
+    (void)p, (void)pp;
+    return 0;
+#endif
+}
+
+int cv_q8dw_takes(const int64_t *p, const tcc_conv_params *pd) {
+    static const cv_ep none = {NULL, 1.f, 0, NULL, TCC_ACT_NONE, 0.f, 0.f};
+    tcc_conv_params pp;
+    p8_job j;
+    return q8_params(p, &pp) && p8_init(&j, &pp, pd, &none, &none, cv_pool_width());
+}
+
+int cv_q8dw(const int64_t *p, const float *qp, const float *x, const void *wq, const float *scale, const float *bias,
+            const tcc_conv_params *pd, const float *wd, const cv_ep *ed, float *y) {
+#if CB == 16
+    static const cv_ep none = {NULL, 1.f, 0, NULL, TCC_ACT_NONE, 0.f, 0.f};
+    tcc_conv_params pp;
+    p8_job j;
+    if (!q8_params(p, &pp) || !p8_init(&j, &pp, pd, &none, ed, cv_pool_width())) return 0;
+    struct q8_part z = {.qp = qp, .wq = wq, .has_bias = bias != NULL, .fx = x, .flip = p[15] ? 0x80u : 0u};
+    const long C = pp.c, M = pp.m, P = j.P, npan = (M + 31) / 32;
+    z.KQ4 = (C + 3) / 4;
+    z.KQ = (z.KQ4 + 15) / 16 * 16; /* pack_u8s8's */
+    z.PP = (P + 15) / 16 * 16;
+    const int32_t *colsum = z.wq + npan * z.KQ * 32;
+    /* the caller's buffer 0 (no task of this call uses it): per channel the
+     * sums' start, scale and bias (whole panels), then the quantized images */
+    float *t = cv_tls_buffer(0, (size_t)(3 * npan * 32 + pp.n * z.KQ4 * z.PP));
+    if (!t) abort();
+    int32_t *init = (int32_t *)t;
+    float *sc = t + npan * 32, *bi = sc + npan * 32;
+    const uint32_t za = (uint32_t)(int32_t)qp[Q8_ZX] + (p[15] ? 128u : 0u);
+    for (long m = 0; m < npan * 32; m++) {
+        init[m] = (int32_t)(0u - za * (uint32_t)colsum[m]);
+        sc[m] = m < M ? scale[m] : 0.f;
+        bi[m] = bias && m < M ? bias[m] : 0.f;
+    }
+    z.init = init, z.scale = sc, z.bias = bi;
+    z.xi = (uint32_t *)(bi + npan * 32);
+    j.q8 = &z;
+    tcc_cpu_parallel_for(pp.n * z.KQ4, 1, q8_quantize_rows, &j);
+    return cv_pwdw8_run(&j, &pp, wd, y);
+#else
+    (void)p, (void)qp, (void)x, (void)wq, (void)scale, (void)bias, (void)pd, (void)wd, (void)ed, (void)y;
+    return 0;
+#endif
 }
 #else
 int cv_pwdw8(const tcc_conv_params *p, const float *x, const float *wp, const cv_ep *e, const tcc_conv_params *pd,
@@ -578,6 +782,15 @@ int cv_pwdw8(const tcc_conv_params *p, const float *x, const float *wp, const cv
 }
 int cv_pwdw8_takes(const tcc_conv_params *p, const tcc_conv_params *pd) {
     (void)p, (void)pd;
+    return 0;
+}
+int cv_q8dw_takes(const int64_t *p, const tcc_conv_params *pd) {
+    (void)p, (void)pd;
+    return 0;
+}
+int cv_q8dw(const int64_t *p, const float *qp, const float *x, const void *wq, const float *scale, const float *bias,
+            const tcc_conv_params *pd, const float *wd, const cv_ep *ed, float *y) {
+    (void)p, (void)qp, (void)x, (void)wq, (void)scale, (void)bias, (void)pd, (void)wd, (void)ed, (void)y;
     return 0;
 }
 #endif

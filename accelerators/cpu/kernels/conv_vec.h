@@ -302,6 +302,11 @@ void cv_pointwise_depthwise(const tcc_conv_params *p, const float *x, const floa
 int cv_pwdw8(const tcc_conv_params *p, const float *x, const float *wp, const cv_ep *e, const tcc_conv_params *pd,
              const float *wd, const cv_ep *ed, float *y) CV_HIDDEN;
 int cv_pwdw8_takes(const tcc_conv_params *p, const tcc_conv_params *pd) CV_HIDDEN;
+/* tcc_cpu_conv2d_q8_dw's fused kernel (conv_pwdw8.c): 0 where this build or
+ * CPU has none for the pair (AVX-512 VNNI only) */
+int cv_q8dw(const int64_t *p, const float *qp, const float *x, const void *wq, const float *scale, const float *bias,
+            const tcc_conv_params *pd, const float *wd, const cv_ep *ed, float *y) CV_HIDDEN;
+int cv_q8dw_takes(const int64_t *p, const tcc_conv_params *pd) CV_HIDDEN;
 /* A depthwise convolution dw of x fused with the pointwise convolution pq
  * (weights packed as pw's) that reads its output (tcc_cpu_conv2d_dw_pw). */
 void cv_depthwise_pointwise(const cv_dw *dw, const float *x, const tcc_conv_params *pq, const float *wq,

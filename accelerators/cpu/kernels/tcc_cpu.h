@@ -151,6 +151,24 @@ void tcc_cpu_conv2d_pw_dw(const tcc_conv_params *pp, const float *x, const float
  * "blocked8" (AVX2: the expanded channels in the lanes, conv_pwdw8.c) or
  * "planes" (plane by plane, conv_pw.c). For the tests. */
 const char *tcc_cpu_conv2d_pw_dw_path(const tcc_conv_params *pp, const tcc_conv_params *pd);
+/* cpu.conv_q8_dw: tcc_conv_q8's int8 1x1 convolution (its p, qp, packed
+ * weights wq, scale and bias; declared below) whose float output only the
+ * depthwise convolution pd (as above) reads: y = dw(conv_q8(x)), the
+ * pointwise output never stored. The AVX-512 build on a CPU with VNNI
+ * fuses them as tcc_cpu_conv2d_pw_dw does; elsewhere `q8` (tcc_conv_q8,
+ * passed by the generated code: this library does not link the host
+ * runtime) writes the pointwise output into a buffer the depthwise
+ * convolution then reads. */
+typedef void (*tcc_conv_q8_fn)(const int64_t *p, const float *qp, float *Y, const float *X, const void *Wp,
+                               const float *scale, const float *bias);
+void tcc_cpu_conv2d_q8_dw(const int64_t *p, const float *qp, const float *x, const void *wq, const float *scale,
+                          const float *bias, const tcc_conv_params *pd, const float *wd, float *y,
+                          const tcc_epilogue *epd, tcc_conv_q8_fn q8);
+/* "fused-vnni" or "apart": how tcc_cpu_conv2d_q8_dw runs (p, pd) here; with
+ * tcc_cpu_conv2d_q8_dw_apart(1) always apart, as on a CPU without VNNI
+ * (returns the setting it replaces). For the tests. */
+const char *tcc_cpu_conv2d_q8_dw_path(const int64_t *p, const tcc_conv_params *pd);
+int tcc_cpu_conv2d_q8_dw_apart(int on);
 /* A depthwise convolution pd (as above; no residual in epd) whose output
  * only the pointwise convolution pq (weights packed as tcc_cpu_conv2d_pw's)
  * reads: y = pw(dw(x)), the depthwise output never stored. */

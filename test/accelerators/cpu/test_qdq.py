@@ -201,8 +201,9 @@ def _integer_path(monkeypatch, isa, kind="matmul"):
     monkeypatch.setattr(qdq, "MIN_MACS", 0)
     kinds = integer_qdq_kinds()
     # the rule itself, spelled out against the CPU's features
-    assert kinds == ({"matmul", "conv"} if vnni_target() else
-                     {"matmul", "small-conv"} if isa != "generic" and "avx2" in host_features() else set())
+    avx512vnni = {"avx512vnni", "avx512bw"} <= host_features() and isa in ("", "avx512")
+    assert kinds == ({"matmul", "conv", "pw-dw"} if vnni_target() and avx512vnni else {"matmul", "conv"} if vnni_target()
+                     else {"matmul", "small-conv"} if isa != "generic" and "avx2" in host_features() else set())
     return kind in kinds
 
 
@@ -629,3 +630,129 @@ def test_pointwise_qdq_conv_runs_in_the_cpu_partition(monkeypatch, run_isa, qtyp
     assert path == want_path or (run_isa == "" and "amx-int8" in f), (run_isa, path)  # AMX: its tiles
     mismatch = np.flatnonzero(_bits(got) != _bits(want))
     assert mismatch.size == 0, (mismatch.size, got.ravel()[mismatch[:5]], want.ravel()[mismatch[:5]])
+
+
+@pytest.mark.parametrize("run", ["fused", "apart", "avx2-build"])
+@pytest.mark.parametrize("qtype,bias,pair,c,m,hw,stride,scales", [
+    ("uint8", True, True, 24, 96, (14, 14), 2, "pow2"),    # a shallow expansion: qdq's pw-min-depth
+    ("int8", False, True, 66, 144, (9, 11), 1, "ties"),    # 4.5 panels of 32: the last item's second half unused
+    ("uint8", True, False, 70, 37, (12, 20), 1, "random"),  # no pair between: the depthwise input any f32
+    ("int8", True, True, 130, 200, (7, 7), 2, "random")])
+def test_qdq_expansion_and_depthwise_run_fused(monkeypatch, run, qtype, bias, pair, c, m, hw, stride, scales):
+    """A QDQ 1x1 Conv read only by a depthwise Conv (a quantized inverted
+    residual block's expansion) becomes one cpu.conv_q8_dw: on the AVX-512
+    build with VNNI the int8 sums are requantized into the depthwise
+    kernel's buffer (conv_pwdw8.c), the expanded tensor never stored;
+    "apart" forces tcc_conv_q8 into a buffer and the depthwise kernel after
+    it (a CPU without VNNI), and the AVX2 build runs them apart through
+    scratch. Two images, channel counts off the panels' multiples. The
+    pointwise part bit for bit as numpy's f32 ops in the rewrite's order,
+    and so the whole output: with the pair's scale a power of two the
+    depthwise sums of its outputs with small integer weights are exact in
+    any order; with another scale each channel's depthwise kernel has one
+    tap, a power of two (no sum to order). "ties": the pair's scale 3 x 2^-6
+    and the pointwise scale 3 x 2^-13 (no bias), so a sum of 64 mod 128 is
+    a rounding tie of the pair that a product by its inexact reciprocal
+    misses. Without the pair, to 1e-6 of the largest output."""
+    import ctypes
+
+    from tcc.accelerators.cpu import build
+    from tcc.dialects.conversions.graph_to_loop.quantization import quantized_linear
+    from tcc.dialects.conversions.loop_to_native.target import host_features
+    from tcc.dialects.transforms import qdq
+    isa = "avx2" if run == "avx2-build" else build.best_isa()
+    if isa == "avx2" and "avx2" not in host_features():
+        pytest.skip("this CPU cannot run the avx2 library")
+    monkeypatch.setattr(quantized_linear, "vnni_target", lambda: True)
+    monkeypatch.setattr(quantized_linear, "integer_qdq_kinds", lambda: frozenset({"matmul", "conv", "pw-dw"}))
+    monkeypatch.setattr(qdq, "MIN_MACS", 0)
+    tp, npt = QTYPES[qtype]
+    lo, hi = int(np.iinfo(npt).min), int(np.iinfo(npt).max)
+    w = RNG.integers(-127, 128, (m, c, 1, 1)).astype(np.int8)
+    sx, sw = np.float32(RNG.uniform(0.01, 0.05)), RNG.uniform(0.001, 0.01, m).astype(np.float32)
+    if scales == "ties":
+        sx, sw = np.float32(2.0 ** -5), np.full(m, 3 * 2.0 ** -8, np.float32)
+    zx = int(RNG.integers(lo // 2, hi // 2 + 1))
+    b = RNG.standard_normal(m).astype(np.float32)
+    h, wd = hw
+    x = (RNG.standard_normal((2, c, h, wd)) * 40 * sx).astype(np.float32)
+    x.ravel()[RNG.choice(x.size, 4, replace=False)] = [np.nan, np.inf, -np.inf, 1e30]
+
+    qx = _quantize_np(x, sx, zx, lo, hi)
+    acc = np.einsum("nchw,mc->nmhw", qx - zx, w[:, :, 0, 0].astype(np.int64)).astype(np.int32)
+    scale = (np.float32(sx) * sw).astype(np.float32)
+    f = acc.astype(np.float32) * scale[None, :, None, None]
+    if bias:
+        f = f + b[None, :, None, None]
+    sy = np.float32(np.std(f) / 40)  # the outputs over ~100 steps of the pair
+    if scales == "pow2":
+        sy = np.float32(2.0 ** np.round(np.log2(sy)))
+    elif scales == "ties":
+        sy = np.float32(3 * 2.0 ** -6)
+        assert (acc % 128 == 64).sum() >= 32, "ties of the pair"
+    zy = int(RNG.integers(lo // 4, hi // 4 + 1))
+    mid = _pair_np(f, sy, zy, lo, hi) if pair else f
+    if scales == "pow2" or not pair:
+        wdw = RNG.integers(-4, 5, (m, 1, 3, 3)).astype(np.float32)
+    else:  # one tap a channel: +-2^k at a random place
+        wdw = np.zeros((m, 1, 3, 3), np.float32)
+        tap = RNG.integers(0, 9, m)
+        wdw.reshape(m, 9)[np.arange(m), tap] = RNG.choice([-1, 1], m) * 2.0 ** RNG.integers(-2, 3, m)
+    bdw = (RNG.integers(-50, 50, m) * sy).astype(np.float32)
+    padded = np.pad(mid.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    oh, ow = (h - 1) // stride + 1, (wd - 1) // stride + 1
+    want = np.zeros((2, m, oh, ow)) + bdw[None, :, None, None]
+    for ki in range(3):
+        for kj in range(3):
+            want += padded[:, :, ki:ki + stride * oh:stride, kj:kj + stride * ow:stride] * wdw[None, :, 0, ki, kj,
+                                                                                                  None, None]
+    want = want.astype(np.float32)
+
+    inits = [numpy_helper.from_array(np.asarray(v), nm) for v, nm in
+             [(w, "w"), (sw, "sw"), (np.zeros(m, np.int8), "zw"), (np.asarray(sx), "sx"),
+              (np.asarray(zx, npt), "zx"), (b, "b"), (np.asarray(sy, np.float32), "sy"), (np.asarray(zy, npt), "zy"),
+              (wdw, "wdw"), (bdw, "bdw")]]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["q"]),
+             helper.make_node("DequantizeLinear", ["q", "sx", "zx"], ["d"]),
+             helper.make_node("DequantizeLinear", ["w", "sw", "zw"], ["wd"], axis=0),
+             helper.make_node("Conv", ["d", "wd"] + (["b"] if bias else []), ["c"])]
+    if pair:
+        nodes += [helper.make_node("QuantizeLinear", ["c", "sy", "zy"], ["cq"]),
+                  helper.make_node("DequantizeLinear", ["cq", "sy", "zy"], ["e"])]
+    else:
+        nodes.append(helper.make_node("Identity", ["c"], ["e"]))
+    nodes.append(helper.make_node("Conv", ["e", "wdw", "bdw"], ["y"], group=m, pads=[1, 1, 1, 1],
+                                  strides=[stride, stride]))
+    g = helper.make_graph(nodes, "qdq_pw_dw", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    mdl = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
+    mdl.ir_version = 10
+    sess = tcc.load(tcc.compile(mdl, maccel=["cpu"], cache=False, targets=[f"cpu -isa={isa}"]))
+    assert cpu_steps(sess) and not host_steps(sess), sess.manifest["plan"]
+    src = c_source_of(sess.path)
+    if isa != "avx512" and c < qdq.MIN_CONV_DEPTH:
+        # the driver keeps a shallow expansion float there (the float pair
+        # fused beats the int8 1x1 apart): qdq's pw-min-depth only for avx512
+        assert "tcc_conv_q8(" not in src and src.count("tcc_cpu_conv2d_pw_dw(") == 1, src
+        got = sess.run({"x": x})[0]
+        near = np.abs(got - want) <= 1e-5 * np.abs(want).max()
+        assert np.mean(near) > 0.99, np.mean(near)  # a float sum at a tie of the pair moves a step
+        return
+    assert src.count("tcc_cpu_conv2d_q8_dw(" if isa == "avx512" else "tcc_conv_q8(") == 1, src
+    lib = build.load_kernels(isa)
+    lib.tcc_cpu_conv2d_q8_dw_path.restype = ctypes.c_char_p
+    p = np.array([2, c, h, wd, m, 1, 1, h, wd, 1, 1, 0, 0, 1, 1, int(lo < 0), 1, 1, 0, 2], np.int64)
+    pd = (ctypes.c_long * 18)(2, m, h, wd, m, 3, 3, oh, ow, stride, stride, 1, 1, 1, 1, 1, 1, m)
+    was = lib.tcc_cpu_conv2d_q8_dw_apart(int(run == "apart"))
+    try:
+        path = lib.tcc_cpu_conv2d_q8_dw_path(p.ctypes.data_as(ctypes.c_void_p), pd).decode()
+        got = sess.run({"x": x})[0]
+    finally:
+        lib.tcc_cpu_conv2d_q8_dw_apart(was)
+    fused = run == "fused" and isa == "avx512" and {"avx512vnni", "avx512bw"} <= host_features()
+    assert path == ("fused-vnni" if fused else "apart"), (run, isa, path)
+    if pair:
+        mismatch = np.flatnonzero(_bits(got) != _bits(want))
+        assert mismatch.size == 0, (mismatch.size, got.ravel()[mismatch[:5]], want.ravel()[mismatch[:5]])
+    else:
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-6 * np.abs(want).max())

@@ -117,9 +117,15 @@ def integer_qdq_kinds() -> frozenset:
     mlp_qdq went from 1.85x onnxruntime to 1.45x (vpmaddubsw's pair-safe
     bytes, layout 3: 83-91 GMAC/s, 1.11x); but a 3x3 convolution on
     a large image is Winograd in float, fewer products than any exact int8
-    form. Else (TCC_CPU_ISA=generic, no AVX2) none."""
+    form. Else (TCC_CPU_ISA=generic, no AVX2) none. With AVX-512 VNNI also
+    "pw-dw": the cpu accelerator's AVX-512 build fuses an int8 1x1 with the
+    depthwise convolution after it (cpu.conv_q8_dw), so 1x1s of any depth go
+    to integers (driver: qdq-to-integer's pw-min-depth)."""
     if vnni_target():
-        return frozenset({"matmul", "conv"})
+        import os
+        from ...loop_to_native.target import host_features
+        avx512 = {"avx512vnni", "avx512bw"} <= host_features() and os.environ.get("TCC_CPU_ISA", "") in ("", "avx512")
+        return frozenset({"matmul", "conv", "pw-dw"} if avx512 else {"matmul", "conv"})
     if avx2_bytes_target():
         return frozenset({"matmul", "small-conv"})
     return frozenset()
