@@ -538,6 +538,25 @@ def _quantize_np(x, s, z, lo, hi):
     return np.where(np.isnan(q), lo, np.clip(q, lo, hi)).astype(np.int64)
 
 
+def _qdq_pointwise(w, sw, sx, zx, b, sy, zy, npt, bias, pair, out):
+    """(initializers, nodes) of a QDQ 1x1 Conv of x as quantize_static writes
+    it: x's pair, the weights' DequantizeLinear (per channel where sw is),
+    the Conv [with bias b], [the pair (sy, zy) after it], into `out`."""
+    inits = [numpy_helper.from_array(np.asarray(v), nm) for v, nm in
+             [(w, "w"), (sw, "sw"), (np.zeros(np.shape(sw), np.int8), "zw"), (np.asarray(sx), "sx"),
+              (np.asarray(zx, npt), "zx"), (b, "b"), (np.asarray(sy, np.float32), "sy"), (np.asarray(zy, npt), "zy")]]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["q"]),
+             helper.make_node("DequantizeLinear", ["q", "sx", "zx"], ["d"]),
+             helper.make_node("DequantizeLinear", ["w", "sw", "zw"], ["wd"], axis=0),
+             helper.make_node("Conv", ["d", "wd"] + (["b"] if bias else []), ["c"])]
+    if pair:
+        nodes += [helper.make_node("QuantizeLinear", ["c", "sy", "zy"], ["cq"]),
+                  helper.make_node("DequantizeLinear", ["cq", "sy", "zy"], [out])]
+    else:
+        nodes.append(helper.make_node("Identity", ["c"], [out]))
+    return inits, nodes
+
+
 @pytest.mark.parametrize("run_isa", ["", "avxvnni", "avx2"])
 @pytest.mark.parametrize("qtype,per_channel,bias,pair,c,m,hw,scales", [
     ("uint8", True, True, True, 72, 37, (9, 11), "random"),
@@ -599,18 +618,7 @@ def test_pointwise_qdq_conv_runs_in_the_cpu_partition(monkeypatch, run_isa, qtyp
     if scales == "pow2":
         assert (acc % 128 == 64).sum() >= 8, "ties of the pair"
 
-    inits = [numpy_helper.from_array(np.asarray(v), nm) for v, nm in
-             [(w, "w"), (sw, "sw"), (np.zeros(sw.shape, np.int8), "zw"), (np.asarray(sx), "sx"),
-              (np.asarray(zx, npt), "zx"), (b, "b"), (np.asarray(sy, np.float32), "sy"), (np.asarray(zy, npt), "zy")]]
-    nodes = [helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["q"]),
-             helper.make_node("DequantizeLinear", ["q", "sx", "zx"], ["d"]),
-             helper.make_node("DequantizeLinear", ["w", "sw", "zw"], ["wd"], axis=0),
-             helper.make_node("Conv", ["d", "wd"] + (["b"] if bias else []), ["c"])]
-    if pair:
-        nodes += [helper.make_node("QuantizeLinear", ["c", "sy", "zy"], ["cq"]),
-                  helper.make_node("DequantizeLinear", ["cq", "sy", "zy"], ["y"])]
-    else:
-        nodes.append(helper.make_node("Identity", ["c"], ["y"]))
+    inits, nodes = _qdq_pointwise(w, sw, sx, zx, b, sy, zy, npt, bias, pair, "y")
     g = helper.make_graph(nodes, "qdq_pw", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
     mdl = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
@@ -708,19 +716,8 @@ def test_qdq_expansion_and_depthwise_run_fused(monkeypatch, run, qtype, bias, pa
                                                                                                   None, None]
     want = want.astype(np.float32)
 
-    inits = [numpy_helper.from_array(np.asarray(v), nm) for v, nm in
-             [(w, "w"), (sw, "sw"), (np.zeros(m, np.int8), "zw"), (np.asarray(sx), "sx"),
-              (np.asarray(zx, npt), "zx"), (b, "b"), (np.asarray(sy, np.float32), "sy"), (np.asarray(zy, npt), "zy"),
-              (wdw, "wdw"), (bdw, "bdw")]]
-    nodes = [helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["q"]),
-             helper.make_node("DequantizeLinear", ["q", "sx", "zx"], ["d"]),
-             helper.make_node("DequantizeLinear", ["w", "sw", "zw"], ["wd"], axis=0),
-             helper.make_node("Conv", ["d", "wd"] + (["b"] if bias else []), ["c"])]
-    if pair:
-        nodes += [helper.make_node("QuantizeLinear", ["c", "sy", "zy"], ["cq"]),
-                  helper.make_node("DequantizeLinear", ["cq", "sy", "zy"], ["e"])]
-    else:
-        nodes.append(helper.make_node("Identity", ["c"], ["e"]))
+    inits, nodes = _qdq_pointwise(w, sw, sx, zx, b, sy, zy, npt, bias, pair, "e")
+    inits += [numpy_helper.from_array(wdw, "wdw"), numpy_helper.from_array(bdw, "bdw")]
     nodes.append(helper.make_node("Conv", ["e", "wdw", "bdw"], ["y"], group=m, pads=[1, 1, 1, 1],
                                   strides=[stride, stride]))
     g = helper.make_graph(nodes, "qdq_pw_dw", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
