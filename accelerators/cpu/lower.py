@@ -492,7 +492,8 @@ class Lowering:
                 continue
             x = dw.operands[0]
             q = getattr(x, "op", None)
-            if q is None or q.name != "cpu.conv_q8" or len(x.uses) != 1 or not self._fusable_dw(dw):
+            if q is None or q.name != "cpu.conv_q8" or len(x.uses) != 1 or not self._fusable_dw(dw) or \
+                    dw.get_attr("act") in ("sigmoid", "tanh"):  # conv_pwdw8.c's tiles: cv_vec_act's only
                 continue
             xin = q.operands[0].type.shape
             if list(q.get_attr("strides")) != [1, 1] or any(q.get_attr("pads")) or \

@@ -624,9 +624,12 @@ static void p8_task(void *arg, long b, long e) {
 }
 #endif
 
-/* Geometry of the padded buffer; 0 when this kernel does not take the pair. */
+/* Geometry of the padded buffer; 0 when this kernel does not take the pair.
+ * q8 (tcc_cpu_conv2d_q8_dw): no other kernel fuses the pair, so the buffer's
+ * size and the threads' balance do not send it elsewhere (apart, the
+ * expanded tensor would go through memory). */
 static int p8_init(p8_job *j, const tcc_conv_params *p, const tcc_conv_params *pd, const cv_ep *e,
-                   const cv_ep *ed, int width) {
+                   const cv_ep *ed, int width, int q8) {
     memset(j, 0, sizeof *j);
     const long T = pd->kh * pd->kw;
     if (T > TMAX || !cv_vec_act(e->act) || !cv_vec_act(ed->act) || e->res) return 0;
@@ -641,7 +644,7 @@ static int p8_init(p8_job *j, const tcc_conv_params *p, const tcc_conv_params *p
     const long hr = (pd->oh - 1) * pd->sh + (pd->kh - 1) * pd->dh + 1, wr = (pd->ow - 1) * pd->sw + (pd->kw - 1) * pd->dw + 1;
     j->Hp = pd->pt + j->H > hr ? pd->pt + j->H : hr;
     j->Wp = pd->pl + j->W > wr ? pd->pl + j->W : wr;
-    if (2 * j->Hp * j->Wp * CB * (long)sizeof(float) > PWDW8_BUF_BYTES) return 0;
+    if (!q8 && 2 * j->Hp * j->Wp * CB * (long)sizeof(float) > PWDW8_BUF_BYTES) return 0;
     for (long ki = 0; ki < pd->kh; ki++)
         for (long kj = 0; kj < pd->kw; kj++) j->toff[ki * pd->kw + kj] = (ki * pd->dh * j->Wp + kj * pd->dw) * CB;
     j->nblk = (j->M + PR - 1) / PR;
@@ -664,7 +667,9 @@ static int p8_init(p8_job *j, const tcc_conv_params *p, const tcc_conv_params *p
 #endif
     if (width > 1 && items % width && items < 8 * width) {
 #if CB == 16
-        if (pd->oh < 4 * width) return 0; /* the planar kernel (its items single blocks) */
+        if (pd->oh < 4 * width) { /* the planar kernel (its items single blocks); q8: whole items */
+            if (!q8) return 0;
+        } else
 #else
         if (pd->oh >= 4 * width) /* else whole items (a 2-block item is no worse than planes) */
 #endif
@@ -703,7 +708,7 @@ static int cv_pwdw8_run(p8_job *jp, const tcc_conv_params *p, const float *wd, f
 int cv_pwdw8(const tcc_conv_params *p, const float *x, const float *wp, const cv_ep *e, const tcc_conv_params *pd,
              const float *wd, const cv_ep *ed, float *y) {
     p8_job j;
-    if (!p8_init(&j, p, pd, e, ed, cv_pool_width())) return 0;
+    if (!p8_init(&j, p, pd, e, ed, cv_pool_width(), 0)) return 0;
     j.x = x;
     j.wp = wp;
     return cv_pwdw8_run(&j, p, wd, y);
@@ -712,7 +717,7 @@ int cv_pwdw8(const tcc_conv_params *p, const float *x, const float *wp, const cv
 int cv_pwdw8_takes(const tcc_conv_params *p, const tcc_conv_params *pd) {
     static const cv_ep none = {NULL, 1.f, 0, NULL, TCC_ACT_NONE, 0.f, 0.f};
     p8_job j;
-    return p8_init(&j, p, pd, &none, &none, cv_pool_width());
+    return p8_init(&j, p, pd, &none, &none, cv_pool_width(), 0);
 }
 
 /* tcc_conv_q8's p as the pointwise tcc_conv_params, where this kernel takes
@@ -736,7 +741,7 @@ int cv_q8dw_takes(const int64_t *p, const tcc_conv_params *pd) {
     static const cv_ep none = {NULL, 1.f, 0, NULL, TCC_ACT_NONE, 0.f, 0.f};
     tcc_conv_params pp;
     p8_job j;
-    return q8_params(p, &pp) && p8_init(&j, &pp, pd, &none, &none, cv_pool_width());
+    return q8_params(p, &pp) && p8_init(&j, &pp, pd, &none, &none, cv_pool_width(), 1);
 }
 
 int cv_q8dw(const int64_t *p, const float *qp, const float *x, const void *wq, const float *scale, const float *bias,
@@ -745,7 +750,7 @@ int cv_q8dw(const int64_t *p, const float *qp, const float *x, const void *wq, c
     static const cv_ep none = {NULL, 1.f, 0, NULL, TCC_ACT_NONE, 0.f, 0.f};
     tcc_conv_params pp;
     p8_job j;
-    if (!q8_params(p, &pp) || !p8_init(&j, &pp, pd, &none, ed, cv_pool_width())) return 0;
+    if (!q8_params(p, &pp) || !p8_init(&j, &pp, pd, &none, ed, cv_pool_width(), 1)) return 0;
     struct q8_part z = {.qp = qp, .wq = wq, .has_bias = bias != NULL, .fx = x, .flip = p[15] ? 0x80u : 0u};
     const long C = pp.c, M = pp.m, P = j.P, npan = (M + 31) / 32;
     z.KQ4 = (C + 3) / 4;

@@ -641,19 +641,21 @@ def test_pointwise_qdq_conv_runs_in_the_cpu_partition(monkeypatch, run_isa, qtyp
 
 
 @pytest.mark.parametrize("run", ["fused", "apart", "avx2-build"])
-@pytest.mark.parametrize("qtype,bias,pair,c,m,hw,stride,scales", [
-    ("uint8", True, True, 24, 96, (14, 14), 2, "pow2"),    # a shallow expansion: qdq's pw-min-depth
-    ("int8", False, True, 66, 144, (9, 11), 1, "ties"),    # 4.5 panels of 32: the last item's second half unused
-    ("uint8", True, False, 70, 37, (12, 20), 1, "random"),  # no pair between: the depthwise input any f32
-    ("int8", True, True, 130, 200, (7, 7), 2, "random")])
-def test_qdq_expansion_and_depthwise_run_fused(monkeypatch, run, qtype, bias, pair, c, m, hw, stride, scales):
+@pytest.mark.parametrize("qtype,bias,pair,c,m,nhw,stride,scales", [
+    ("uint8", True, True, 24, 96, (2, 14, 14), 2, "pow2"),    # a shallow expansion: qdq's pw-min-depth
+    ("int8", False, True, 66, 144, (2, 9, 11), 1, "ties"),    # 4.5 panels of 32: the last item's second half unused
+    ("uint8", True, False, 70, 37, (2, 12, 20), 1, "random"),  # no pair between: the depthwise input any f32
+    ("int8", True, True, 130, 200, (2, 7, 7), 2, "random"),
+    ("uint8", True, True, 72, 96, (1, 7, 7), 1, "random")])   # 3 items on 2 threads, too few rows for bands
+def test_qdq_expansion_and_depthwise_run_fused(monkeypatch, run, qtype, bias, pair, c, m, nhw, stride, scales):
     """A QDQ 1x1 Conv read only by a depthwise Conv (a quantized inverted
     residual block's expansion) becomes one cpu.conv_q8_dw: on the AVX-512
     build with VNNI the int8 sums are requantized into the depthwise
     kernel's buffer (conv_pwdw8.c), the expanded tensor never stored;
     "apart" forces tcc_conv_q8 into a buffer and the depthwise kernel after
     it (a CPU without VNNI), and the AVX2 build runs them apart through
-    scratch. Two images, channel counts off the panels' multiples. The
+    scratch. Two images (one), channel counts off the panels' multiples,
+    two threads. The
     pointwise part bit for bit as numpy's f32 ops in the rewrite's order,
     and so the whole output: with the pair's scale a power of two the
     depthwise sums of its outputs with small integer weights are exact in
@@ -682,8 +684,8 @@ def test_qdq_expansion_and_depthwise_run_fused(monkeypatch, run, qtype, bias, pa
         sx, sw = np.float32(2.0 ** -5), np.full(m, 3 * 2.0 ** -8, np.float32)
     zx = int(RNG.integers(lo // 2, hi // 2 + 1))
     b = RNG.standard_normal(m).astype(np.float32)
-    h, wd = hw
-    x = (RNG.standard_normal((2, c, h, wd)) * 40 * sx).astype(np.float32)
+    n, h, wd = nhw
+    x = (RNG.standard_normal((n, c, h, wd)) * 40 * sx).astype(np.float32)
     x.ravel()[RNG.choice(x.size, 4, replace=False)] = [np.nan, np.inf, -np.inf, 1e30]
 
     qx = _quantize_np(x, sx, zx, lo, hi)
@@ -709,7 +711,7 @@ def test_qdq_expansion_and_depthwise_run_fused(monkeypatch, run, qtype, bias, pa
     bdw = (RNG.integers(-50, 50, m) * sy).astype(np.float32)
     padded = np.pad(mid.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
     oh, ow = (h - 1) // stride + 1, (wd - 1) // stride + 1
-    want = np.zeros((2, m, oh, ow)) + bdw[None, :, None, None]
+    want = np.zeros((n, m, oh, ow)) + bdw[None, :, None, None]
     for ki in range(3):
         for kj in range(3):
             want += padded[:, :, ki:ki + stride * oh:stride, kj:kj + stride * ow:stride] * wdw[None, :, 0, ki, kj,
@@ -738,14 +740,16 @@ def test_qdq_expansion_and_depthwise_run_fused(monkeypatch, run, qtype, bias, pa
     assert src.count("tcc_cpu_conv2d_q8_dw(" if isa == "avx512" else "tcc_conv_q8(") == 1, src
     lib = build.load_kernels(isa)
     lib.tcc_cpu_conv2d_q8_dw_path.restype = ctypes.c_char_p
-    p = np.array([2, c, h, wd, m, 1, 1, h, wd, 1, 1, 0, 0, 1, 1, int(lo < 0), 1, 1, 0, 2], np.int64)
-    pd = (ctypes.c_long * 18)(2, m, h, wd, m, 3, 3, oh, ow, stride, stride, 1, 1, 1, 1, 1, 1, m)
-    was = lib.tcc_cpu_conv2d_q8_dw_apart(int(run == "apart"))
+    p = np.array([n, c, h, wd, m, 1, 1, h, wd, 1, 1, 0, 0, 1, 1, int(lo < 0), 1, 1, 0, 2], np.int64)
+    pd = (ctypes.c_long * 18)(n, m, h, wd, m, 3, 3, oh, ow, stride, stride, 1, 1, 1, 1, 1, 1, m)
+    was, threads = lib.tcc_cpu_conv2d_q8_dw_apart(int(run == "apart")), lib.tcc_cpu_num_threads()
+    lib.tcc_cpu_set_num_threads(2)  # the items split over two threads, in bands of rows where they are few
     try:
         path = lib.tcc_cpu_conv2d_q8_dw_path(p.ctypes.data_as(ctypes.c_void_p), pd).decode()
         got = sess.run({"x": x})[0]
     finally:
         lib.tcc_cpu_conv2d_q8_dw_apart(was)
+        lib.tcc_cpu_set_num_threads(threads)
     fused = run == "fused" and isa == "avx512" and {"avx512vnni", "avx512bw"} <= host_features()
     assert path == ("fused-vnni" if fused else "apart"), (run, isa, path)
     if pair:
