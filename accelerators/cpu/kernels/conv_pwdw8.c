@@ -372,19 +372,27 @@ __attribute__((target(Q8_TARGET), always_inline)) static inline __m512i q8_dpbus
 /* 16 output channels' sums as tcc_conv_q8's stores make them: Cast, Mul by
  * the scale, [Add the bias], [the pair], op by op in f32 (the empty asm:
  * no FMA of the product and the bias) */
-__attribute__((target(Q8_TARGET), always_inline)) static inline __m512 q8_requant(const struct q8_part *z, __m512i acc,
-                                                                                   __m512 sc, __m512 bi) {
+typedef struct {
+    int bias, pair;
+    __m512 s, lo, hi; /* the pair's scale, M + qmin - zero point, that + 255 */
+} q8_ep;
+__attribute__((target(Q8_TARGET), always_inline)) static inline q8_ep q8_ep_of(const struct q8_part *z) {
+    q8_ep e = {z->has_bias, z->qp[Q8_ACT] != 0.f, _mm512_set1_ps(z->qp[Q8_ACT_S]), _mm512_set1_ps(z->qp[Q8_ACT_LO]),
+               _mm512_set1_ps(z->qp[Q8_ACT_LO] + 255.f)};
+    return e;
+}
+__attribute__((target(Q8_TARGET), always_inline)) static inline __m512 q8_requant(const q8_ep *e, __m512i acc, __m512 sc,
+                                                                                   __m512 bi) {
     __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(acc), sc);
-    if (z->has_bias) {
+    if (e->bias) {
         __asm__("" : "+v"(f));
         f = _mm512_add_ps(f, bi);
     }
-    if (z->qp[Q8_ACT] != 0.f) {
-        const __m512 s = _mm512_set1_ps(z->qp[Q8_ACT_S]), big = _mm512_set1_ps(Q8_M);
-        const __m512 lo = _mm512_set1_ps(z->qp[Q8_ACT_LO]), hi = _mm512_add_ps(lo, _mm512_set1_ps(255.f));
-        __m512 t = _mm512_add_ps(_mm512_div_ps(f, s), big);
-        t = _mm512_min_ps(_mm512_max_ps(t, lo), hi); /* max: NaN -> lo */
-        f = _mm512_mul_ps(_mm512_sub_ps(t, big), s);
+    if (e->pair) {
+        const __m512 big = _mm512_set1_ps(Q8_M);
+        __m512 t = _mm512_add_ps(_mm512_div_ps(f, e->s), big);
+        t = _mm512_min_ps(_mm512_max_ps(t, e->lo), e->hi); /* max: NaN -> lo */
+        f = _mm512_mul_ps(_mm512_sub_ps(t, big), e->s);
     }
     return f;
 }
@@ -416,10 +424,11 @@ __attribute__((target(Q8_TARGET), always_inline)) static inline void q16_pw_tile
     const __m512 s0 = _mm512_loadu_ps(z->scale + m0), s1 = _mm512_loadu_ps(z->scale + m0 + 16);
     const __m512 c0 = _mm512_loadu_ps(z->bias + m0), c1 = _mm512_loadu_ps(z->bias + m0 + 16);
     const int *pt = j->ptab + q;
+    const q8_ep e = q8_ep_of(z); /* read once: the stores below may alias z's floats for all GCC knows */
 #pragma GCC unroll 12
     for (int i = 0; i < N; i++) {
-        _mm512_store_ps(buf + pt[i], q8_requant(z, a[i], s0, c0));
-        if (both) _mm512_store_ps(buf + blkf + pt[i], q8_requant(z, b[i], s1, c1));
+        _mm512_store_ps(buf + pt[i], q8_requant(&e, a[i], s0, c0));
+        if (both) _mm512_store_ps(buf + blkf + pt[i], q8_requant(&e, b[i], s1, c1));
     }
 }
 typedef void (*q16_pw_fn)(const p8_job *, long, const uint32_t *, long, float *);
