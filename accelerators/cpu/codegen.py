@@ -366,7 +366,7 @@ class FunctionCodegen:
             return
         self.emit(f"  tcc_cpu_conv2d(&p, {self.ptr(x)}, {self.ptr(w)}, {self.ptr(y)}, scratch, &ep); }}")
 
-    def q8_call(self, op, x, w, wzp, has_bias, out_shape, pre=""):
+    def q8_call(self, op, x, w, wzp, out_shape, pre=""):
         """(the `p` and `qp` declarations, the weights' index) of tcc_conv_q8's
         call for a conv_q8's operands and attributes (prefixed `pre`)."""
         from tcc.dialects.conversions.graph_to_loop.quantization.quantized_linear import pack_conv_weights
@@ -395,7 +395,7 @@ class FunctionCodegen:
         x, w, wzp, scale = op.operands[:4]
         y = op.results[0]
         bias = self.ptr(op.operands[4]) if op.get_attr("has_bias") else "NULL"
-        decl, idx = self.q8_call(op, x, w, wzp, op.get_attr("has_bias"), y.type.shape)
+        decl, idx = self.q8_call(op, x, w, wzp, y.type.shape)
         for line in decl:
             self.emit(line)
         self.emit(f"  tcc_conv_q8(p, qp, {self.ptr(y)}, {self.ptr(x)}, W[{idx}], {self.ptr(scale)}, {bias}); }}")
@@ -412,7 +412,7 @@ class FunctionCodegen:
         res = self.ptr(rest.pop(0)) if op.get_attr("has_residual") else None
         n, _, h, wd = x.type.shape
         mid = (n, w.type.shape[0], h, wd)
-        decl, idx = self.q8_call(op, x, w, wzp, op.get_attr("q8_has_bias"), mid, "q8_")
+        decl, idx = self.q8_call(op, x, w, wzp, mid, "q8_")
         pd = self.conv_params(mid, w_dw.type.shape, y.type.shape, op.get_attr("strides"), op.get_attr("dilations"),
                               op.get_attr("pads"), op.get_attr("group"))
         for line in decl:

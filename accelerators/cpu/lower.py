@@ -484,7 +484,7 @@ class Lowering:
             dw.erase()
 
     def fuse_q8_dw(self):
-        """A cpu.conv_q8 (int8 1x1, stride 1) read only by a depthwise cpu.conv
+        """A cpu.conv_q8 (int8 1x1, stride 1, no pads: support.conv_q8_parts) read only by a depthwise cpu.conv
         -> one cpu.conv_q8_dw: the expanded tensor of a quantized inverted
         residual block never reaches memory, as with cpu.conv_pw_dw."""
         for dw in list(self.block.ops):
@@ -496,8 +496,7 @@ class Lowering:
                     dw.get_attr("act") in ("sigmoid", "tanh"):  # conv_pwdw8.c's tiles: cv_vec_act's only
                 continue
             xin = q.operands[0].type.shape
-            if list(q.get_attr("strides")) != [1, 1] or any(q.get_attr("pads")) or \
-                    xin[2] * xin[3] > self.PW_DW_MAX_PLANE:
+            if xin[2] * xin[3] > self.PW_DW_MAX_PLANE:
                 continue
             attrs = dict(dw.attributes)
             attrs.update({"q8_" + k: v for k, v in q.attributes.items()})

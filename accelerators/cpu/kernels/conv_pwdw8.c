@@ -263,11 +263,13 @@ typedef void (*p16_pw_fn)(const p8_job *, const float *, const float *, long, fl
     }
 P16_PW(1) P16_PW(2) P16_PW(3) P16_PW(4) P16_PW(5) P16_PW(6) P16_PW(7) P16_PW(8) P16_PW(9) P16_PW(10) P16_PW(11)
 P16_PW(12)
-static const p16_pw_fn p16_pw[2][PWN + 1] = {
-    {NULL, p16_pw1_1, p16_pw1_2, p16_pw1_3, p16_pw1_4, p16_pw1_5, p16_pw1_6, p16_pw1_7, p16_pw1_8, p16_pw1_9,
-     p16_pw1_10, p16_pw1_11, p16_pw1_12},
-    {NULL, p16_pw_1, p16_pw_2, p16_pw_3, p16_pw_4, p16_pw_5, p16_pw_6, p16_pw_7, p16_pw_8, p16_pw_9, p16_pw_10,
-     p16_pw_11, p16_pw_12}};
+/* [h][N] of a family P's tile instances (P##_pw1_N: the first half alone) */
+#define PW_TILE_TABLE(P)                                                                                          \
+    {{NULL, P##_pw1_1, P##_pw1_2, P##_pw1_3, P##_pw1_4, P##_pw1_5, P##_pw1_6, P##_pw1_7, P##_pw1_8, P##_pw1_9,   \
+      P##_pw1_10, P##_pw1_11, P##_pw1_12},                                                                        \
+     {NULL, P##_pw_1, P##_pw_2, P##_pw_3, P##_pw_4, P##_pw_5, P##_pw_6, P##_pw_7, P##_pw_8, P##_pw_9, P##_pw_10,  \
+      P##_pw_11, P##_pw_12}}
+static const p16_pw_fn p16_pw[2][PWN + 1] = PW_TILE_TABLE(p16);
 
 /* Output positions [o, o + n) (n <= DWN) of the item's 16 channels (nc of
  * them real) to y (NCHW, channel m0's plane): one aligned 64-byte load and
@@ -327,7 +329,6 @@ P16_DW(p16_dw_any, j->pd->kh * j->pd->kw, j->ed->act)
 
 /* ---- the pointwise part in int8: AVX-512 VNNI (tcc_cpu_conv2d_q8_dw) ---- */
 #define Q8_TARGET "avx512f,avx512bw,avx512vnni"
-#define Q8_M 12582912.f /* qdq.ROUND_SHIFT: x + M rounds x half to even for |x| < 2^22 */
 
 /* Rows [b, e) of the quantized images: QuantizeLinear's bytes as tcc_conv_q8
  * computes them (x / s + M + z clamped to [M + qmin, M + qmax], NaN to the
@@ -338,7 +339,7 @@ __attribute__((target(Q8_TARGET))) static void q8_quantize_rows(void *arg, long 
     const struct q8_part *z = j->q8;
     const long P = j->P, C = j->C;
     const float *qp = z->qp;
-    const __m512 vs = _mm512_set1_ps(qp[Q8_SX]), vm = _mm512_set1_ps(Q8_M), vz = _mm512_set1_ps(qp[Q8_ZX]);
+    const __m512 vs = _mm512_set1_ps(qp[Q8_SX]), vm = _mm512_set1_ps(TCC_QDQ_M), vz = _mm512_set1_ps(qp[Q8_ZX]);
     const __m512 vlo = _mm512_set1_ps(qp[Q8_LO]), vhi = _mm512_set1_ps(qp[Q8_HI]);
     const __m512i byte = _mm512_set1_epi32(0xFF), flip = _mm512_set1_epi32((int)z->flip);
     for (long r = b; r < e; r++) { /* r: image r / KQ4, its channels 4 (r % KQ4).. */
@@ -372,6 +373,10 @@ __attribute__((target(Q8_TARGET), always_inline)) static inline __m512i q8_dpbus
 /* 16 output channels' sums as tcc_conv_q8's stores make them: Cast, Mul by
  * the scale, [Add the bias], [the pair], op by op in f32 (the empty asm:
  * no FMA of the product and the bias) */
+/* The pair is cv_act_v's TCC_ACT_QDQ8 op for op, with its constants kept as
+ * vectors: through cv_act_v's scalars GCC broadcast them again for each of
+ * the 24 stores (114 broadcasts a tile against 47), and the fused calls of
+ * mobilenetv2_qdq ran 5-8 % slower (AMD EPYC family 25 model 17, 1 thread). */
 typedef struct {
     int bias, pair;
     __m512 s, lo, hi; /* the pair's scale, M + qmin - zero point, that + 255 */
@@ -389,7 +394,7 @@ __attribute__((target(Q8_TARGET), always_inline)) static inline __m512 q8_requan
         f = _mm512_add_ps(f, bi);
     }
     if (e->pair) {
-        const __m512 big = _mm512_set1_ps(Q8_M);
+        const __m512 big = _mm512_set1_ps(TCC_QDQ_M);
         __m512 t = _mm512_add_ps(_mm512_div_ps(f, e->s), big);
         t = _mm512_min_ps(_mm512_max_ps(t, e->lo), e->hi); /* max: NaN -> lo */
         f = _mm512_mul_ps(_mm512_sub_ps(t, big), e->s);
@@ -443,11 +448,7 @@ typedef void (*q16_pw_fn)(const p8_job *, long, const uint32_t *, long, float *)
     }
 Q16_PW(1) Q16_PW(2) Q16_PW(3) Q16_PW(4) Q16_PW(5) Q16_PW(6) Q16_PW(7) Q16_PW(8) Q16_PW(9) Q16_PW(10) Q16_PW(11)
 Q16_PW(12)
-static const q16_pw_fn q16_pw[2][PWN + 1] = {
-    {NULL, q16_pw1_1, q16_pw1_2, q16_pw1_3, q16_pw1_4, q16_pw1_5, q16_pw1_6, q16_pw1_7, q16_pw1_8, q16_pw1_9,
-     q16_pw1_10, q16_pw1_11, q16_pw1_12},
-    {NULL, q16_pw_1, q16_pw_2, q16_pw_3, q16_pw_4, q16_pw_5, q16_pw_6, q16_pw_7, q16_pw_8, q16_pw_9, q16_pw_10,
-     q16_pw_11, q16_pw_12}};
+static const q16_pw_fn q16_pw[2][PWN + 1] = PW_TILE_TABLE(q16);
 #endif
 
 /* Zeroes what is not the plane's interior in a block of the padded buffer. */

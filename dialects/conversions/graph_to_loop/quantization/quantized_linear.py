@@ -77,8 +77,16 @@ def vnni_target():
     the int8 products beat f32 FMAs (driver: qdq-to-integer only then)."""
     import os
     from ...loop_to_native.target import host_features
-    isa, f = os.environ.get("TCC_CPU_ISA", ""), host_features()
-    return isa not in ("avx2", "generic") and ({"avx512vnni", "avx512bw"} <= f or "avxvnni" in f)
+    isa = os.environ.get("TCC_CPU_ISA", "")
+    return isa not in ("avx2", "generic") and (avx512_vnni_target() or "avxvnni" in host_features())
+
+
+def avx512_vnni_target():
+    """Whether the native target has AVX-512 VNNI (zmm vpdpbusd) and
+    TCC_CPU_ISA lets the avx512 build run."""
+    import os
+    from ...loop_to_native.target import host_features
+    return {"avx512vnni", "avx512bw"} <= host_features() and os.environ.get("TCC_CPU_ISA", "") in ("", "avx512")
 
 
 # B packed 3 (pack_u8s8_pair_safe) where at most this share of B's values
@@ -122,10 +130,7 @@ def integer_qdq_kinds() -> frozenset:
     depthwise convolution after it (cpu.conv_q8_dw), so 1x1s of any depth go
     to integers (driver: qdq-to-integer's pw-min-depth)."""
     if vnni_target():
-        import os
-        from ...loop_to_native.target import host_features
-        avx512 = {"avx512vnni", "avx512bw"} <= host_features() and os.environ.get("TCC_CPU_ISA", "") in ("", "avx512")
-        return frozenset({"matmul", "conv", "pw-dw"} if avx512 else {"matmul", "conv"})
+        return frozenset({"matmul", "conv", "pw-dw"} if avx512_vnni_target() else {"matmul", "conv"})
     if avx2_bytes_target():
         return frozenset({"matmul", "small-conv"})
     return frozenset()
