@@ -304,10 +304,11 @@ def conv_q8_parts(chain):
     QdqConvToInteger writes (QuantizeLinear(x) -> ConvInteger -> Cast ->
     Mul by s_x * s_w): {x, sx, zx, xsigned, w, wzp, scale [M]}, or None.
     x a static f32 NCHW tensor, one constant scale and zero point; W a
-    constant 8-bit [M, C, 1, 1]; on a CPU with VNNI, where gemm_int.c's
+    constant 8-bit [M, C, 1, 1], packed as bytes (layout 2 for VNNI, or 3:
+    the pair-safe bytes and corrections of an AVX2 CPU), where gemm_int.c's
     tcc_conv_q8 quantizes the float image as it interleaves it and
     requantizes the sums in its stores, in the cpu partition around it."""
-    from tcc.dialects.conversions.graph_to_loop.quantization.quantized_linear import vnni_target
+    from tcc.dialects.conversions.graph_to_loop.quantization.quantized_linear import pack_conv_weights
     q, ci, cast, mul = chain
     x = q.operands[0]
     if not _f32_static(x.type) or x.type.rank != 4 or len(q.operands) < 3:
@@ -346,11 +347,12 @@ def conv_q8_parts(chain):
     sc = const_value(mul.operands[1])
     if sc is None or sc.dtype != np.float32 or (sc.size != 1 and tuple(sc.shape) not in ((m, 1, 1), (1, m, 1, 1))):
         return None
-    # without VNNI tcc_conv_q8 takes its passes (scalar quantize, the AVX2
-    # tile, scalar requantize): mobilenetv2_qdq as an AVX2 CPU, 1 thread,
-    # 5.81 ms with these convolutions as host steps, 7.35 as cpu.conv_q8
-    # (AMD EPYC family 26 model 2, AVX-512 hidden)
-    if not vnni_target():
+    # on int16 pairs (layout 1: weights with too many pairs vpmaddubsw could
+    # saturate) tcc_conv_q8 takes its passes (scalar quantize, the tile,
+    # scalar requantize): mobilenetv2_qdq as an AVX2 CPU, 1 thread, 5.81 ms
+    # with these convolutions as host steps, 7.35 so as cpu.conv_q8 (AMD
+    # EPYC family 26 model 2, AVX-512 hidden)
+    if pack_conv_weights(w, wzp.astype(w.dtype))[1] not in (2, 3):
         return None
     return {"x": x, "sx": np.float32(sx), "zx": int(zx), "xsigned": QUANT8[elem], "w": w, "wzp": wzp,
             "scale": np.broadcast_to(sc.reshape(-1), (m,)).astype(np.float32)}

@@ -671,7 +671,7 @@ static void *alloc64(size_t n) { return aligned_alloc(64, (n + 63) / 64 * 64); }
  * widened A, are megabytes on ResNet's first layers: allocated per call,
  * glibc gave them fresh pages (mmap) and the kernel zeroed each on its
  * first touch. */
-enum { SCRATCH_XT, SCRATCH_COL, SCRATCH_T, SCRATCH_AW, SCRATCH_QX, SCRATCH_QY, SCRATCH_SLOTS };
+enum { SCRATCH_XT, SCRATCH_COL, SCRATCH_T, SCRATCH_AW, SCRATCH_QX, SCRATCH_QY, SCRATCH_FIX, SCRATCH_SLOTS };
 typedef struct {
     void *p[SCRATCH_SLOTS];
     size_t cap[SCRATCH_SLOTS];
@@ -1091,7 +1091,7 @@ static int pointwise_s1(const int64_t *p) {
            p[CI_OH] == p[CI_H] && p[CI_OW] == p[CI_W];
 }
 
-/* ---- 1x1 convolutions in NCHW (AVX-512 VNNI) ------------------------------------
+/* ---- 1x1 convolutions in NCHW --------------------------------------------------
  * A 1x1 convolution of stride 1 without pads is Y[M][P] = W[M][C] X[C][P]:
  * in NCHW the positions are a row, so they go into the vector lanes and
  * each output channel's weights (4 channels a word) are broadcast, with the
@@ -1101,13 +1101,23 @@ static int pointwise_s1(const int64_t *p) {
  * into the output: no channels-last image, no im2col rows, no product
  * transposed out. MobileNetV2 through quantize_static's QOperator format
  * (its 1x1 QLinearConvs), 1 thread, AMD EPYC family 26 model 2: the
- * transposes were 22 % of its samples. */
+ * transposes were 22 % of its samples. The same on the pair-safe bytes
+ * (layout 3, an AVX2 CPU's) with vpmaddubsw, the corrections added to the
+ * block's sums before its stores: tcc_conv_q8 as an AVX2 CPU (AMD EPYC
+ * family 25 model 17, AVX-512 hidden), 1 thread, 384 -> 64 on 14 x 14
+ * 0.163 -> 0.074 ms, 96 -> 576 on 14 x 14 0.375 -> 0.189, 320 -> 1280 on
+ * 7 x 7 0.352 -> 0.268 against the quantize, channels-last and requantize
+ * passes; mobilenetv2_qdq 8.1 -> 6.9 ms, its 1x1s of 14 x 14 and 7 x 7
+ * in the cpu partition. */
 #if defined(__x86_64__)
 #define PWV_MR 8  /* output channels a block: 8 x 3 accumulators of 32 zmm */
 #define PWV_NR 3  /* vectors of 16 positions a block */
 #define PWV_CHUNK (4 * PWV_NR * 16) /* positions a task */
 #define PWV_MGROUP 64               /* output channels a task */
 #define PWY_MR 4  /* the ymm blocks' output channels: 4 x 3 accumulators of 16 ymm */
+#define PWS_NR 2  /* AVX2's pair-safe blocks: 4 x 2 accumulators (vpmaddubsw needs a temporary and the ones) */
+/* how conv_pw_vnni's blocks multiply (pwv_usable) */
+enum { PW_NONE, PW_VNNI512, PW_VNNI256, PW_PAIRS256, PW_PAIRS512 };
 typedef struct {
     const int64_t *p;
     const uint8_t *x;   /* one image [C][P] */
@@ -1117,7 +1127,8 @@ typedef struct {
     const int32_t *init; /* per output channel: bias - za * colsum, as the other paths add them (mod 2^32) */
     int64_t C, M, P, PP, KQ, KQ4, mgroups, chunk;
     uint8_t flip;
-    int ymm; /* AVX-VNNI's ymm blocks (no AVX-512) */
+    int kind; /* PW_*: AVX-512 VNNI's zmm blocks, AVX-VNNI's ymm, or vpmaddubsw's on pair-safe bytes */
+    const int32_t *fix_m, *fix; /* B packed 3: output channel m's corrections (k, value) [fix_m[m], fix_m[m + 1]) */
     const float *fx;    /* tcc_conv_q8: one float image [C][P], quantized as it is interleaved */
     float *fy;          /* and its float output [M][P], requantized in the blocks' stores */
     const float *q;     /* tcc_conv_q8's qp */
@@ -1158,35 +1169,63 @@ static void pwv_interleave(int64_t b, int64_t e, void *ctx) {
  * intrinsic, or a store loop over a run-time row count, it copied them to
  * the stack and back around the multiply-adds: 1.4-1.5x the old path's time
  * on 14 x 14). NAME##_n(j, m0, q0, nr) picks NR. */
-#define DEF_PW_BLOCK(NAME, TARGET, VT, VL, MR, SET1, LOAD, MADD, MASKT, MASK, STORE, FSTORE)                     \
+#define DEF_PW_BLOCK(NAME, TARGET, VT, VL, MR, NRMAX, SET1, LOAD, MADD, MASKT, MASK, STORE, FSTORE, PFX, VB)      \
     __attribute__((target(TARGET), always_inline)) static inline void NAME(const pwv_job *j, int64_t m0,         \
                                                                            int64_t q0, const int NR) {           \
         const int32_t *w = (const int32_t *)j->bq + (m0 / PW) * j->KQ * PW + m0 % PW;                            \
         const uint32_t *xi = j->xi + q0;                                                                         \
-        VT acc[MR][PWV_NR];                                                                                      \
+        VT acc[MR][NRMAX];                                                                                       \
         _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                                                     \
             _Pragma("GCC unroll 3") for (int v = 0; v < NR; v++) acc[r][v] = SET1(j->init[m0 + r]);              \
         for (int64_t kq = 0; kq < j->KQ4; kq++, w += PW, xi += j->PP) {                                          \
-            VT x[PWV_NR];                                                                                        \
+            VT x[NRMAX];                                                                                         \
             _Pragma("GCC unroll 3") for (int v = 0; v < NR; v++) x[v] = LOAD((const void *)(xi + VL * v));       \
             _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) {                                               \
                 const VT b = SET1(w[r]);                                                                         \
                 _Pragma("GCC unroll 3") for (int v = 0; v < NR; v++) acc[r][v] = MADD(acc[r][v], x[v], b);       \
             }                                                                                                    \
         }                                                                                                        \
+        if (j->fix_m) /* B packed 3: the values the safe bytes left out, times x's byte of their channel */     \
+            _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) {                                               \
+                for (int64_t e = j->fix_m[m0 + r]; e < j->fix_m[m0 + r + 1]; e++) {                              \
+                    const uint32_t *xk = j->xi + (j->fix[2 * e] >> 2) * j->PP + q0;                              \
+                    const __m128i sh = _mm_cvtsi32_si128(8 * (j->fix[2 * e] & 3));                               \
+                    const VT val = SET1(j->fix[2 * e + 1]), ff = SET1(0xFF);                                     \
+                    _Pragma("GCC unroll 3") for (int v = 0; v < NR; v++) {                                       \
+                        const VT xv = LOAD((const void *)(xk + VL * v));                                         \
+                        const VT xb = PFX##_and_si##VB(PFX##_srl_epi32(xv, sh), ff);                             \
+                        acc[r][v] = PFX##_add_epi32(acc[r][v], PFX##_mullo_epi32(xb, val));                      \
+                    }                                                                                            \
+                }                                                                                                \
+            }                                                                                                    \
         const int64_t rows = j->M - m0;                                                                          \
+        if (j->fy) { /* the settings read before the stores, which could alias them */                          \
+            const pwq_set st = pwq_settings(j);                                                                  \
+            float sc[MR], bi[MR];                                                                                \
+            _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) {                                               \
+                sc[r] = r < rows ? j->fscale[m0 + r] : 0.f;                                                      \
+                bi[r] = r < rows && st.bias ? j->fbias[m0 + r] : 0.f;                                            \
+            }                                                                                                    \
+            _Pragma("GCC unroll 3") for (int v = 0; v < NR; v++) {                                               \
+                const int64_t q = q0 + VL * v;                                                                   \
+                const MASKT k = MASK(j->P - q); /* the lanes before P */                                         \
+                const int full = q + VL <= j->P;                                                                 \
+                _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) if (r < rows)                               \
+                    FSTORE(j->fy + (m0 + r) * j->P + q, k, full, acc[r][v], sc[r], bi[r], st);                   \
+            }                                                                                                    \
+            return;                                                                                              \
+        }                                                                                                        \
         _Pragma("GCC unroll 3") for (int v = 0; v < NR; v++) {                                                   \
             const int64_t q = q0 + VL * v;                                                                       \
-            const MASKT k = MASK(j->P - q); /* the lanes before P */                                             \
-            _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) if (r < rows) {                                 \
-                if (j->fy) FSTORE(j, m0 + r, q, k, acc[r][v]);                                                   \
-                else STORE(j->y + (m0 + r) * j->P + q, k, acc[r][v]);                                            \
-            }                                                                                                    \
+            const MASKT k = MASK(j->P - q);                                                                      \
+            const int full = q + VL <= j->P;                                                                    \
+            _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) if (r < rows)                                   \
+                STORE(j->y + (m0 + r) * j->P + q, k, full, acc[r][v]);                                           \
         }                                                                                                        \
     }                                                                                                            \
     __attribute__((target(TARGET))) static void NAME##_n(const pwv_job *j, int64_t m0, int64_t q0, int64_t nr) { \
-        if (nr >= 3) NAME(j, m0, q0, 3);                                                                         \
-        else if (nr == 2) NAME(j, m0, q0, 2);                                                                    \
+        if (NRMAX >= 3 && nr >= 3) NAME(j, m0, q0, NRMAX >= 3 ? 3 : 1);                                          \
+        else if (nr >= 2) NAME(j, m0, q0, 2);                                                                    \
         else NAME(j, m0, q0, 1);                                                                                 \
     }
 
@@ -1198,8 +1237,24 @@ __attribute__((target("avx2"), always_inline)) static inline __m256i left8(int64
     const int n = left >= 8 ? 8 : left <= 0 ? 0 : (int)left;
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
-#define STORE512(p, k, v) _mm512_mask_storeu_epi32(p, k, v)
-#define STORE256(p, k, v) _mm256_maskstore_epi32(p, k, v)
+/* Whole vectors stored plainly, the last of a row masked: AVX2's vmaskmov
+ * stores are slow on AMD. With every ymm store masked, and the requantizing
+ * settings read again after each store (it could alias them), tcc_conv_q8
+ * took 1.096 ms for 16 -> 96 on 112 x 112 and 0.189 for 96 -> 576 on 14 x
+ * 14; so 0.587 and 0.146 (as above). */
+#define STORE512(p, k, full, v) _mm512_mask_storeu_epi32(p, k, v)
+#define STORE256(p, k, full, v) \
+    ((full) ? _mm256_storeu_si256((__m256i *)(p), v) : _mm256_maskstore_epi32((int *)(p), k, v))
+
+/* tcc_conv_q8's requantizing settings (qp's pair, whether a bias) */
+typedef struct {
+    float s, lo; /* the pair's scale and low end */
+    int bias, act;
+} pwq_set;
+static inline pwq_set pwq_settings(const pwv_job *j) {
+    const pwq_set st = {j->q[QP_ACT_S], j->q[QP_ACT_LO], j->fbias != NULL, j->q[QP_ACT] != 0.f};
+    return st;
+}
 
 /* tcc_conv_q8's stores: output channel m's sums as ConvInteger -> Cast ->
  * Mul -> [Add] -> [the pair] compute them, op by op in f32 (QP_ACT: the
@@ -1209,24 +1264,24 @@ __attribute__((target("avx2"), always_inline)) static inline __m256i left8(int64
  * fuses none of these here; an FMA of the product and the bias would round
  * once fewer than the graph's ops). */
 #define DEF_PWQ_STORE(NAME, TARGET, VF, PFX, MASKT, MSTORE)                                                       \
-    __attribute__((target(TARGET), always_inline)) static inline void NAME(const pwv_job *j, int64_t m, int64_t q, \
-                                                                           MASKT k, VF##i acc) {                  \
-        VF f = PFX##_mul_ps(PFX##_cvtepi32_ps(acc), PFX##_set1_ps(j->fscale[m]));                                \
-        if (j->fbias) {                                                                                          \
+    __attribute__((target(TARGET), always_inline)) static inline void NAME(float *dst, MASKT k, int full, VF##i acc, \
+                                                                           float scale, float bias, pwq_set st) { \
+        VF f = PFX##_mul_ps(PFX##_cvtepi32_ps(acc), PFX##_set1_ps(scale));                                       \
+        if (st.bias) {                                                                                           \
             __asm__("" : "+v"(f));                                                                               \
-            f = PFX##_add_ps(f, PFX##_set1_ps(j->fbias[m]));                                                     \
+            f = PFX##_add_ps(f, PFX##_set1_ps(bias));                                                            \
         }                                                                                                        \
-        if (j->q[QP_ACT] != 0.f) {                                                                               \
-            const VF s = PFX##_set1_ps(j->q[QP_ACT_S]), big = PFX##_set1_ps(QDQ_M);                              \
-            const VF lo = PFX##_set1_ps(j->q[QP_ACT_LO]), hi = PFX##_add_ps(lo, PFX##_set1_ps(255.f));           \
+        if (st.act) {                                                                                            \
+            const VF s = PFX##_set1_ps(st.s), big = PFX##_set1_ps(QDQ_M);                                        \
+            const VF lo = PFX##_set1_ps(st.lo), hi = PFX##_add_ps(lo, PFX##_set1_ps(255.f));                     \
             VF t = PFX##_add_ps(PFX##_div_ps(f, s), big);                                                        \
             t = PFX##_min_ps(PFX##_max_ps(t, lo), hi); /* max: NaN -> lo */                                      \
             f = PFX##_mul_ps(PFX##_sub_ps(t, big), s);                                                           \
         }                                                                                                        \
-        MSTORE(j->fy + m * j->P + q, k, f);                                                                      \
+        MSTORE(dst, k, full, f);                                                                                 \
     }
-#define MSTORE512(p, k, v) _mm512_mask_storeu_ps(p, k, v)
-#define MSTORE256(p, k, v) _mm256_maskstore_ps(p, k, v)
+#define MSTORE512(p, k, full, v) _mm512_mask_storeu_ps(p, k, v)
+#define MSTORE256(p, k, full, v) ((full) ? _mm256_storeu_ps(p, v) : _mm256_maskstore_ps(p, k, v))
 DEF_PWQ_STORE(pwq_store512, "avx512f", __m512, _mm512, __mmask16, MSTORE512)
 DEF_PWQ_STORE(pwq_store256, "avx2", __m256, _mm256, __m256i, MSTORE256)
 
@@ -1275,15 +1330,24 @@ DEF_PWQ_INTERLEAVE(pwq_interleave256, "avx2", __m256, _mm256, 8, 256)
 DEF_PWQ_INTERLEAVE(pwq_interleave512, "avx512f", __m512, _mm512, 16, 512)
 
 /* AVX-512 VNNI: 8 output channels x 48 positions, 24 accumulators of 32 zmm */
-DEF_PW_BLOCK(pwv_block, "avx512f,avx512bw,avx512vnni", __m512i, 16, PWV_MR, _mm512_set1_epi32, _mm512_loadu_si512,
-             dpbusd512, __mmask16, left16, STORE512, pwq_store512)
+DEF_PW_BLOCK(pwv_block, "avx512f,avx512bw,avx512vnni", __m512i, 16, PWV_MR, PWV_NR, _mm512_set1_epi32,
+             _mm512_loadu_si512, dpbusd512, __mmask16, left16, STORE512, pwq_store512, _mm512, 512)
 /* AVX-VNNI's ymm vpdpbusd (CPUs without AVX-512: Intel's Alder Lake on,
  * Xeon 6 E-cores): 4 output channels x 24 positions, 12 accumulators of 16
  * ymm. Measured only as AMD EPYC family 26 model 2 with AVX-512 hidden
  * (tcc_matmul_i8_hide). */
 #define LOAD256(p) _mm256_loadu_si256((const __m256i *)(p))
-DEF_PW_BLOCK(pwy_block, "avx2", __m256i, 8, PWY_MR, _mm256_set1_epi32, LOAD256, dpbusd256, __m256i, left8, STORE256,
-             pwq_store256)
+DEF_PW_BLOCK(pwy_block, "avx2", __m256i, 8, PWY_MR, PWV_NR, _mm256_set1_epi32, LOAD256, dpbusd256, __m256i, left8,
+             STORE256, pwq_store256, _mm256, 256)
+/* CPUs without VNNI, on the pair-safe bytes (B packed 3) plus their
+ * corrections: AVX2's vpmaddubsw, 4 output channels x 16 positions (8
+ * accumulators; 4 x 24 spilled, as vpmaddubsw's int16 sums and vpmaddwd's
+ * ones need two registers more than vpdpbusd), and AVX-512BW's on zmm (a
+ * Skylake-SP), 8 x 48 as the VNNI blocks. */
+DEF_PW_BLOCK(pws_block, "avx2", __m256i, 8, PWY_MR, PWS_NR, _mm256_set1_epi32, LOAD256, MADD_U8S8, __m256i, left8,
+             STORE256, pwq_store256, _mm256, 256)
+DEF_PW_BLOCK(pwz_block, "avx512f,avx512bw", __m512i, 16, PWV_MR, PWV_NR, _mm512_set1_epi32, _mm512_loadu_si512,
+             MADD_U8S8_512, __mmask16, left16, STORE512, pwq_store512, _mm512, 512)
 
 /* task t: positions chunk t / mgroups, output channels group t % mgroups */
 static void pwv_tasks(int64_t b, int64_t e, void *ctx) {
@@ -1292,44 +1356,86 @@ static void pwv_tasks(int64_t b, int64_t e, void *ctx) {
         const int64_t c0 = t / j->mgroups * j->chunk, g0 = t % j->mgroups * PWV_MGROUP;
         const int64_t c1 = c0 + j->chunk < j->P ? c0 + j->chunk : j->P;
         const int64_t g1 = g0 + PWV_MGROUP < j->M ? g0 + PWV_MGROUP : j->M;
-        if (j->ymm) {
+        switch (j->kind) { /* the chunk's Xi stays in L1 over the channels */
+        case PW_VNNI256:
             for (int64_t m = g0; m < g1; m += PWY_MR)
                 for (int64_t q = c0; q < c1; q += PWV_NR * 8) pwy_block_n(j, m, q, (c1 - q + 7) / 8);
-            continue;
+            break;
+        case PW_PAIRS256:
+            for (int64_t m = g0; m < g1; m += PWY_MR)
+                for (int64_t q = c0; q < c1; q += PWS_NR * 8) pws_block_n(j, m, q, (c1 - q + 7) / 8);
+            break;
+        case PW_PAIRS512:
+            for (int64_t m = g0; m < g1; m += PWV_MR)
+                for (int64_t q = c0; q < c1; q += PWV_NR * 16) pwz_block_n(j, m, q, (c1 - q + 15) / 16);
+            break;
+        default:
+            for (int64_t m = g0; m < g1; m += PWV_MR)
+                for (int64_t q = c0; q < c1; q += PWV_NR * 16) pwv_block_n(j, m, q, (c1 - q + 15) / 16);
         }
-        for (int64_t m = g0; m < g1; m += PWV_MR) /* the chunk's Xi stays in L1 over the channels */
-            for (int64_t q = c0; q < c1; q += PWV_NR * 16) pwv_block_n(j, m, q, (c1 - q + 15) / 16);
     }
 }
 
-/* How tcc_conv_i8 runs `p` here: a 1x1 of stride 1 without pads, the VNNI
- * bytes (layout 2), and the CPU's tile for them AVX-512 VNNI's (1) or
- * AVX-VNNI's (2; not AMX's, unmeasured); else 0 */
+/* How tcc_conv_i8 runs `p` here (PW_*): a 1x1 of stride 1 without pads,
+ * the bytes layout (2, or 3 with its corrections), and the CPU's tile for
+ * them AVX-512 VNNI's or AVX-VNNI's, or for layout 3 vpmaddubsw's
+ * (AVX-512BW's or AVX2's); not AMX's (unmeasured); else PW_NONE */
 static int pwv_usable(const int64_t *p) {
     int mr;
     block_fn block;
-    if (p[CI_PACKED] != 2 || !pointwise_s1(p)) return 0;
-    const tile_fn t = pick_q(&mr, 0, &block);
-    return t == tile_q_avx512vnni ? 1 : t == tile_q_avxvnni ? 2 : 0;
+    if ((p[CI_PACKED] != 2 && p[CI_PACKED] != 3) || !pointwise_s1(p)) return PW_NONE;
+    const tile_fn t = pick_q(&mr, p[CI_PACKED] == 3, &block);
+    return t == tile_q_avx512vnni ? PW_VNNI512 : t == tile_q_avxvnni ? PW_VNNI256 : t == tile_q_avx512bw ? PW_PAIRS512
+           : t == tile_q_avx2 ? PW_PAIRS256 : PW_NONE;
 }
 
 /* Which way tcc_conv_i8 runs `p` now (tests): "pointwise-vnni",
- * "pointwise-avxvnni" or "im2col" */
+ * "pointwise-avxvnni", "pointwise-avx512bw", "pointwise-avx2" or "im2col" */
 const char *tcc_conv_i8_path(const int64_t *p) {
-    const int u = pwv_usable(p);
-    return u == 1 ? "pointwise-vnni" : u == 2 ? "pointwise-avxvnni" : "im2col";
+    static const char *const name[] = {"im2col", "pointwise-vnni", "pointwise-avxvnni", "pointwise-avx2",
+                                       "pointwise-avx512bw"};
+    return name[pwv_usable(p)];
 }
 
-/* ymm: AVX-VNNI's blocks (pwv_usable's 2); fq: tcc_conv_q8's float image
- * X, output Y and their qp, scale and bias (NULL: ConvInteger's) */
+/* B packed 3's corrections (after the column sums: where each panel's
+ * entries start, then the entries (k, column in the panel, value), in
+ * panel order) as j->fix_m and j->fix: output channel m's (k, value) pairs
+ * at [fix_m[m], fix_m[m + 1]), for every column of the panels (a block's
+ * channels past M find none). A counting sort per call: the lists are
+ * 0.02-0.6 % of the weights. */
+static void pw_fixes(pwv_job *j, const int32_t *fix_at, int64_t npan) {
+    const int32_t *e = fix_at + npan + 1;
+    const int64_t cols = npan * PW, n = fix_at[npan];
+    int32_t *at = scratch(SCRATCH_FIX, (size_t)(cols + 1 + 2 * n) * sizeof(int32_t)), *fix = at + cols + 1;
+    if (!at) abort();
+    memset(at, 0, (size_t)(cols + 1) * sizeof(int32_t));
+    for (int64_t pn = 0; pn < npan; pn++)
+        for (int64_t i = fix_at[pn]; i < fix_at[pn + 1]; i++) at[pn * PW + e[3 * i + 1] + 1]++;
+    for (int64_t m = 0; m < cols; m++) at[m + 1] += at[m];
+    int32_t *next = scratch(SCRATCH_COL, (size_t)(cols > 0 ? cols : 1) * sizeof(int32_t));
+    if (!next) abort();
+    memcpy(next, at, (size_t)cols * sizeof(int32_t));
+    for (int64_t pn = 0; pn < npan; pn++)
+        for (int64_t i = fix_at[pn]; i < fix_at[pn + 1]; i++) {
+            const int32_t k = next[pn * PW + e[3 * i + 1]]++;
+            fix[2 * k] = e[3 * i];
+            fix[2 * k + 1] = e[3 * i + 2];
+        }
+    j->fix_m = at;
+    j->fix = fix;
+}
+
+/* kind: pwv_usable's; fq: tcc_conv_q8's float image X, output Y and their
+ * qp, scale and bias (NULL: ConvInteger's) */
 typedef struct {
     const float *qp, *scale, *bias;
 } q8_args;
 static void conv_pw_vnni(const int64_t *p, void *Y, const void *X, const void *Wp, const void *xzp,
-                         const int32_t *bias, int ymm, const q8_args *fq) {
+                         const int32_t *bias, int kind, const q8_args *fq) {
     const int64_t N = p[CI_N], C = p[CI_C], M = p[CI_M], P = p[CI_OH] * p[CI_OW];
+    const int ymm = kind == PW_VNNI256 || kind == PW_PAIRS256;
     pwv_job j = {.p = p, .bq = Wp, .C = C, .M = M, .P = P, .KQ4 = (C + 3) / 4, .flip = p[CI_XSIGNED] ? 0x80 : 0,
-                 .ymm = ymm};
+                 .kind = kind};
     if (fq) j.q = fq->qp, j.fscale = fq->scale, j.fbias = fq->bias;
     j.PP = (P + 15) / 16 * 16;
     j.KQ = ((C + 3) / 4 + 15) / 16 * 16; /* pack_u8s8's */
@@ -1344,6 +1450,8 @@ static void conv_pw_vnni(const int64_t *p, void *Y, const void *X, const void *W
     for (int64_t m = 0; m < M; m++)
         init[m] = (int32_t)((p[CI_BIAS] ? (uint32_t)bias[m] : 0u) - za * (uint32_t)colsum[m]);
     j.init = init;
+    if (p[CI_PACKED] == 3) /* the corrections, listed per output channel */
+        pw_fixes(&j, colsum + npan * PW, npan);
     j.mgroups = (M + PWV_MGROUP - 1) / PWV_MGROUP;
     /* positions a task: at most PWV_CHUNK, the chunks of a row as even as
      * whole vectors allow, and at least 4 tasks a thread where one block
@@ -1383,7 +1491,7 @@ void tcc_conv_i8(const int64_t *p, int32_t *Y, const void *X, const void *Wp, co
 #if defined(__x86_64__)
     const int pw = pwv_usable(p);
     if (pw) {
-        conv_pw_vnni(p, Y, X, Wp, xzp, bias, pw == 2, NULL);
+        conv_pw_vnni(p, Y, X, Wp, xzp, bias, pw, NULL);
         return;
     }
 #endif
@@ -1464,7 +1572,7 @@ void tcc_conv_q8(const int64_t *p, const float *qp, float *Y, const float *X, co
     const int pw = pwv_usable(p);
     if (pw) {
         const q8_args a = {qp, scale, bias};
-        conv_pw_vnni(p, Y, X, Wp, NULL, NULL, pw == 2, &a);
+        conv_pw_vnni(p, Y, X, Wp, NULL, NULL, pw, &a);
         return;
     }
 #endif

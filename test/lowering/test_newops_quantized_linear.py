@@ -242,42 +242,61 @@ def _conv_i8_path(mod):
 
 
 @pytest.mark.parametrize("run_isa", ["", "avxvnni", "avx512bw", "avx2", "generic"])
+@pytest.mark.parametrize("layout", [2, 3])
 @pytest.mark.parametrize("c,m,hw,n,xdt,wz", [
     (7, 19, (5, 3), 2, np.uint8, "none"),       # 15 positions: one part vector; 19 channels: 8, 8, 3
     (13, 70, (14, 14), 1, np.int8, "channel"),  # 196 positions: two chunks; 70 channels: two groups
     (64, 40, (17, 1), 2, np.uint8, "scalar"),   # 17 positions: a vector and one lane
     (4, 8, (1, 1), 1, np.int8, "none"),         # one position
     (33, 96, (24, 24), 1, np.uint8, "channel")])
-def test_pointwise_conv_integer_in_nchw(monkeypatch, run_isa, c, m, hw, n, xdt, wz):
+def test_pointwise_conv_integer_in_nchw(monkeypatch, run_isa, layout, c, m, hw, n, xdt, wz):
     """A 1x1 ConvInteger of stride 1 without pads: with AVX-512 VNNI (and
     no AMX) tcc_conv_i8 runs it in NCHW, positions in the vector lanes and
     each output channel's weights broadcast (gemm_int.c's conv_pw_vnni),
     so too in ymm with AVX-VNNI and no AVX-512 (as such a CPU:
-    tcc_matmul_i8_hide), else through the channels-last image (as a CPU
-    without VNNI: tcc_matmul_i8_hide, TCC_CPU_ISA). Channel counts that are no multiple
-    of 4 or 8, positions that fill no vector, several chunks and channel
-    groups, signed and unsigned x, weight zero points; onnx.reference is
-    the reference."""
+    tcc_matmul_i8_hide). Layout 2 (the VNNI bytes, compiled on this CPU)
+    runs through the channels-last image on a CPU without VNNI
+    (tcc_matmul_i8_hide, TCC_CPU_ISA). Layout 3 (compiled as an AVX2 CPU:
+    the pair-safe bytes and their corrections, here most of the weights
+    past int8 or in unsafe pairs) runs in NCHW on every tile but AMX's and
+    the generic one: vpmaddubsw's on AVX2 and AVX-512BW, vpdpbusd's where
+    the CPU has VNNI. Channel counts that are no multiple of 4 or 8,
+    positions that fill no vector, several chunks and channel groups,
+    signed and unsigned x, weight zero points; onnx.reference is the
+    reference."""
     from onnx.reference import ReferenceEvaluator
 
+    from tcc.dialects.conversions.graph_to_loop.quantization import quantized_linear
     from tcc.dialects.conversions.loop_to_native.target import host_features
     f = host_features()
-    monkeypatch.setenv("TCC_CPU_ISA", "")
+    if layout == 3 and "avx2" not in f:
+        pytest.skip("layout 3 is packed for AVX2 CPUs")
+    monkeypatch.setenv("TCC_CPU_ISA", "avx2" if layout == 3 else "")
+    monkeypatch.setattr(quantized_linear, "FIX_SHARE", 1.0)  # layout 3 however many corrections
     x, w, xz = q((n, c) + hw, xdt), q((m, c, 1, 1), np.int8), q((), xdt)
     inits = {"w": w, "xz": xz}
-    if wz != "none":
+    if wz != "none" and layout == 2:
         # zero points that keep w - wz within int8: the VNNI bytes' layout
         inits["w"] = np.clip(w, -100, 100).astype(np.int8)
         inits["wz"] = RNG.integers(-27, 28, (m,) if wz == "channel" else ()).astype(np.int8)
+    elif wz != "none":  # w - wz past int8: corrections
+        inits["wz"] = RNG.integers(-100, 101, (m,) if wz == "channel" else ()).astype(np.int8)
     node = h.make_node("ConvInteger", ["x", "w", "xz"] + (["wz"] if wz != "none" else []), ["y"])
     mdl = model([node], {"x": x}, {"y": np.int32}, opset=10, initializers=inits)
     mod = lowered(mdl)
-    assert _library_calls(mod) == ["tcc_conv_i8"]
+    (_, params), = _library_calls(mod, params=True)
+    assert int(getattr(params[-1], "value", params[-1])) == layout
     with _run_as(monkeypatch, run_isa):
         path = _conv_i8_path(mod)
         got = run_native(mod, [x])[0]
-    nchw = run_isa == "" and {"avx512vnni", "avx512bw"} <= f and "amx-int8" not in f
-    want = "pointwise-vnni" if nchw else "pointwise-avxvnni" if run_isa == "avxvnni" else "im2col"
+    vnni = {"avx512vnni", "avx512bw"} <= f
+    if layout == 2:
+        want = "pointwise-vnni" if run_isa == "" and vnni else "pointwise-avxvnni" if run_isa == "avxvnni" else \
+            "im2col"
+    else:
+        want = {"avx2": "pointwise-avx2", "avx512bw": "pointwise-avx512bw", "avxvnni": "pointwise-avxvnni",
+                "generic": "im2col"}.get(run_isa, "pointwise-vnni" if vnni else
+                                         "pointwise-avx512bw" if "avx512bw" in f else "pointwise-avx2")
     assert path == want or (run_isa == "" and "amx-int8" in f), (run_isa, path)
     np.testing.assert_array_equal(got, ReferenceEvaluator(mdl).run(None, {"x": x})[0])
 

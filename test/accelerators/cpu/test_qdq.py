@@ -557,22 +557,26 @@ def _qdq_pointwise(w, sw, sx, zx, b, sy, zy, npt, bias, pair, out):
     return inits, nodes
 
 
-@pytest.mark.parametrize("run_isa", ["", "avxvnni", "avx2"])
+@pytest.mark.parametrize("run_isa", ["", "avxvnni", "avx512bw", "avx2"])
+@pytest.mark.parametrize("layout", [2, 3])
 @pytest.mark.parametrize("qtype,per_channel,bias,pair,c,m,hw,scales", [
     ("uint8", True, True, True, 72, 37, (9, 11), "random"),
     ("int8", False, False, True, 66, 24, (7, 7), "pow2"),
     ("uint8", True, True, False, 64, 9, (16, 3), "random"),
     ("int8", True, True, True, 130, 70, (12, 20), "random")])
-def test_pointwise_qdq_conv_runs_in_the_cpu_partition(monkeypatch, run_isa, qtype, per_channel, bias, pair, c, m,
-                                                      hw, scales):
+def test_pointwise_qdq_conv_runs_in_the_cpu_partition(monkeypatch, run_isa, layout, qtype, per_channel, bias, pair,
+                                                      c, m, hw, scales):
     """A QDQ 1x1 Conv whose ConvInteger form (qdq-to-integer) the cpu
     accelerator takes whole as cpu.conv_q8 (the host runtime's tcc_conv_q8):
     QuantizeLinear -> ConvInteger -> Cast -> Mul, the bias Add and the
     quantize-dequantize pair after it, in the cpu partition with the
     convolution before it, no host step. Compiled as on a CPU with VNNI
-    (what decides cpu.conv_q8 there) and run as this CPU, as one with
-    AVX-VNNI alone, and with AVX2 alone (the NCHW VNNI path where the CPU
-    has it, else the quantize / tcc_conv_i8 / requantize passes). Bit for
+    (the VNNI bytes, layout 2) or as an AVX2 CPU (TCC_CPU_ISA=avx2: the
+    pair-safe bytes and their corrections, layout 3, here most of the
+    weights), run as this CPU, as one with AVX-VNNI alone, with AVX-512
+    and no VNNI, and with AVX2 alone: the NCHW path where the CPU has a
+    tile for the layout (vpmaddubsw's for layout 3), else the quantize /
+    tcc_conv_i8 / requantize passes. Bit for
     bit against numpy's f32 ops in the rewrite's order, NaN and infinities
     among the inputs; with power-of-two scales a sum in 128 is a rounding
     tie of the pair. Channel and position counts off the blocks' multiples,
@@ -582,8 +586,17 @@ def test_pointwise_qdq_conv_runs_in_the_cpu_partition(monkeypatch, run_isa, qtyp
     from tcc.dialects.conversions.graph_to_loop.quantization import quantized_linear
     from tcc.dialects.transforms import qdq
 
+    from tcc.dialects.conversions.loop_to_native.target import host_features
+
     from ...lowering.test_newops_quantized_linear import _run_as
-    monkeypatch.setattr(quantized_linear, "vnni_target", lambda: True)
+    feats = host_features()
+    if layout == 3:
+        if "avx2" not in feats:
+            pytest.skip("layout 3 is packed for AVX2 CPUs")
+        monkeypatch.setenv("TCC_CPU_ISA", "avx2")
+        monkeypatch.setattr(quantized_linear, "FIX_SHARE", 1.0)  # layout 3 however many corrections
+    else:
+        monkeypatch.setattr(quantized_linear, "vnni_target", lambda: True)
     monkeypatch.setattr(qdq, "MIN_MACS", 0)
     tp, npt = QTYPES[qtype]
     lo, hi = int(np.iinfo(npt).min), int(np.iinfo(npt).max)
@@ -628,14 +641,17 @@ def test_pointwise_qdq_conv_runs_in_the_cpu_partition(monkeypatch, run_isa, qtyp
     assert c_source_of(sess.path).count("tcc_conv_q8(") == 1
     with _run_as(monkeypatch, run_isa) as lib:
         lib.tcc_conv_i8_path.restype = ctypes.c_char_p
-        p = np.array([2, c, h, wd, m, 1, 1, h, wd, 1, 1, 0, 0, 1, 1, int(lo < 0), 1, 1, 0, 2], np.int64)
+        p = np.array([2, c, h, wd, m, 1, 1, h, wd, 1, 1, 0, 0, 1, 1, int(lo < 0), 1, 1, 0, layout], np.int64)
         path = lib.tcc_conv_i8_path(p.ctypes.data_as(ctypes.c_void_p)).decode()
         got = sess.run({"x": x})[0]
-    from tcc.dialects.conversions.loop_to_native.target import host_features
-    f = host_features()
-    want_path = ("pointwise-vnni" if run_isa == "" and {"avx512vnni", "avx512bw"} <= f else
-                 "pointwise-avxvnni" if run_isa == "avxvnni" or (run_isa == "" and "avxvnni" in f) else "im2col")
-    assert path == want_path or (run_isa == "" and "amx-int8" in f), (run_isa, path)  # AMX: its tiles
+    vnni = "pointwise-vnni" if {"avx512vnni", "avx512bw"} <= feats else \
+        "pointwise-avxvnni" if "avxvnni" in feats else None
+    if layout == 2:
+        want_path = {"": vnni, "avxvnni": "pointwise-avxvnni"}.get(run_isa) or "im2col"
+    else:
+        want_path = {"avxvnni": "pointwise-avxvnni", "avx512bw": "pointwise-avx512bw", "avx2": "pointwise-avx2"}.get(
+            run_isa) or vnni or ("pointwise-avx512bw" if "avx512bw" in feats else "pointwise-avx2")
+    assert path == want_path or (run_isa == "" and "amx-int8" in feats), (run_isa, path)  # AMX: its tiles
     mismatch = np.flatnonzero(_bits(got) != _bits(want))
     assert mismatch.size == 0, (mismatch.size, got.ravel()[mismatch[:5]], want.ravel()[mismatch[:5]])
 
