@@ -371,7 +371,7 @@ class FunctionCodegen:
         call for a conv_q8's operands and attributes (prefixed `pre`)."""
         from tcc.dialects.conversions.graph_to_loop.quantization.quantized_linear import pack_conv_weights
         wv = const_value(w)
-        packed, layout = pack_conv_weights(wv, const_value(wzp).astype(wv.dtype))
+        packed, layout = pack_conv_weights(wv, const_value(wzp).astype(wv.dtype), pointwise=True)
         idx = self.weights.add_array(("q8", id(w), id(wzp)), lambda: packed)
         n, c, h, wd = x.type.shape
         m, _, kh, kw = w.type.shape

@@ -352,7 +352,7 @@ def conv_q8_parts(chain):
     # scalar requantize): mobilenetv2_qdq as an AVX2 CPU, 1 thread, 5.81 ms
     # with these convolutions as host steps, 7.35 so as cpu.conv_q8 (AMD
     # EPYC family 26 model 2, AVX-512 hidden)
-    if pack_conv_weights(w, wzp.astype(w.dtype))[1] not in (2, 3):
+    if pack_conv_weights(w, wzp.astype(w.dtype), pointwise=True)[1] not in (2, 3):
         return None
     return {"x": x, "sx": np.float32(sx), "zx": int(zx), "xsigned": QUANT8[elem], "w": w, "wzp": wzp,
             "scale": np.broadcast_to(sc.reshape(-1), (m,)).astype(np.float32)}

@@ -308,11 +308,12 @@ class QdqConvToInteger(_QdqToInteger):
     (ConvInteger has no kernel for them)."""
     op_name = "onnx.Conv"
 
-    def __init__(self, module, max_positions=0, min_depth=0, pw_min_depth=-1):
+    def __init__(self, module, max_positions=0, min_depth=0, pw_min_depth=-1, pw_max_positions=-1):
         super().__init__(module)
         self.max_positions = max_positions
         self.min_depth = min_depth
         self.pw_min_depth = min_depth if pw_min_depth < 0 else pw_min_depth
+        self.pw_max_positions = max_positions if pw_max_positions < 0 else pw_max_positions
 
     def match_and_rewrite(self, op, rw):
         y = op.results[0]
@@ -322,11 +323,12 @@ class QdqConvToInteger(_QdqToInteger):
         if act is None or not isinstance(op.operands[1].type, TensorType) or op.operands[1].type.rank != 4:
             return False
         m = op.operands[1].type.shape[0]
-        floor = self.pw_min_depth if _pointwise(op) else self.min_depth
+        pw = _pointwise(op)
+        floor, most = (self.pw_min_depth, self.pw_max_positions) if pw else (self.min_depth, self.max_positions)
         if int(np.prod(op.operands[1].type.shape[1:], dtype=np.int64)) < floor:
             return False
-        n = _positions(op) if self.max_positions else 0
-        if n is None or n > self.max_positions:
+        n = _positions(op) if most else 0
+        if n is None or n > most:
             return False
         wq = _quantized_weight(op.operands[1], m, 0)
         if wq is None or _macs(y.type, int(np.prod(op.operands[1].type.shape[1:], dtype=np.int64))) < MIN_MACS:
@@ -362,10 +364,13 @@ class QdqToIntegerPass(Pass):
                "conv-min-depth": (int, 0, "only Convs of at least this many products an output, C / group x KH x KW "
                                           "(driver: MIN_CONV_DEPTH)", 0),
                "pw-min-depth": (int, -1, "the same for 1x1 Convs of stride 1 without pads (-1: conv-min-depth's; "
-                                         "driver: 0 where the cpu accelerator fuses them with a depthwise one)", -1)}
+                                         "driver: 0 where the cpu accelerator fuses them with a depthwise one)", -1),
+               "pw-max-positions": (int, -1, "conv-max-positions for 1x1 Convs of stride 1 without pads (-1: "
+                                             "conv-max-positions's, 0: any)", -1)}
 
     def run(self, module, ctx):
         patterns = [QdqMatMulToInteger(module), QdqGemmToInteger(module)]
         if self.convs:
-            patterns.append(QdqConvToInteger(module, self.conv_max_positions, self.conv_min_depth, self.pw_min_depth))
+            patterns.append(QdqConvToInteger(module, self.conv_max_positions, self.conv_min_depth, self.pw_min_depth,
+                                             self.pw_max_positions))
         apply_patterns_greedily(ctx, module, patterns)

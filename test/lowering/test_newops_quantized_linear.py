@@ -272,7 +272,7 @@ def test_pointwise_conv_integer_in_nchw(monkeypatch, run_isa, layout, c, m, hw, 
     if layout == 3 and "avx2" not in f:
         pytest.skip("layout 3 is packed for AVX2 CPUs")
     monkeypatch.setenv("TCC_CPU_ISA", "avx2" if layout == 3 else "")
-    monkeypatch.setattr(quantized_linear, "FIX_SHARE", 1.0)  # layout 3 however many corrections
+    monkeypatch.setattr(quantized_linear, "FIX_SHARE_POINTWISE", 1.0)  # layout 3 however many corrections
     x, w, xz = q((n, c) + hw, xdt), q((m, c, 1, 1), np.int8), q((), xdt)
     inits = {"w": w, "xz": xz}
     if wz != "none" and layout == 2:

@@ -264,28 +264,32 @@ def test_small_qdq_matmuls_stay_float(monkeypatch):
 
 @pytest.mark.parametrize("isa", ["", "avx2"])
 @pytest.mark.parametrize("maccel", [["cpu"], ["host"]])
-@pytest.mark.parametrize("qtype,per_channel,attrs,bias,group,hw", [
-    ("uint8", True, {"pads": [1, 1, 1, 1]}, True, 1, (12, 9)),
-    ("int8", False, {"strides": [2, 2], "pads": [0, 1, 2, 0]}, False, 1, (12, 9)),
-    ("uint8", True, {"dilations": [2, 1]}, True, 2, (12, 9)),
-    ("uint8", False, {"pads": [1, 1, 1, 1]}, True, 1, (31, 29))])
-def test_qdq_conv_runs_on_the_int8_kernel(monkeypatch, qtype, per_channel, attrs, bias, group, hw, maccel, isa):
+@pytest.mark.parametrize("qtype,per_channel,attrs,bias,group,hw,k", [
+    ("uint8", True, {"pads": [1, 1, 1, 1]}, True, 1, (12, 9), 3),
+    ("int8", False, {"strides": [2, 2], "pads": [0, 1, 2, 0]}, False, 1, (12, 9), 3),
+    ("uint8", True, {"dilations": [2, 1]}, True, 2, (12, 9), 3),
+    ("uint8", False, {"pads": [1, 1, 1, 1]}, True, 1, (31, 29), 3),
+    ("int8", True, {}, True, 1, (31, 29), 1)])
+def test_qdq_conv_runs_on_the_int8_kernel(monkeypatch, qtype, per_channel, attrs, bias, group, hw, k, maccel, isa):
     """On a VNNI target, QDQ Convs with constant int8 weights (per output
     channel or per tensor) become ConvInteger on tcc_conv_i8, the bias
     added after; on AVX2 alone (TCC_CPU_ISA=avx2 here, an AVX2 CPU in CI)
     only those of at most qdq.AVX2_CONV_POSITIONS outputs a channel (12x9,
-    not 31x29); a grouped one keeps the float path. Against the float
-    model's value in float64 (onnx.reference), to a few f32 roundings."""
+    not 31x29), but 1x1s of stride 1 without pads of any image (the
+    driver's pw-max-positions=0: gemm_int.c's NCHW path); a grouped one
+    keeps the float path. Against the float model's value in float64
+    (onnx.reference), to a few f32 roundings."""
     from tcc.dialects.transforms.qdq import AVX2_CONV_POSITIONS
     assert 12 * 9 <= AVX2_CONV_POSITIONS < 31 * 29
-    small = _integer_path(monkeypatch, isa, "small-conv") and hw[0] * hw[1] <= AVX2_CONV_POSITIONS
+    pointwise = k == 1 and not attrs
+    small = _integer_path(monkeypatch, isa, "small-conv") and (hw[0] * hw[1] <= AVX2_CONV_POSITIONS or pointwise)
     integer = (_integer_path(monkeypatch, isa, "conv") or small) and group == 1
     from onnx.reference import ReferenceEvaluator
     from tcc.driver.options import CompileOptions
     from tcc.driver.pipeline import CompilePipeline
     tp, npt = QTYPES[qtype]
-    c, m = 8, 10  # 72 products an output: past qdq.MIN_CONV_DEPTH
-    w = RNG.integers(-127, 128, (m, c // group, 3, 3)).astype(np.int8)
+    c, m = (8, 10) if k == 3 else (64, 10)  # 72 or 64 products an output: from qdq.MIN_CONV_DEPTH on
+    w = RNG.integers(-127, 128, (m, c // group, k, k)).astype(np.int8)
     sw = RNG.uniform(0.001, 0.01, (m,) if per_channel else ()).astype(np.float32)
     zw = np.zeros(sw.shape, np.int8)
     sx = np.float32(0.03)
@@ -594,7 +598,7 @@ def test_pointwise_qdq_conv_runs_in_the_cpu_partition(monkeypatch, run_isa, layo
         if "avx2" not in feats:
             pytest.skip("layout 3 is packed for AVX2 CPUs")
         monkeypatch.setenv("TCC_CPU_ISA", "avx2")
-        monkeypatch.setattr(quantized_linear, "FIX_SHARE", 1.0)  # layout 3 however many corrections
+        monkeypatch.setattr(quantized_linear, "FIX_SHARE_POINTWISE", 1.0)  # layout 3 however many corrections
     else:
         monkeypatch.setattr(quantized_linear, "vnni_target", lambda: True)
     monkeypatch.setattr(qdq, "MIN_MACS", 0)
