@@ -142,6 +142,8 @@ MIN_MACS = 1 << 19
 # 28x28 layers joined: the whole model (bench resnet18_qdq), tcc/onnxruntime
 # at 1 / 2 threads, with 400 here 1.005 / 0.961 and 0.988 / 0.925 in two
 # runs, with 784 0.978 / 0.916 and 0.958 / 0.895, with 3136 1.044 / 0.996.
+# A 1x1 of stride 1 without pads goes int8 on any image (the driver's
+# pw-max-positions=0: gemm_int.c's NCHW blocks on the pair-safe bytes).
 AVX2_CONV_POSITIONS = 784
 # A QDQ Conv summing fewer than this many products an output (C / group x
 # KH x KW) stays float on every CPU: tcc_conv_i8's passes over the image and
