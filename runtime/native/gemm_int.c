@@ -1224,6 +1224,7 @@ static void pwv_interleave(int64_t b, int64_t e, void *ctx) {
         }                                                                                                        \
     }                                                                                                            \
     __attribute__((target(TARGET))) static void NAME##_n(const pwv_job *j, int64_t m0, int64_t q0, int64_t nr) { \
+        /* NR 3 only where the arrays hold it (the 1 is never reached) */                                     \
         if (NRMAX >= 3 && nr >= 3) NAME(j, m0, q0, NRMAX >= 3 ? 3 : 1);                                          \
         else if (nr >= 2) NAME(j, m0, q0, 2);                                                                    \
         else NAME(j, m0, q0, 1);                                                                                 \
