@@ -308,7 +308,7 @@ def conv_q8_parts(chain):
     the pair-safe bytes and corrections of an AVX2 CPU), where gemm_int.c's
     tcc_conv_q8 quantizes the float image as it interleaves it and
     requantizes the sums in its stores, in the cpu partition around it."""
-    from tcc.dialects.conversions.graph_to_loop.quantization.quantized_linear import pack_conv_weights
+    from tcc.dialects.conversions.graph_to_loop.quantization.quantized_linear import conv_weights_layout
     q, ci, cast, mul = chain
     x = q.operands[0]
     if not _f32_static(x.type) or x.type.rank != 4 or len(q.operands) < 3:
@@ -352,7 +352,7 @@ def conv_q8_parts(chain):
     # scalar requantize): mobilenetv2_qdq as an AVX2 CPU, 1 thread, 5.81 ms
     # with these convolutions as host steps, 7.35 so as cpu.conv_q8 (AMD
     # EPYC family 26 model 2, AVX-512 hidden)
-    if pack_conv_weights(w, wzp.astype(w.dtype), pointwise=True)[1] not in (2, 3):
+    if conv_weights_layout(w, wzp.astype(w.dtype), pointwise=True) not in (2, 3):
         return None
     return {"x": x, "sx": np.float32(sx), "zx": int(zx), "xsigned": QUANT8[elem], "w": w, "wzp": wzp,
             "scale": np.broadcast_to(sc.reshape(-1), (m,)).astype(np.float32)}

@@ -1403,7 +1403,8 @@ const char *tcc_conv_i8_path(const int64_t *p) {
  * panel order) as j->fix_m and j->fix: output channel m's (k, value) pairs
  * at [fix_m[m], fix_m[m + 1]), for every column of the panels (a block's
  * channels past M find none). A counting sort per call: the lists are
- * 0.02-0.6 % of the weights. */
+ * 0.02-0.6 % of the weights, and it takes the entries in whatever order a
+ * panel holds them (weights packed by any version). */
 static void pw_fixes(pwv_job *j, const int32_t *fix_at, int64_t npan) {
     const int32_t *e = fix_at + npan + 1;
     const int64_t cols = npan * PW, n = fix_at[npan];

@@ -637,6 +637,7 @@ def test_pointwise_weights_stay_pair_safe_with_more_corrections(monkeypatch, run
         mod = lowered(m)
         (_, params), = _library_calls(mod, params=True)
         layouts.append(int(getattr(params[-1], "value", params[-1])))
+        assert ql.conv_weights_layout(w, np.zeros((), np.int8), pointwise=k == 1) == layouts[-1]  # without packing
         monkeypatch.setenv("TCC_CPU_ISA", run_isa)
         np.testing.assert_array_equal(run_native(mod, [x])[0], ReferenceEvaluator(m).run(None, {"x": x})[0])
         monkeypatch.setenv("TCC_CPU_ISA", "avx2")

@@ -119,6 +119,29 @@ def _column_sums(b):
     return sums.view(np.int8)
 
 
+def _pair_safe_split(b):
+    """(the bytes vpmaddubsw multiplies exactly, the rest) of an int64 (K, N)
+    b: pack_u8s8_pair_safe's split, the first padded to an even K."""
+    import numpy as np
+    K, N = b.shape
+    s = np.zeros((K + K % 2, N), np.int64)
+    s[:K] = np.clip(b, -128, 127)
+    p0, p1 = s[0::2], s[1::2]
+    over = np.abs(p0) + np.abs(p1) > 128
+    first = over & (np.abs(p0) >= np.abs(p1))
+    second = over & ~first
+    s[0::2] = np.where(first, np.sign(p0) * (128 - np.abs(p1)), p0)
+    s[1::2] = np.where(second, np.sign(p1) * (128 - np.abs(p0)), p1)
+    return s, b - s[:K]
+
+
+def pair_safe_corrections(b):
+    """How many of b's values pack_u8s8_pair_safe would list as corrections
+    (without packing it)."""
+    import numpy as np
+    return int(np.count_nonzero(_pair_safe_split(np.asarray(b, np.int64))[1]))
+
+
 def pack_u8s8_pair_safe(b):
     """A constant (K, N) integer GEMM operand, its zero point subtracted ->
     (gemm_int.c's B packed 3 as one int8 array, corrections): pack_u8s8's
@@ -134,15 +157,7 @@ def pack_u8s8_pair_safe(b):
     import numpy as np
     b = np.asarray(b, np.int64)
     K, N = b.shape
-    s = np.zeros((K + K % 2, N), np.int64)
-    s[:K] = np.clip(b, -128, 127)
-    p0, p1 = s[0::2], s[1::2]
-    over = np.abs(p0) + np.abs(p1) > 128
-    first = over & (np.abs(p0) >= np.abs(p1))
-    second = over & ~first
-    s[0::2] = np.where(first, np.sign(p0) * (128 - np.abs(p1)), p0)
-    s[1::2] = np.where(second, np.sign(p1) * (128 - np.abs(p0)), p1)
-    fix = b - s[:K]
+    s, fix = _pair_safe_split(b)
     ks, ns = np.nonzero(fix)
     order = np.argsort(ns // 32, kind="stable")
     ks, ns = ks[order], ns[order]

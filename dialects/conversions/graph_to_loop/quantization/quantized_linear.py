@@ -13,7 +13,7 @@ import numpy as np
 
 from ....ir.types import NONE, f32, f64, i32, i64
 from ..common import LOW_FLOATS, is_float, library_root
-from ..kernels import CONV_I8_FIELDS, annotate, pack_int16_pairs, pack_u8s8, pack_u8s8_pair_safe
+from ..kernels import CONV_I8_FIELDS, annotate, pack_int16_pairs, pack_u8s8, pack_u8s8_pair_safe, pair_safe_corrections
 from ..cast import emit_cast
 from ..nn.conv import ConvGeometry, direct_conv
 from ..math.matmul import batched_gemm, matmul_views
@@ -194,11 +194,31 @@ def pack_conv_weights(w, zw, pointwise=False):
     tcc_conv_i8 and tcc_conv_q8: k in (kh, kw, c) order, as tcc_conv_i8
     gathers the image channels last. `pointwise`: a 1x1 of stride 1
     without pads (FIX_SHARE_POINTWISE)."""
-    return _pack_weights(w.transpose(0, 2, 3, 1).reshape(w.shape[0], -1).T, np.asarray(zw).reshape(-1),
-                         FIX_SHARE_POINTWISE if pointwise else FIX_SHARE)
+    return _pack_weights(*_conv_b(w, zw), FIX_SHARE_POINTWISE if pointwise else FIX_SHARE)
 
 
-def _pack_weights(bval, zval, fix_share=None):
+def conv_weights_layout(w, zw, pointwise=False):
+    """pack_conv_weights's layout alone, without packing."""
+    b, z = _conv_b(w, zw)
+    return _layout(np.asarray(b, np.int32) - np.asarray(z, np.int32).reshape(1, -1),
+                   FIX_SHARE_POINTWISE if pointwise else FIX_SHARE)
+
+
+def _conv_b(w, zw):
+    """ConvInteger weights and zero point as _pack_weights's B [K, N] and its per-column zero point."""
+    return w.transpose(0, 2, 3, 1).reshape(w.shape[0], -1).T, np.asarray(zw).reshape(-1)
+
+
+def _layout(bz, fix_share):
+    """_pack_weights's layout for B less its zero point."""
+    if vnni_target() and bz.min(initial=0) >= -128 and bz.max(initial=0) <= 127:
+        return 2
+    if avx2_bytes_target() and pair_safe_corrections(bz) <= fix_share * bz.size:
+        return 3
+    return 1
+
+
+def _pack_weights(bval, zval, fix_share=FIX_SHARE):
     """A constant int8/uint8 B [K, N] less its zero point (one, or one per
     column), packed for gemm_int.c: (packed array, layout 1 int16 pairs, 2
     bytes for VNNI/AMX where that fits int8 and the CPU has VNNI, or 3 the
@@ -206,12 +226,11 @@ def _pack_weights(bval, zval, fix_share=None):
     corrections on a CPU without,
     where few values need correcting: FIX_SHARE)."""
     bz = np.asarray(bval, np.int32) - np.asarray(zval, np.int32).reshape(1, -1)
-    if vnni_target() and bz.min(initial=0) >= -128 and bz.max(initial=0) <= 127:
+    layout = _layout(bz, fix_share)
+    if layout == 2:
         return pack_u8s8(bz), 2
-    if avx2_bytes_target():
-        packed, nfix = pack_u8s8_pair_safe(bz)
-        if nfix <= (FIX_SHARE if fix_share is None else fix_share) * bz.size:
-            return packed, 3
+    if layout == 3:
+        return pack_u8s8_pair_safe(bz)[0], 3
     return pack_int16_pairs(bz), 1
 
 
